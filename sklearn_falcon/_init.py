@@ -1,0 +1,267 @@
+"""Initialization strategies for the Falcon solver.
+
+Falcon is a local method: the labels it starts from decide the NCut it
+reaches.  The strategies here return label vectors in which every one of the
+``n_clusters`` clusters is non-empty.
+
+``"multilevel"`` (the default) is eigen-free and Graclus-like:
+
+1. **Coarsen**: every node points at its heaviest neighbour by
+   ``W_ij / (d_i d_j)``; the connected components of that forest become the
+   nodes of the next level, ``W_c = P' W P`` (self-loops keep the internal
+   weight, so ``f`` of a projected labelling is preserved exactly).  Repeat
+   until about ``4 K`` nodes remain or coarsening stalls.
+2. **Solve the coarsest graph** with Falcon plus exact local moves from many
+   random starts, and from a spectral labelling of that tiny graph (a cheap
+   safety net: a dense eigendecomposition of a graph of ~``4 K`` nodes).
+3. **Project and refine** level by level with the same solver.
+
+Several coarsening depths are tried because no depth wins everywhere; the
+candidates are refined on the finest level by the caller and the best ``f``
+is kept.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import eigh, qr, svd
+from scipy.sparse.csgraph import connected_components
+
+from . import _kernels_numba as nk
+from ._backend import NumbaProblem
+from ._solver import solve
+
+
+def random_labels(n, n_clusters, rng):
+    """Uniform random labels in which every cluster has at least one node."""
+    labels = rng.integers(n_clusters, size=n)
+    labels[rng.permutation(n)[:n_clusters]] = np.arange(n_clusters)
+    return labels.astype(np.int64)
+
+
+def fill_empty(labels, n_clusters, rng):
+    """Give every empty cluster one node taken from the largest clusters."""
+    labels = np.array(labels, dtype=np.int64, copy=True)
+    counts = np.bincount(labels, minlength=n_clusters)
+    for k in np.flatnonzero(counts == 0):
+        big = int(np.argmax(counts))
+        members = np.flatnonzero(labels == big)
+        i = members[rng.integers(members.size)]
+        labels[i] = k
+        counts[big] -= 1
+        counts[k] += 1
+    return labels
+
+
+def _heaviest_neighbor(W, degrees):
+    if sp.issparse(W):
+        return nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, degrees)
+    return nk.heaviest_neighbor_dense(W, degrees)
+
+
+def coarsen(W, degrees):
+    """One coarsening level.
+
+    Returns
+    -------
+    W_c : CSR matrix or ndarray
+        ``P' W P`` (dense stays dense).
+    d_c : ndarray
+        Coarse degrees ``P' d``.
+    mapping : ndarray of shape (n,)
+        Coarse node of each fine node.
+    """
+    n = W.shape[0]
+    target = _heaviest_neighbor(W, degrees)
+    forest = sp.csr_matrix(
+        (np.ones(n, dtype=np.int8), (np.arange(n), target)), shape=(n, n)
+    )
+    n_comp, mapping = connected_components(forest, directed=False)
+    P = sp.csr_matrix(
+        (np.ones(n, dtype=W.dtype), (np.arange(n), mapping)), shape=(n, n_comp)
+    )
+    if sp.issparse(W):
+        Wc = (P.T @ W @ P).tocsr()
+        Wc.sort_indices()
+        if Wc.nnz < np.iinfo(np.int32).max:
+            Wc.indices = Wc.indices.astype(np.int32, copy=False)
+            Wc.indptr = Wc.indptr.astype(np.int32, copy=False)
+    else:
+        Wc = np.ascontiguousarray(np.asarray(P.T @ W) @ P)
+    dc = np.bincount(mapping, weights=degrees, minlength=n_comp)
+    return Wc, dc, mapping.astype(np.int64)
+
+
+class Hierarchy:
+    """Coarsening hierarchy of one graph.
+
+    ``graphs[0]`` is the input graph; ``maps[l]`` maps the nodes of level
+    ``l`` to those of level ``l + 1``.
+    """
+
+    def __init__(self, W, degrees, n_clusters, *, min_size=None, max_levels=40):
+        self.n_clusters = n_clusters
+        min_size = max(4 * n_clusters, n_clusters + 1) if min_size is None else min_size
+        self.graphs = [(W, degrees)]
+        self.maps = []
+        while len(self.maps) < max_levels:
+            Wl, dl = self.graphs[-1]
+            n = Wl.shape[0]
+            if n <= min_size:
+                break
+            Wc, dc, mapping = coarsen(Wl, dl)
+            nc = Wc.shape[0]
+            if nc < n_clusters or nc > 0.95 * n:
+                break
+            self.graphs.append((Wc, dc))
+            self.maps.append(mapping)
+
+    @property
+    def sizes(self):
+        return [g[0].shape[0] for g in self.graphs]
+
+    def project(self, labels, level, to_level=0):
+        """Labels of ``level`` expressed on ``to_level``."""
+        for lv in range(level - 1, to_level - 1, -1):
+            labels = labels[self.maps[lv]]
+        return labels
+
+
+def cluster_qr(vectors):
+    """Discretize a spectral embedding by column-pivoted QR (Damle et al.)."""
+    k = vectors.shape[1]
+    _, _, piv = qr(vectors.T, pivoting=True)
+    ut, _, v = svd(vectors[piv[:k], :].T)
+    return np.abs(vectors @ (ut @ v.conj())).argmax(axis=1)
+
+
+def spectral_labels(W, degrees, n_clusters, rng):
+    """Spectral labelling of a small graph by dense eigendecomposition."""
+    Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
+    inv = np.zeros_like(degrees)
+    inv[degrees > 0] = 1.0 / np.sqrt(degrees[degrees > 0])
+    M = inv[:, None] * Wd * inv[None, :]
+    n = M.shape[0]
+    _, vec = eigh(M, subset_by_index=[n - n_clusters, n - 1])
+    vec = vec * inv[:, None]
+    labels = cluster_qr(vec)
+    return fill_empty(labels, n_clusters, rng)
+
+
+def _solver_kwargs(solver_params):
+    params = dict(solver_params or {})
+    params.setdefault("max_iter", 100)
+    params.setdefault("verbose", 0)
+    params["verbose"] = max(0, int(params["verbose"]) - 1)
+    return params
+
+
+def _refine(W, degrees, labels, n_clusters, solver_params):
+    res = solve(NumbaProblem(W, n_clusters, degrees), labels, **solver_params)
+    return res.labels[0], float(res.objective[0])
+
+
+def multilevel_candidates(
+    W,
+    degrees,
+    n_clusters,
+    rng,
+    *,
+    n_starts=30,
+    depths=(None, 16),
+    spectral=True,
+    solver_params=None,
+    hierarchy=None,
+):
+    """Candidate labelings of the finest graph from a multilevel scheme.
+
+    Parameters
+    ----------
+    W : CSR matrix or ndarray
+        Affinity of the finest graph (no isolated nodes).
+    degrees : ndarray
+    n_clusters : int
+    rng : numpy Generator
+    n_starts : int
+        Random starts on the coarsest graph of each depth.
+    depths : tuple
+        Coarsest sizes to start from, as multiples of ``n_clusters``
+        (``None``: the coarsest level of the hierarchy).
+    spectral : bool
+        Also start from a spectral labelling of the coarsest graph.
+    solver_params : dict
+        Parameters of :func:`sklearn_falcon._solver.solve` used for the
+        refinement on the coarse levels.
+    hierarchy : Hierarchy, default=None
+        Reuse a hierarchy built earlier (it is deterministic).
+
+    Returns
+    -------
+    candidates : list of ndarray
+        One label vector per depth, projected to the finest level (the
+        caller refines them there).
+    hierarchy : Hierarchy
+    """
+    params = _solver_kwargs(solver_params)
+    H = hierarchy if hierarchy is not None else Hierarchy(W, degrees, n_clusters)
+    sizes = H.sizes
+    starts = []
+    for depth in depths:
+        if depth is None:
+            level = len(sizes) - 1
+        else:
+            # the coarsest level still holding at least depth * K nodes
+            ok = [lv for lv, s in enumerate(sizes) if s >= depth * n_clusters]
+            level = ok[-1] if ok else 0
+        if level not in starts:
+            starts.append(level)
+    candidates = []
+    for level in starts:
+        Wl, dl = H.graphs[level]
+        n_l = Wl.shape[0]
+        if level == 0 and n_l > 50_000:
+            continue
+        best, best_f = None, -np.inf
+        tries = [random_labels(n_l, n_clusters, rng) for _ in range(n_starts)]
+        if spectral and n_l <= 3000:
+            tries.append(spectral_labels(Wl, dl, n_clusters, rng))
+        for y in tries:
+            y, f = _refine(Wl, dl, y, n_clusters, params)
+            if f > best_f:
+                best, best_f = y, f
+        labels = best
+        for lv in range(level - 1, 0, -1):
+            labels = labels[H.maps[lv]]
+            Wf, df = H.graphs[lv]
+            labels, _ = _refine(Wf, df, labels, n_clusters, params)
+        if level > 0:
+            labels = labels[H.maps[0]]
+        candidates.append(labels)
+    if not candidates:  # the graph did not coarsen and is too large to restart
+        candidates.append(random_labels(W.shape[0], n_clusters, rng))
+    return candidates, H
+
+
+def kmeans_labels(X, n_clusters, rng):
+    """k-means++ labels of feature vectors (one k-means run)."""
+    from sklearn.cluster import KMeans
+
+    seed = int(rng.integers(np.iinfo(np.int32).max))
+    km = KMeans(n_clusters=n_clusters, n_init=1, random_state=seed).fit(X)
+    return fill_empty(km.labels_, n_clusters, rng)
+
+
+def spectral_embedding_labels(W, degrees, n_clusters, rng):
+    """Spectral init: K leading eigenvectors of ``D^-1/2 W D^-1/2`` (lobpcg
+    for large sparse graphs), discretized by cluster-QR."""
+    n = W.shape[0]
+    if n <= 3000 or not sp.issparse(W):
+        return spectral_labels(W, degrees, n_clusters, rng)
+    from scipy.sparse.linalg import lobpcg
+
+    inv = 1.0 / np.sqrt(degrees)
+    M = sp.diags(inv) @ W.astype(np.float64) @ sp.diags(inv)
+    X0 = rng.standard_normal((n, n_clusters + 1))
+    X0[:, 0] = np.sqrt(degrees)
+    _, vec = lobpcg(M, X0, largest=True, tol=1e-5, maxiter=200)
+    vec = vec[:, :n_clusters] * inv[:, None]
+    return fill_empty(cluster_qr(vec), n_clusters, rng)

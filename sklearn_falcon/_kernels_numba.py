@@ -1,0 +1,352 @@
+"""Numba kernels of the Falcon solver.
+
+Every function here is a pure function on arrays: no validation, no
+estimator state, no torch.  ``_kernels_torch.py`` implements the same
+names with the same semantics on ``torch.Tensor``.
+
+Conventions
+-----------
+* ``labels`` is an ``int64`` array of shape ``(n,)`` with values in
+  ``[0, n_clusters)``.
+* A graph is either dense (``W`` of shape ``(n, n)``) or CSR
+  (``indptr``, ``indices``, ``data``), symmetric and nonnegative; its
+  dtype (float32 or float64) is kept, every accumulation is float64.
+* ``WX`` is the ``(n, K)`` float64 matrix ``W @ onehot(labels)``: the
+  weight from every node to every cluster.
+* ``vol[k] = sum_{i in k} d_i`` and ``assoc[k] = x_k' W x_k``.
+
+JIT caching is on by default and is switched off with the environment
+variable ``SKLEARN_FALCON_NUMBA_CACHE=0``.
+"""
+
+import os
+
+import numpy as np
+from numba import njit, prange
+
+_CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
+    "0",
+    "false",
+    "no",
+    "off",
+)
+
+_jit = njit(cache=_CACHE, nogil=True)
+_pjit = njit(cache=_CACHE, nogil=True, parallel=True)
+
+
+@_pjit
+def cluster_weights_csr(indptr, indices, data, labels, n_clusters):
+    """Weight from each node to each cluster, ``W @ onehot(labels)``, for CSR W.
+
+    One pass over the nonzeros: O(nnz + n K).
+    """
+    n = indptr.shape[0] - 1
+    WX = np.zeros((n, n_clusters), dtype=np.float64)
+    for i in prange(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            WX[i, labels[indices[p]]] += data[p]
+    return WX
+
+
+@_pjit
+def cluster_weights_dense(W, labels, n_clusters):
+    """Weight from each node to each cluster, ``W @ onehot(labels)``, for dense W."""
+    n = W.shape[0]
+    WX = np.zeros((n, n_clusters), dtype=np.float64)
+    for i in prange(n):
+        for j in range(W.shape[1]):
+            WX[i, labels[j]] += W[i, j]
+    return WX
+
+
+@_jit
+def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX):
+    """Return ``W @ onehot(new_labels)`` given ``WX = W @ onehot(old_labels)``.
+
+    Only the rows of the nodes that moved are read (W is symmetric, so the
+    row of a moved node is also its column): the cost is the sum of their
+    degrees, not nnz.  ``WX`` is not modified.
+    """
+    out = WX.copy()
+    for j in range(old_labels.shape[0]):
+        a = old_labels[j]
+        b = new_labels[j]
+        if a != b:
+            for p in range(indptr[j], indptr[j + 1]):
+                i = indices[p]
+                w = data[p]
+                out[i, a] -= w
+                out[i, b] += w
+    return out
+
+
+@_jit
+def update_cluster_weights_dense(W, old_labels, new_labels, WX):
+    """Dense twin of :func:`update_cluster_weights_csr`."""
+    out = WX.copy()
+    n = W.shape[0]
+    for j in range(old_labels.shape[0]):
+        a = old_labels[j]
+        b = new_labels[j]
+        if a != b:
+            for i in range(n):
+                w = W[j, i]
+                out[i, a] -= w
+                out[i, b] += w
+    return out
+
+
+@_jit
+def cluster_stats(WX, labels, degrees, n_clusters):
+    """Cluster volumes and associations ``(vol, assoc)``, each of shape (K,)."""
+    vol = np.zeros(n_clusters, dtype=np.float64)
+    assoc = np.zeros(n_clusters, dtype=np.float64)
+    for i in range(labels.shape[0]):
+        k = labels[i]
+        vol[k] += degrees[i]
+        assoc[k] += WX[i, k]
+    return vol, assoc
+
+
+@_jit
+def objective(vol, assoc):
+    """Normalized association ``f = sum_k assoc_k / vol_k`` (clusters of zero
+    volume contribute 0)."""
+    f = 0.0
+    for k in range(vol.shape[0]):
+        if vol[k] > 0.0:
+            f += assoc[k] / vol[k]
+    return f
+
+
+@_pjit
+def score_matrix(WX, degrees, vol, assoc):
+    """Gradient score ``mu_ik = 2 WX_ik / vol_k - d_i assoc_k / vol_k**2``.
+
+    Clusters of zero volume score ``-inf``.
+    """
+    n, K = WX.shape
+    mu = np.empty((n, K), dtype=np.float64)
+    for i in prange(n):
+        for k in range(K):
+            if vol[k] > 0.0:
+                mu[i, k] = 2.0 * WX[i, k] / vol[k] - degrees[i] * assoc[k] / (
+                    vol[k] * vol[k]
+                )
+            else:
+                mu[i, k] = -np.inf
+    return mu
+
+
+@_pjit
+def _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau):
+    n, K = WX.shape
+    inv_vol = np.zeros(K)
+    pen = np.zeros(K)
+    for k in range(K):
+        if vol[k] > 0.0:
+            inv_vol[k] = 1.0 / vol[k]
+            pen[k] = assoc[k] * inv_vol[k] * inv_vol[k]
+    new = np.empty_like(labels)
+    for i in prange(n):
+        c = labels[i]
+        best_k = c
+        best = 2.0 * WX[i, c] * inv_vol[c] - degrees[i] * pen[c] + tau
+        for k in range(K):
+            if k != c and vol[k] > 0.0:
+                s = 2.0 * WX[i, k] * inv_vol[k] - degrees[i] * pen[k]
+                if s > best:
+                    best = s
+                    best_k = k
+        new[i] = best_k
+    return new
+
+
+@_jit
+def _guard_empty(labels, new, n_clusters):
+    """Cancel every move out of a cluster that the step would empty.
+
+    Cancelling can in turn empty a destination cluster, so this repeats until
+    every cluster that was non-empty stays non-empty.
+    """
+    counts = np.zeros(n_clusters, dtype=np.int64)
+    while True:
+        counts[:] = 0
+        for i in range(new.shape[0]):
+            counts[new[i]] += 1
+        changed = False
+        for i in range(new.shape[0]):
+            if new[i] != labels[i] and counts[labels[i]] == 0:
+                new[i] = labels[i]
+                changed = True
+        if not changed:
+            break
+    n_moved = 0
+    for i in range(new.shape[0]):
+        if new[i] != labels[i]:
+            n_moved += 1
+    return new, n_moved
+
+
+@_jit
+def proximal_step(WX, degrees, vol, assoc, labels, tau):
+    """Row-wise proximal one-hot update with inertia.
+
+    ``new_i = argmax_k (mu_ik + tau [k == labels_i])``; ties keep the current
+    label.  Moves that would empty a cluster are cancelled, so no cluster is
+    ever emptied.  Returns ``(new_labels, n_moved)``.
+    """
+    new = _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau)
+    return _guard_empty(labels, new, vol.shape[0])
+
+
+@_jit
+def local_move_sweep_csr(indptr, indices, data, degrees, labels, WX, vol, assoc):
+    """One sequential sweep of exact best single moves (weighted kernel k-means
+    style polishing) on a CSR graph.
+
+    For each node in turn, the exact change of ``f`` of moving it to each other
+    cluster is computed from ``WX``, ``vol`` and ``assoc``; the best strictly
+    positive move is applied and the state is updated in place.  ``f`` never
+    decreases.  A move that would empty a cluster is not considered.
+    Updates ``labels``, ``WX``, ``vol`` and ``assoc`` in place (they are the
+    solver's own work arrays) and returns the number of moves.
+    """
+    n, K = WX.shape
+    counts = np.zeros(K, dtype=np.int64)
+    for i in range(n):
+        counts[labels[i]] += 1
+    n_moves = 0
+    for i in range(n):
+        di = degrees[i]
+        if di <= 0.0:
+            continue
+        a = labels[i]
+        if counts[a] <= 1:
+            continue
+        wii = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                wii += data[p]
+        va = vol[a] - di
+        aa = assoc[a] - 2.0 * WX[i, a] + wii
+        base_a = assoc[a] / vol[a]
+        new_a = aa / va if va > 0.0 else 0.0
+        best_gain = 1e-12 * (base_a + 1e-300)
+        best_b = -1
+        for b in range(K):
+            if b == a:
+                continue
+            vb = vol[b] + di
+            ab = assoc[b] + 2.0 * WX[i, b] + wii
+            old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
+            gain = new_a - base_a + ab / vb - old_b
+            if gain > best_gain:
+                best_gain = gain
+                best_b = b
+        if best_b >= 0:
+            b = best_b
+            assoc[a] = aa
+            vol[a] = va
+            assoc[b] = assoc[b] + 2.0 * WX[i, b] + wii
+            vol[b] = vol[b] + di
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                w = data[p]
+                WX[j, a] -= w
+                WX[j, b] += w
+            labels[i] = b
+            counts[a] -= 1
+            counts[b] += 1
+            n_moves += 1
+    return n_moves
+
+
+@_jit
+def local_move_sweep_dense(W, degrees, labels, WX, vol, assoc):
+    """Dense twin of :func:`local_move_sweep_csr`."""
+    n, K = WX.shape
+    counts = np.zeros(K, dtype=np.int64)
+    for i in range(n):
+        counts[labels[i]] += 1
+    n_moves = 0
+    for i in range(n):
+        di = degrees[i]
+        if di <= 0.0:
+            continue
+        a = labels[i]
+        if counts[a] <= 1:
+            continue
+        wii = W[i, i]
+        va = vol[a] - di
+        aa = assoc[a] - 2.0 * WX[i, a] + wii
+        base_a = assoc[a] / vol[a]
+        new_a = aa / va if va > 0.0 else 0.0
+        best_gain = 1e-12 * (base_a + 1e-300)
+        best_b = -1
+        for b in range(K):
+            if b == a:
+                continue
+            vb = vol[b] + di
+            ab = assoc[b] + 2.0 * WX[i, b] + wii
+            old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
+            gain = new_a - base_a + ab / vb - old_b
+            if gain > best_gain:
+                best_gain = gain
+                best_b = b
+        if best_b >= 0:
+            b = best_b
+            assoc[a] = aa
+            vol[a] = va
+            assoc[b] = assoc[b] + 2.0 * WX[i, b] + wii
+            vol[b] = vol[b] + di
+            for j in range(n):
+                w = W[i, j]
+                WX[j, a] -= w
+                WX[j, b] += w
+            labels[i] = b
+            counts[a] -= 1
+            counts[b] += 1
+            n_moves += 1
+    return n_moves
+
+
+@_jit
+def heaviest_neighbor_csr(indptr, indices, data, degrees):
+    """For each node, the neighbour ``j != i`` maximizing ``W_ij / (d_i d_j)``
+    (ties: smallest index); ``i`` itself when it has no other neighbour."""
+    n = indptr.shape[0] - 1
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        best = -1.0
+        best_j = i
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j == i or degrees[j] <= 0.0:
+                continue
+            s = data[p] / degrees[j]
+            if s > best or (s == best and j < best_j):
+                best = s
+                best_j = j
+        out[i] = best_j
+    return out
+
+
+@_pjit
+def heaviest_neighbor_dense(W, degrees):
+    """Dense twin of :func:`heaviest_neighbor_csr`."""
+    n = W.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    for i in prange(n):
+        best = -1.0
+        best_j = i
+        for j in range(n):
+            if j == i or degrees[j] <= 0.0 or W[i, j] <= 0.0:
+                continue
+            s = W[i, j] / degrees[j]
+            if s > best:
+                best = s
+                best_j = j
+        out[i] = best_j
+    return out

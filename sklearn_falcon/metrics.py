@@ -1,0 +1,124 @@
+"""Clustering metrics: the normalized cut of a labelling, and mIoU for
+segmentation."""
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_array
+from sklearn.utils._param_validation import validate_params
+
+from ._affinity import check_dtype_kind
+
+__all__ = ["normalized_cut", "normalized_association"]
+
+
+def _cluster_terms(W, labels):
+    check_dtype_kind(W, name="W")
+    W = check_array(
+        W, accept_sparse=("csr", "csc", "coo"), dtype=(np.float64, np.float32),
+        input_name="W",
+    )
+    if W.shape[0] != W.shape[1]:
+        raise ValueError(f"W must be a square affinity matrix; got shape={W.shape}.")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != W.shape[0]:
+        raise ValueError(
+            f"labels must have shape (n_samples,) = ({W.shape[0]},); got "
+            f"shape={labels.shape}."
+        )
+    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+        if not np.all(np.mod(labels, 1) == 0):
+            raise ValueError("labels must be integers.")
+    data = W.data if sp.issparse(W) else W
+    if data.size and data.min() < 0:
+        raise ValueError(
+            f"W must be nonnegative; found a minimum value of {float(data.min()):.6g}."
+        )
+    _, y = np.unique(labels, return_inverse=True)
+    K = int(y.max()) + 1 if y.size else 0
+    degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+    vol = np.bincount(y, weights=degrees, minlength=K)
+    if sp.issparse(W):
+        W = W.tocoo()
+        same = y[W.row] == y[W.col]
+        assoc = np.bincount(
+            y[W.row[same]], weights=W.data[same].astype(np.float64), minlength=K
+        )
+    else:
+        onehot = np.zeros((y.size, K))
+        onehot[np.arange(y.size), y] = 1.0
+        assoc = np.einsum("ik,ik->k", W.astype(np.float64) @ onehot, onehot)
+    return vol, assoc
+
+
+@validate_params(
+    {"W": ["array-like", "sparse matrix"], "labels": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
+def normalized_cut(W, labels):
+    """Normalized cut of a labelling on an affinity graph.
+
+    ``NCut = sum_k cut_k / vol_k`` with ``vol_k = sum_{i in k} d_i``,
+    ``assoc_k = sum_{i, j in k} W_ij`` and ``cut_k = vol_k - assoc_k``.  Lower
+    is better; it lies in ``[0, K]`` for ``K`` non-empty clusters.  A cluster
+    of zero volume (only isolated nodes) has no cut and contributes 0.
+
+    Parameters
+    ----------
+    W : {array-like, sparse matrix} of shape (n_samples, n_samples)
+        Symmetric nonnegative affinity matrix.
+    labels : array-like of shape (n_samples,)
+        Cluster labels (any integer values; empty label values do not count).
+
+    Returns
+    -------
+    ncut : float
+
+    See Also
+    --------
+    normalized_association : ``K - NCut``, the quantity Falcon maximizes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon import normalized_cut
+    >>> W = np.array([[0, 1, 0.1, 0], [1, 0, 0, 0.1],
+    ...               [0.1, 0, 0, 1], [0, 0.1, 1, 0]])
+    >>> round(normalized_cut(W, [0, 0, 1, 1]), 4)
+    0.1818
+    >>> round(normalized_cut(W, [0, 1, 0, 1]), 4)
+    1.8182
+    """
+    vol, assoc = _cluster_terms(W, labels)
+    pos = vol > 0
+    return float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
+
+
+@validate_params(
+    {"W": ["array-like", "sparse matrix"], "labels": ["array-like"]},
+    prefer_skip_nested_validation=True,
+)
+def normalized_association(W, labels):
+    """Normalized association ``f = sum_k assoc_k / vol_k = K - NCut``.
+
+    Parameters
+    ----------
+    W : {array-like, sparse matrix} of shape (n_samples, n_samples)
+        Symmetric nonnegative affinity matrix.
+    labels : array-like of shape (n_samples,)
+        Cluster labels.
+
+    Returns
+    -------
+    f : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.metrics import normalized_association
+    >>> W = np.array([[1.0, 1.0], [1.0, 1.0]])
+    >>> normalized_association(W, [0, 0])
+    1.0
+    """
+    vol, assoc = _cluster_terms(W, labels)
+    pos = vol > 0
+    return float(np.sum(assoc[pos] / vol[pos]))
