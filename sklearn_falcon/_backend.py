@@ -7,12 +7,15 @@ exposes the handful of operations the loop needs.  Per-graph scalars
 (objective values, numbers of moved rows, ``tau``) cross the boundary as
 small NumPy arrays of shape ``(B,)``; labels come back as NumPy ``int64``.
 
-The torch problems live in :mod:`sklearn_falcon._backend_torch`, imported
-lazily so that the package works without torch.
+:class:`TorchProblem` holds a batch of graphs (dense, sparse or matrix-free
+features) on a torch device and runs the kernels of
+:mod:`sklearn_falcon._kernels_torch`; torch is imported lazily, inside its
+methods, so that the package works without torch.
 """
 
 import importlib.util
 import re
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -205,11 +208,438 @@ class NumbaProblem:
         return np.array([m])
 
 
+# ---------------------------------------------------------------- torch
+def _torch_dtype(torch, dtype, device):
+    """Compute dtype: float32 on CUDA and float64 on the CPU by default."""
+    if dtype is None:
+        return torch.float32 if torch.device(device).type == "cuda" else torch.float64
+    if isinstance(dtype, torch.dtype):
+        out = dtype
+    else:
+        name = np.dtype(dtype).name
+        out = {"float32": torch.float32, "float64": torch.float64}.get(name)
+    if out not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be float32 or float64; got dtype={dtype!r}.")
+    return out
+
+
+def _torch_device(torch, device):
+    if device is None or device == "auto":
+        device = resolve_backend("torch", "auto")[1]
+    elif isinstance(device, str):
+        resolve_backend("torch", device)  # validates and checks CUDA
+    return torch.device(device)
+
+
+def _as_list(obj):
+    return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+
+
+def _score_scale(degrees, n_clusters):
+    """Per-graph typical score magnitude, with NumbaProblem's formula."""
+    out = np.empty(len(degrees))
+    for b, d in enumerate(degrees):
+        total = float(d.sum())
+        n_active = max(int(np.count_nonzero(d > 0)), 1)
+        out[b] = n_clusters * (total / n_active) / total if total > 0 else 1.0
+    return out
+
+
+def _to_host_graph(torch, W):
+    """A graph as a scipy CSR matrix or a C-contiguous ndarray (torch input
+    is brought to the host; its dtype is kept)."""
+    if sp.issparse(W):
+        return W.tocsr()
+    if isinstance(W, torch.Tensor):
+        W = W.detach()
+        if W.layout == torch.sparse_csr:
+            W = W.cpu()
+            return sp.csr_matrix(
+                (W.values().numpy(), W.col_indices().numpy(), W.crow_indices().numpy()),
+                shape=tuple(W.shape),
+            )
+        if W.layout != torch.strided:
+            W = W.to_dense()
+        return np.ascontiguousarray(W.cpu().numpy())
+    return np.ascontiguousarray(W)
+
+
+class TorchProblem:
+    """A batch of ``B`` graphs on a torch device, solved with the kernels of
+    :mod:`sklearn_falcon._kernels_torch`.
+
+    The graphs are padded to a common size ``n``; padding nodes have no edge
+    and zero degree, never move and are not counted in cluster sizes.  Build
+    it with :meth:`from_affinity` (dense or sparse ``W``) or
+    :meth:`from_features` (matrix-free cosine or rbf affinity).  Per-graph
+    scalars cross to the solver as NumPy ``(B,)`` arrays and labels come
+    back as NumPy ``int64`` (:meth:`to_numpy`, :meth:`labels_list`).
+
+    When the graphs are held explicitly (dense or sparse ``W``), the problem
+    exposes ``polish``: the exact sequential local-move sweep has no
+    data-parallel form, so it runs the Numba sweep on the host copy of each
+    graph (zero-copy views of the tensors on the CPU; a transfer of the
+    ``(n, K)`` state on CUDA).  The matrix-free problem has no ``polish``,
+    and the solver then skips it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._backend import TorchProblem
+    >>> from sklearn_falcon._solver import solve
+    >>> W = np.kron(np.eye(2), np.ones((3, 3)))
+    >>> P = TorchProblem.from_affinity(W, 2, device="cpu")
+    >>> res = solve(P, [0, 0, 1, 1, 1, 0])
+    >>> res.labels[0].tolist(), float(res.objective[0])
+    ([0, 0, 0, 1, 1, 1], 2.0)
+    """
+
+    def __init__(self, kind, n_clusters, device, dtype, sizes, host_degrees, *,
+                 W=None, csr=None, affinity=None, host_graphs=None):
+        import torch
+
+        self.kind = kind
+        self.n_clusters = int(n_clusters)
+        self.device = device
+        self.dtype = dtype
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.n_graphs = len(sizes)
+        self.n_nodes = int(self.sizes.max())
+        B, n = self.n_graphs, self.n_nodes
+        self.valid = (torch.arange(n, device=device).unsqueeze(0)
+                      < torch.as_tensor(self.sizes, device=device).unsqueeze(1))
+        deg = np.zeros((B, n), dtype=np.float64)
+        for b, d in enumerate(host_degrees):
+            deg[b, : d.shape[0]] = d
+        self.degrees = torch.as_tensor(deg, device=device)
+        self._host_degrees = [np.ascontiguousarray(d, dtype=np.float64)
+                              for d in host_degrees]
+        self.score_scale = _score_scale(self._host_degrees, self.n_clusters)
+        self.W = W
+        self.csr = csr
+        self.affinity = affinity
+        self._host_graphs = host_graphs
+        if host_graphs is not None:
+            self.polish = self._polish_host
+
+    # -- construction ----------------------------------------------------
+    @classmethod
+    def from_affinity(cls, graphs, n_clusters, *, device="cpu", dtype=None,
+                      degrees=None):
+        """Problem of one affinity ``W`` or of a list of them.
+
+        Parameters
+        ----------
+        graphs : {ndarray, sparse matrix, Tensor} or list of them
+            Symmetric nonnegative ``(n_b, n_b)`` affinities (not validated
+            here).  If any of them is sparse, all are held as one
+            block-diagonal CSR matrix; otherwise as a dense ``(B, n, n)``
+            tensor.
+        n_clusters : int
+        device : str or torch.device, default="cpu"
+        dtype : {None, "float32", "float64"} or torch.dtype, default=None
+            Compute dtype of ``W``; ``None`` means float32 on CUDA and
+            float64 on the CPU.  Cluster weights, scores and the objective
+            are float64 in any case.
+        degrees : ndarray or list of ndarray, default=None
+            Row sums of the graphs; computed when omitted.
+
+        Returns
+        -------
+        TorchProblem
+        """
+        torch = _import_torch()
+        device = _torch_device(torch, device)
+        dtype = _torch_dtype(torch, dtype, device)
+        host = [_to_host_graph(torch, W) for W in _as_list(graphs)]
+        if degrees is None:
+            degrees = [np.asarray(W.sum(axis=1), dtype=np.float64).ravel() for W in host]
+        else:
+            degrees = [np.asarray(d, dtype=np.float64).ravel() for d in _as_list(degrees)]
+        sizes = [W.shape[0] for W in host]
+        B, n = len(host), max(sizes)
+        if any(sp.issparse(W) for W in host):
+            host = [W if sp.issparse(W) else sp.csr_matrix(W) for W in host]
+            blocks = []
+            for W in host:
+                Wp = W.copy()
+                Wp.resize((n, n))
+                blocks.append(Wp)
+            M = blocks[0] if B == 1 else sp.block_diag(blocks, format="csr")
+            M = sp.csr_matrix(M)
+            csr = (
+                torch.as_tensor(M.indptr.astype(np.int64), device=device),
+                torch.as_tensor(M.indices.astype(np.int64), device=device),
+                torch.as_tensor(M.data, device=device).to(dtype),
+            )
+            from ._kernels_torch import csr_rows
+
+            csr = csr + (csr_rows(csr[0]),)
+            return cls("csr", n_clusters, device, dtype, sizes, degrees, csr=csr,
+                       host_graphs=host)
+        if B == 1:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # read-only arrays
+                Wt = torch.as_tensor(host[0]).to(device=device, dtype=dtype)
+            Wt = Wt.unsqueeze(0)
+        else:
+            Wt = torch.zeros(B, n, n, dtype=dtype, device=device)
+            for b, W in enumerate(host):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    Wt[b, : W.shape[0], : W.shape[0]] = torch.as_tensor(W).to(
+                        device=device, dtype=dtype)
+        return cls("dense", n_clusters, device, dtype, sizes, degrees, W=Wt,
+                   host_graphs=host)
+
+    @classmethod
+    def from_features(cls, features, n_clusters, *, affinity="cosine", power=1.0,
+                      gamma=1.0, device="cpu", dtype=None, block_elems=None):
+        """Matrix-free problem of the dense affinity of features.
+
+        ``W`` is computed row block by row block whenever it is needed and
+        never stored: memory is ``O(B n (p + K))`` plus one block of
+        ``block_elems`` entries.
+
+        Parameters
+        ----------
+        features : array-like of shape (n, p), or list of them
+            One feature matrix per graph (the same ``p`` for all).
+        n_clusters : int
+        affinity : {"cosine", "rbf"}, default="cosine"
+            ``"cosine"``: min-max normalised cosine similarity raised to
+            ``power``; ``"rbf"``: ``exp(-gamma ||x - y||^2)``.  Both equal
+            the dense matrices of ``FalconNCut(affinity=...)``.
+        power : float, default=1.0
+        gamma : float, default=1.0
+        device : str or torch.device, default="cpu"
+        dtype : {None, "float32", "float64"} or torch.dtype, default=None
+            ``None``: float32 on CUDA, float64 on the CPU.
+        block_elems : int, default=None
+            Affinity entries formed at once; ``None``: 2**22 on the CPU and
+            2**26 on CUDA.
+
+        Returns
+        -------
+        TorchProblem
+        """
+        torch = _import_torch()
+        from ._kernels_torch import Affinity, default_block_elems
+
+        if affinity not in ("cosine", "rbf"):
+            raise ValueError(
+                f"A matrix-free affinity must be 'cosine' or 'rbf'; got "
+                f"affinity={affinity!r}."
+            )
+        device = _torch_device(torch, device)
+        dtype = _torch_dtype(torch, dtype, device)
+        feats = [np.asarray(F) for F in _as_list(features)]
+        if any(F.ndim != 2 for F in feats) or len({F.shape[1] for F in feats}) != 1:
+            raise ValueError(
+                "features must be 2-D arrays with the same number of columns; got "
+                f"shapes {[F.shape for F in feats]}."
+            )
+        sizes = [F.shape[0] for F in feats]
+        B, n, p = len(feats), max(sizes), feats[0].shape[1]
+        Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
+        for b, F in enumerate(feats):
+            Xt[b, : F.shape[0]] = torch.as_tensor(np.ascontiguousarray(F)).to(
+                device=device, dtype=dtype)
+        valid = (torch.arange(n, device=device).unsqueeze(0)
+                 < torch.as_tensor(sizes, device=device).unsqueeze(1))
+        A = Affinity(Xt, valid, affinity, power=power, gamma=gamma,
+                     block_elems=block_elems or default_block_elems(device))
+        d = A.degrees().cpu().numpy()
+        degrees = [d[b, : sizes[b]] for b in range(B)]
+        return cls("features", n_clusters, device, dtype, sizes, degrees,
+                   affinity=A)
+
+    # -- helpers -----------------------------------------------------------
+    @property
+    def cosine_range(self):
+        """``(lo, hi)`` of the cosine similarities, per graph, as NumPy arrays
+        (matrix-free cosine problems only)."""
+        A = self.affinity
+        if A is None or A.kind != "cosine":
+            raise AttributeError("cosine_range exists only for affinity='cosine'.")
+        return (A.lo.to(self._torch.float64).cpu().numpy(),
+                A.hi.to(self._torch.float64).cpu().numpy())
+
+    @property
+    def _torch(self):
+        import torch
+
+        return torch
+
+    def labels_list(self, labels):
+        """Per-graph NumPy label vectors, padding removed."""
+        arr = labels if isinstance(labels, np.ndarray) else self.to_numpy(labels)
+        return [arr[b, : self.sizes[b]].copy() for b in range(self.n_graphs)]
+
+    def cluster_statistics(self, labels):
+        """``(vol, assoc)`` of NumPy labels, as ``(B, K)`` NumPy arrays."""
+        X = self.from_labels(labels)
+        vol, assoc = self.stats(self.weights(X), X)
+        return vol.cpu().numpy(), assoc.cpu().numpy()
+
+    def degrees_numpy(self):
+        """Per-graph degrees ``W 1`` as NumPy arrays."""
+        return [d.copy() for d in self._host_degrees]
+
+    # -- solver protocol ---------------------------------------------------
+    def from_labels(self, labels):
+        torch = self._torch
+        B, n = self.n_graphs, self.n_nodes
+        if isinstance(labels, (list, tuple)) and len(labels) == B and B > 0 and (
+            np.ndim(labels[0]) == 1
+        ):
+            rows = [np.asarray(y, dtype=np.int64).ravel() for y in labels]
+        else:
+            arr = np.asarray(labels, dtype=np.int64)
+            arr = arr.reshape(1, -1) if arr.ndim == 1 else arr
+            rows = list(arr)
+        out = np.zeros((B, n), dtype=np.int64)
+        for b, y in enumerate(rows):
+            out[b, : self.sizes[b]] = y[: self.sizes[b]]
+        return torch.as_tensor(out, device=self.device)
+
+    def to_numpy(self, labels):
+        return labels.detach().cpu().numpy().astype(np.int64, copy=True)
+
+    def weights(self, labels):
+        from . import _kernels_torch as tk
+
+        K = self.n_clusters
+        if self.kind == "dense":
+            return tk.cluster_weights_dense(self.W, labels, K, self.valid)
+        if self.kind == "csr":
+            indptr, indices, data, rows = self.csr
+            WX = tk.cluster_weights_csr(indptr, indices, data, labels.reshape(-1), K,
+                                        rows=rows)
+            return WX.view(self.n_graphs, self.n_nodes, K)
+        return tk.cluster_weights_features(self.affinity, labels, K)
+
+    def update(self, WX, old, new):
+        from . import _kernels_torch as tk
+
+        if self.kind == "dense":
+            return tk.update_cluster_weights_dense(self.W, old, new, WX, self.valid)
+        if self.kind == "csr":
+            indptr, indices, data, _ = self.csr
+            out = tk.update_cluster_weights_csr(
+                indptr, indices, data, old.reshape(-1), new.reshape(-1),
+                WX.reshape(-1, self.n_clusters))
+            return out.view(WX.shape)
+        return tk.update_cluster_weights_features(self.affinity, old, new, WX)
+
+    def stats(self, WX, labels):
+        from ._kernels_torch import cluster_stats
+
+        return cluster_stats(WX, labels, self.degrees, self.n_clusters)
+
+    def objective(self, vol, assoc):
+        from ._kernels_torch import objective
+
+        return objective(vol, assoc).cpu().numpy()
+
+    def step(self, WX, vol, assoc, labels, tau):
+        from ._kernels_torch import proximal_step
+
+        tau_t = self._torch.as_tensor(np.asarray(tau, dtype=np.float64),
+                                      device=self.device)
+        new, moved = proximal_step(WX, self.degrees, vol, assoc, labels, tau_t,
+                                   self.valid)
+        return new, moved.cpu().numpy()
+
+    def select(self, mask, a, b):
+        mask = np.asarray(mask, dtype=bool)
+        if mask.all():
+            return a
+        if not mask.any():
+            return b
+        m = self._torch.as_tensor(mask, device=self.device)
+        return self._torch.where(m.view((-1,) + (1,) * (a.dim() - 1)), a, b)
+
+    def _polish_host(self, labels, WX, vol, assoc):
+        """One exact local-move sweep per graph, in place, with the Numba
+        kernels on the host copies of the graphs; returns moves per graph."""
+        on_cpu = self.device.type == "cpu"
+        if on_cpu:
+            Xn, WXn = labels.numpy(), WX.numpy()
+            vn, an = vol.numpy(), assoc.numpy()
+        else:
+            Xn, WXn = labels.cpu().numpy(), WX.cpu().numpy()
+            vn, an = vol.cpu().numpy(), assoc.cpu().numpy()
+        moves = np.zeros(self.n_graphs, dtype=np.int64)
+        for b, G in enumerate(self._host_graphs):
+            nb = int(self.sizes[b])
+            args = (self._host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
+            if sp.issparse(G):
+                moves[b] = nk.local_move_sweep_csr(G.indptr, G.indices, G.data, *args)
+            else:
+                moves[b] = nk.local_move_sweep_dense(G, *args)
+        if not on_cpu:
+            torch = self._torch
+            for t, h in ((labels, Xn), (WX, WXn), (vol, vn), (assoc, an)):
+                t.copy_(torch.from_numpy(h))
+        return moves
+
+
 def make_problem(W, n_clusters, *, backend="numba", device="cpu", degrees=None,
                  dtype=None):
-    """Build the problem object of ``backend`` for one affinity ``W``."""
+    """Build the problem object of ``backend`` for one affinity ``W``.
+
+    Parameters
+    ----------
+    W : {ndarray, sparse matrix} of shape (n, n)
+        Validated symmetric nonnegative affinity.
+    n_clusters : int
+    backend : {"numba", "torch"}
+        A resolved backend (see :func:`resolve_backend`).
+    device : str
+        A resolved device (``"cpu"`` for Numba).
+    degrees : ndarray of shape (n,), default=None
+    dtype : {None, "float32", "float64"}, default=None
+        Torch compute dtype (``None``: float32 on CUDA, float64 on the CPU).
+
+    Returns
+    -------
+    NumbaProblem or TorchProblem
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._backend import make_problem
+    >>> make_problem(np.eye(3), 2).n_graphs
+    1
+    """
     if backend == "numba":
         return NumbaProblem(W, n_clusters, degrees=degrees)
-    from ._backend_torch import TorchProblem
+    if backend == "torch":
+        return TorchProblem.from_affinity(W, n_clusters, device=device, dtype=dtype,
+                                          degrees=degrees)
+    raise ValueError(f"backend must be 'numba' or 'torch'; got backend={backend!r}.")
 
-    return TorchProblem.from_affinity(W, n_clusters, device=device, dtype=dtype)
+
+def make_problem_from_features(X, n_clusters, *, affinity="cosine", power=1.0,
+                               gamma=1.0, device="cpu", dtype=None,
+                               block_elems=None):
+    """Matrix-free torch problem of the cosine or rbf affinity of ``X``.
+
+    The dense ``W`` of ``FalconNCut(affinity="cosine"|"rbf")`` is computed
+    in row blocks whenever the solver needs it and never stored, so memory
+    is ``O(n (p + K))`` plus one block.  See
+    :meth:`TorchProblem.from_features` for the parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._backend import make_problem_from_features
+    >>> X = np.r_[np.ones((3, 2)), -np.ones((3, 2))] + np.arange(6)[:, None] * 0.01
+    >>> P = make_problem_from_features(X, 2, affinity="cosine", power=2.0)
+    >>> P.kind, P.n_graphs, hasattr(P, "polish")
+    ('features', 1, False)
+    """
+    return TorchProblem.from_features(
+        X, n_clusters, affinity=affinity, power=power, gamma=gamma, device=device,
+        dtype=dtype, block_elems=block_elems)

@@ -110,7 +110,10 @@ def solve(
         acc_f = f.copy()
         acc_moved = np.zeros(B, dtype=np.int64)
         for _ in range(max_backtrack):
-            cand, moved = P.step(WX, vol, assoc, X, trial_tau)
+            # graphs that are not pending get tau = inf: they move nothing, so
+            # a batched problem spends no work on converged graphs
+            step_tau = np.where(pending, trial_tau, np.inf)
+            cand, moved = P.step(WX, vol, assoc, X, step_tau)
             moved = np.asarray(moved, dtype=np.int64)
             if np.any(moved[pending] > 0):
                 cWX = P.update(WX, X, cand)
