@@ -1,0 +1,121 @@
+"""Fast in-process checks of the benchmark suite (graphs, peers, reporting).
+
+The full smoke run (``python -m benchmarks.run --smoke``) is a CI step of its
+own; these tests keep to tiny graphs and take a few seconds.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+# benchmarks/ is not an installed package: import it from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import graphs as G  # noqa: E402
+from benchmarks import peers as P  # noqa: E402
+from benchmarks import run as R  # noqa: E402
+
+from sklearn_falcon import normalized_cut  # noqa: E402
+
+
+def _is_sym_csr(W):
+    return (sp.isspmatrix_csr(W) and W.dtype == np.float64
+            and abs(W - W.T).max() == 0)
+
+
+def test_knn_affinity_matches_spectral_clustering():
+    from sklearn.cluster import SpectralClustering
+
+    W, y, X = G.blobs_graph(n=200, n_clusters=3, seed=0)
+    sc = SpectralClustering(3, affinity="nearest_neighbors", n_neighbors=10,
+                            random_state=0).fit(X)
+    assert _is_sym_csr(W)
+    assert abs(W - sc.affinity_matrix_).max() == 0
+
+
+def test_sbm_graph_properties():
+    W, y = G.sbm_graph(3000, 6, avg_degree=12, p_in_ratio=0.9, seed=3)
+    assert _is_sym_csr(W)
+    assert W.diagonal().max() == 0
+    assert np.all(W.data == 1.0)
+    assert np.bincount(y).tolist() == [500] * 6
+    mean_deg = W.nnz / 3000
+    assert 11 < mean_deg <= 12
+    # about 10% of each node's edges leave its cluster -> NCut ~ 6 * 0.1
+    assert 0.45 < normalized_cut(W, y) < 0.75
+    W2, y2 = G.sbm_graph(3000, 6, avg_degree=12, p_in_ratio=0.9, seed=3)
+    assert (W != W2).nnz == 0 and np.array_equal(y, y2)
+
+
+def test_sbm_graph_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="p_in_ratio"):
+        G.sbm_graph(100, 2, p_in_ratio=1.5)
+    with pytest.raises(ValueError, match="n_clusters"):
+        G.sbm_graph(10, 20)
+
+
+def test_token_graph_and_cosine_power():
+    F, y = G.token_features(300, 4, dim=32, rank=8, seed=0)
+    W = G.cosine_power_affinity(F, power=3.0)
+    assert W.shape == (300, 300) and np.allclose(W, W.T)
+    assert W.min() >= 0 and np.isclose(W.max(), 1.0)
+    with pytest.raises(ValueError, match="power"):
+        G.cosine_power_affinity(F, power=0)
+
+
+def test_recursive_ncut_sweep_is_exact():
+    # the vectorised sweep must equal the NCut of each prefix split
+    W, _ = G.sbm_graph(120, 3, avg_degree=8, seed=1)
+    d = np.asarray(W.sum(1)).ravel()
+    order = np.random.default_rng(0).permutation(120)
+    sweep = P._sweep_ncut(W, order, d)
+    sweep_dense = P._sweep_ncut(W.toarray(), order, d)
+    for t in (1, 17, 60, 119):
+        lab = np.zeros(120, dtype=int)
+        lab[order[:t]] = 1
+        assert np.isclose(sweep[t - 1], normalized_cut(W, lab))
+        assert np.isclose(sweep_dense[t - 1], normalized_cut(W, lab))
+
+
+def test_peers_on_easy_graph():
+    # Falcon itself runs in test_run_smoke_suites_in_process
+    W, y = G.sbm_graph(400, 4, avg_degree=20, p_in_ratio=0.95, seed=0)
+    peers = P.get_peers(include=["sc-amg-cluster_qr", "rncut", "wkkm"])
+    truth = normalized_cut(W, y)
+    for name, fn in peers.items():
+        labels, _ = fn(W, 4, seed=0)
+        assert labels.shape == (400,)
+        assert len(np.unique(labels)) == 4, name
+        assert normalized_cut(W, labels) <= 1.5 * truth, name
+    bound = P.spectral_lower_bound(W, 4)
+    assert 0 < bound <= truth
+
+
+def test_run_smoke_suites_in_process(tmp_path):
+    machine = R.machine_info()
+    assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
+    for suite in ("bound", "bandwidth"):
+        res = R.SUITE_FUNCS[suite]("smoke", tmp_path)
+        res.elapsed = 0.0
+        res.write(tmp_path, machine, "smoke")
+        md = (tmp_path / f"{suite}.md").read_text()
+        assert "| cpu |" in md
+        data = json.loads((tmp_path / f"{suite}.json").read_text())
+        assert data["tables"] and data["tables"][0]["rows"]
+    R.plot_time_vs_n({"a": [(10, 0.1), (100, 1.0)]}, tmp_path / "t.png",
+                     "t", fit=(10, 100, 1.0, np.log(0.01)))
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_table_formats():
+    t = R.Table("T", ["a", "b"])
+    t.add(a=1.23456, b="x|y")
+    t.add(a=float("nan"))
+    assert "| 1.235 |" in t.markdown()
+    rst = t.rst()
+    assert ".. list-table::" in rst and "n/a" in rst
+    assert R._one_line("a\nb | c") == "a b / c"
