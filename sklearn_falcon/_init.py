@@ -169,6 +169,7 @@ def multilevel_candidates(
     n_starts=30,
     depths=(None, 16),
     spectral=True,
+    spectral_max_size=5000,
     solver_params=None,
     hierarchy=None,
 ):
@@ -187,7 +188,10 @@ def multilevel_candidates(
         Coarsest sizes to start from, as multiples of ``n_clusters``
         (``None``: the coarsest level of the hierarchy).
     spectral : bool
-        Also start from a spectral labelling of the coarsest graph.
+        Also start from a spectral labelling of the finest level that has at
+        most ``spectral_max_size`` nodes (a cheap eigensolve there).
+    spectral_max_size : int
+        Largest level on which the spectral start is computed.
     solver_params : dict
         Parameters of :func:`sklearn_falcon._solver.solve` used for the
         refinement on the coarse levels.
@@ -212,18 +216,25 @@ def multilevel_candidates(
             # the coarsest level still holding at least depth * K nodes
             ok = [lv for lv, s in enumerate(sizes) if s >= depth * n_clusters]
             level = ok[-1] if ok else 0
-        if level not in starts:
-            starts.append(level)
+        if (level, "random") not in starts and sizes[level] <= 50_000:
+            starts.append((level, "random"))
+    if spectral:
+        # the finest level small enough for a cheap eigensolve
+        level = next(lv for lv, s in enumerate(sizes) if s <= spectral_max_size
+                     or lv == len(sizes) - 1)
+        if sizes[level] <= spectral_max_size:
+            starts.append((level, "spectral"))
     candidates = []
-    for level in starts:
+    for level, kind in starts:
         Wl, dl = H.graphs[level]
         n_l = Wl.shape[0]
-        if level == 0 and n_l > 50_000:
-            continue
+        if kind == "spectral":
+            tries = [spectral_embedding_labels(Wl, dl, n_clusters, rng)]
+        else:
+            # restarts cost O(nnz) each: fewer of them on the larger levels
+            n_try = max(4, min(n_starts, (n_starts * 500) // max(n_l, 1)))
+            tries = [random_labels(n_l, n_clusters, rng) for _ in range(n_try)]
         best, best_f = None, -np.inf
-        tries = [random_labels(n_l, n_clusters, rng) for _ in range(n_starts)]
-        if spectral and n_l <= 3000:
-            tries.append(spectral_labels(Wl, dl, n_clusters, rng))
         for y in tries:
             y, f = _refine(Wl, dl, y, n_clusters, params)
             if f > best_f:
@@ -251,17 +262,17 @@ def kmeans_labels(X, n_clusters, rng):
 
 
 def spectral_embedding_labels(W, degrees, n_clusters, rng):
-    """Spectral init: K leading eigenvectors of ``D^-1/2 W D^-1/2`` (lobpcg
-    for large sparse graphs), discretized by cluster-QR."""
+    """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
+    (dense ``eigh`` for small or dense graphs, ARPACK ``eigsh`` otherwise),
+    discretized by cluster-QR."""
     n = W.shape[0]
-    if n <= 3000 or not sp.issparse(W):
+    if n <= 600 or not sp.issparse(W) or n_clusters >= n - 1:
         return spectral_labels(W, degrees, n_clusters, rng)
-    from scipy.sparse.linalg import lobpcg
+    from scipy.sparse.linalg import eigsh
 
     inv = 1.0 / np.sqrt(degrees)
     M = sp.diags(inv) @ W.astype(np.float64) @ sp.diags(inv)
-    X0 = rng.standard_normal((n, n_clusters + 1))
-    X0[:, 0] = np.sqrt(degrees)
-    _, vec = lobpcg(M, X0, largest=True, tol=1e-5, maxiter=200)
-    vec = vec[:, :n_clusters] * inv[:, None]
+    v0 = rng.uniform(-1, 1, n)
+    _, vec = eigsh(M, k=n_clusters, which="LA", v0=v0, tol=1e-6)
+    vec = vec * inv[:, None]
     return fill_empty(cluster_qr(vec), n_clusters, rng)

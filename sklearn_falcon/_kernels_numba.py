@@ -34,30 +34,71 @@ _CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
 _jit = njit(cache=_CACHE, nogil=True)
 _pjit = njit(cache=_CACHE, nogil=True, parallel=True)
 
+# Below this much work (array entries or nonzeros) a kernel runs serially:
+# waking the thread pool costs more than it saves on tiny (coarse) graphs.
+_PARALLEL_MIN = 200_000
+
+
+@_jit
+def _row_weights_csr(i, indptr, indices, data, labels, WX):
+    for p in range(indptr[i], indptr[i + 1]):
+        WX[i, labels[indices[p]]] += data[p]
+
+
+@_jit
+def _row_weights_dense(i, W, labels, WX):
+    for j in range(W.shape[1]):
+        WX[i, labels[j]] += W[i, j]
+
 
 @_pjit
+def _cluster_weights_csr_par(indptr, indices, data, labels, n_clusters):
+    WX = np.zeros((indptr.shape[0] - 1, n_clusters), dtype=np.float64)
+    for i in prange(WX.shape[0]):
+        _row_weights_csr(i, indptr, indices, data, labels, WX)
+    return WX
+
+
+@_jit
+def _cluster_weights_csr_ser(indptr, indices, data, labels, n_clusters):
+    WX = np.zeros((indptr.shape[0] - 1, n_clusters), dtype=np.float64)
+    for i in range(WX.shape[0]):
+        _row_weights_csr(i, indptr, indices, data, labels, WX)
+    return WX
+
+
+@_pjit
+def _cluster_weights_dense_par(W, labels, n_clusters):
+    WX = np.zeros((W.shape[0], n_clusters), dtype=np.float64)
+    for i in prange(W.shape[0]):
+        _row_weights_dense(i, W, labels, WX)
+    return WX
+
+
+@_jit
+def _cluster_weights_dense_ser(W, labels, n_clusters):
+    WX = np.zeros((W.shape[0], n_clusters), dtype=np.float64)
+    for i in range(W.shape[0]):
+        _row_weights_dense(i, W, labels, WX)
+    return WX
+
+
 def cluster_weights_csr(indptr, indices, data, labels, n_clusters):
     """Weight from each node to each cluster, ``W @ onehot(labels)``, for CSR W.
 
-    One pass over the nonzeros: O(nnz + n K).
+    One pass over the nonzeros: O(nnz + n K).  Runs in parallel over rows
+    when the graph is large enough for it to pay.
     """
-    n = indptr.shape[0] - 1
-    WX = np.zeros((n, n_clusters), dtype=np.float64)
-    for i in prange(n):
-        for p in range(indptr[i], indptr[i + 1]):
-            WX[i, labels[indices[p]]] += data[p]
-    return WX
+    if data.shape[0] >= _PARALLEL_MIN:
+        return _cluster_weights_csr_par(indptr, indices, data, labels, n_clusters)
+    return _cluster_weights_csr_ser(indptr, indices, data, labels, n_clusters)
 
 
-@_pjit
 def cluster_weights_dense(W, labels, n_clusters):
     """Weight from each node to each cluster, ``W @ onehot(labels)``, for dense W."""
-    n = W.shape[0]
-    WX = np.zeros((n, n_clusters), dtype=np.float64)
-    for i in prange(n):
-        for j in range(W.shape[1]):
-            WX[i, labels[j]] += W[i, j]
-    return WX
+    if W.size >= _PARALLEL_MIN:
+        return _cluster_weights_dense_par(W, labels, n_clusters)
+    return _cluster_weights_dense_ser(W, labels, n_clusters)
 
 
 @_jit
@@ -120,7 +161,7 @@ def objective(vol, assoc):
     return f
 
 
-@_pjit
+@_jit
 def score_matrix(WX, degrees, vol, assoc):
     """Gradient score ``mu_ik = 2 WX_ik / vol_k - d_i assoc_k / vol_k**2``.
 
@@ -128,7 +169,7 @@ def score_matrix(WX, degrees, vol, assoc):
     """
     n, K = WX.shape
     mu = np.empty((n, K), dtype=np.float64)
-    for i in prange(n):
+    for i in range(n):
         for k in range(K):
             if vol[k] > 0.0:
                 mu[i, k] = 2.0 * WX[i, k] / vol[k] - degrees[i] * assoc[k] / (
@@ -139,28 +180,54 @@ def score_matrix(WX, degrees, vol, assoc):
     return mu
 
 
-@_pjit
-def _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau):
-    n, K = WX.shape
+@_jit
+def _score_terms(vol, assoc):
+    K = vol.shape[0]
     inv_vol = np.zeros(K)
     pen = np.zeros(K)
     for k in range(K):
         if vol[k] > 0.0:
             inv_vol[k] = 1.0 / vol[k]
             pen[k] = assoc[k] * inv_vol[k] * inv_vol[k]
+    return inv_vol, pen
+
+
+@_jit
+def _row_argmax(i, WX, degrees, vol, inv_vol, pen, labels, tau, new):
+    c = labels[i]
+    best_k = c
+    best = 2.0 * WX[i, c] * inv_vol[c] - degrees[i] * pen[c] + tau
+    for k in range(WX.shape[1]):
+        if k != c and vol[k] > 0.0:
+            s = 2.0 * WX[i, k] * inv_vol[k] - degrees[i] * pen[k]
+            if s > best:
+                best = s
+                best_k = k
+    new[i] = best_k
+
+
+@_pjit
+def _argmax_with_inertia_par(WX, degrees, vol, assoc, labels, tau):
+    inv_vol, pen = _score_terms(vol, assoc)
     new = np.empty_like(labels)
-    for i in prange(n):
-        c = labels[i]
-        best_k = c
-        best = 2.0 * WX[i, c] * inv_vol[c] - degrees[i] * pen[c] + tau
-        for k in range(K):
-            if k != c and vol[k] > 0.0:
-                s = 2.0 * WX[i, k] * inv_vol[k] - degrees[i] * pen[k]
-                if s > best:
-                    best = s
-                    best_k = k
-        new[i] = best_k
+    for i in prange(WX.shape[0]):
+        _row_argmax(i, WX, degrees, vol, inv_vol, pen, labels, tau, new)
     return new
+
+
+@_jit
+def _argmax_with_inertia_ser(WX, degrees, vol, assoc, labels, tau):
+    inv_vol, pen = _score_terms(vol, assoc)
+    new = np.empty_like(labels)
+    for i in range(WX.shape[0]):
+        _row_argmax(i, WX, degrees, vol, inv_vol, pen, labels, tau, new)
+    return new
+
+
+def _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau):
+    if WX.size >= _PARALLEL_MIN:
+        return _argmax_with_inertia_par(WX, degrees, vol, assoc, labels, tau)
+    return _argmax_with_inertia_ser(WX, degrees, vol, assoc, labels, tau)
 
 
 @_jit
@@ -189,7 +256,6 @@ def _guard_empty(labels, new, n_clusters):
     return new, n_moved
 
 
-@_jit
 def proximal_step(WX, degrees, vol, assoc, labels, tau):
     """Row-wise proximal one-hot update with inertia.
 
