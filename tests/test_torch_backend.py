@@ -1,0 +1,413 @@
+"""Tests of the torch backend: kernels, TorchProblem, batched and matrix-free
+solves, parity with Numba, and backend resolution."""
+
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch")
+
+from sklearn_falcon import FalconNCut  # noqa: E402
+from sklearn_falcon import _kernels_numba as nk  # noqa: E402
+from sklearn_falcon import _kernels_torch as tk  # noqa: E402
+from sklearn_falcon._affinity import AffinityBuilder  # noqa: E402
+from sklearn_falcon._backend import (  # noqa: E402
+    TorchProblem,
+    make_problem,
+    make_problem_from_features,
+    resolve_backend,
+)
+from sklearn_falcon._batch import falcon_batch  # noqa: E402
+from sklearn_falcon._init import random_labels  # noqa: E402
+from sklearn_falcon._solver import solve  # noqa: E402
+from sklearn_falcon.metrics import normalized_cut  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA is not available")
+
+
+# ------------------------------------------------------------------ data
+def planted_sparse(n=1500, K=5, seed=0, deg=12, p_in=0.8):
+    """Weighted planted-partition graph (CSR, float64) and its planted labels."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(K, size=n)
+    m = n * deg // 2
+    src = rng.integers(n, size=m)
+    inside = rng.random(m) < p_in
+    dst = rng.integers(n, size=m)
+    for k in range(K):  # partner inside the cluster
+        members = np.flatnonzero(y == k)
+        sel = inside & (y[src] == k)
+        dst[sel] = members[rng.integers(members.size, size=sel.sum())]
+    w = rng.uniform(0.5, 1.5, size=m)
+    W = sp.coo_matrix((w, (src, dst)), shape=(n, n)).tocsr()
+    W = (W + W.T).tocsr()
+    W.sum_duplicates()
+    W.sort_indices()
+    return W, y
+
+
+def token_like(n=400, K=4, p=24, seed=0):
+    """Token-like features: shared mean direction plus planted groups."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(K, size=n)
+    centres = rng.standard_normal((K, p))
+    X = 3.0 + centres[y] + 0.7 * rng.standard_normal((n, p))
+    return X, y
+
+
+def noisy(y, K, frac, seed):
+    rng = np.random.default_rng(seed)
+    y0 = y.copy()
+    flip = rng.random(y.size) < frac
+    y0[flip] = rng.integers(K, size=flip.sum())
+    y0[:K] = np.arange(K)
+    return y0.astype(np.int64)
+
+
+def dense_cosine(X, power):
+    return AffinityBuilder("cosine", power=power).fit_transform(X)
+
+
+# --------------------------------------------------------------- kernels
+def test_kernels_match_numba():
+    W, _ = planted_sparse(300, 4, seed=1)
+    Wd = W.toarray()
+    d = np.asarray(W.sum(axis=1)).ravel()
+    rng = np.random.default_rng(0)
+    old = random_labels(300, 4, rng)
+    new = old.copy()
+    moved = rng.random(300) < 0.1
+    new[moved] = rng.integers(4, size=moved.sum())
+
+    WX_nb = nk.cluster_weights_csr(W.indptr, W.indices, W.data, old, 4)
+    t = lambda a: torch.as_tensor(a)  # noqa: E731
+    ip, ix, dv = t(W.indptr.astype(np.int64)), t(W.indices.astype(np.int64)), t(W.data)
+    WX_csr = tk.cluster_weights_csr(ip, ix, dv, t(old), 4)
+    WX_dense = tk.cluster_weights_dense(t(Wd)[None], t(old)[None], 4)[0]
+    np.testing.assert_allclose(WX_csr.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(WX_dense.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
+
+    up_nb = nk.update_cluster_weights_csr(W.indptr, W.indices, W.data, old, new, WX_nb)
+    up_csr = tk.update_cluster_weights_csr(ip, ix, dv, t(old), t(new), WX_csr)
+    up_dense = tk.update_cluster_weights_dense(t(Wd)[None], t(old)[None], t(new)[None],
+                                               WX_dense[None])[0]
+    np.testing.assert_allclose(up_csr.numpy(), up_nb, atol=1e-12)
+    np.testing.assert_allclose(up_dense.numpy(), up_nb, atol=1e-12)
+    # the input WX is not modified
+    np.testing.assert_allclose(WX_csr.numpy(), WX_nb, atol=1e-12)
+
+    vol_nb, assoc_nb = nk.cluster_stats(WX_nb, old, d, 4)
+    vol, assoc = tk.cluster_stats(WX_csr[None], t(old)[None], t(d)[None], 4)
+    np.testing.assert_allclose(vol[0].numpy(), vol_nb)
+    np.testing.assert_allclose(assoc[0].numpy(), assoc_nb)
+    assert tk.objective(vol, assoc)[0].item() == pytest.approx(
+        nk.objective(vol_nb, assoc_nb), abs=1e-12)
+    np.testing.assert_allclose(
+        tk.score_matrix(WX_csr[None], t(d)[None], vol, assoc)[0].numpy(),
+        nk.score_matrix(WX_nb, d, vol_nb, assoc_nb), atol=1e-12)
+    for tau in (0.0, 1e-3, 0.05):
+        lab_nb, m_nb = nk.proximal_step(WX_nb, d, vol_nb, assoc_nb, old, tau)
+        lab, m = tk.proximal_step(WX_csr[None], t(d)[None], vol, assoc, t(old)[None],
+                                  torch.tensor([tau], dtype=torch.float64))
+        np.testing.assert_array_equal(lab[0].numpy(), lab_nb)
+        assert int(m[0]) == m_nb
+    np.testing.assert_array_equal(
+        tk.heaviest_neighbor_csr(ip, ix, dv, t(d)).numpy(),
+        nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, d))
+    # every stored entry is > 0, so the dense rule (W_ij > 0) picks the same
+    np.testing.assert_array_equal(
+        tk.heaviest_neighbor_dense(t(Wd)[None], t(d)[None])[0].numpy(),
+        nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, d))
+
+
+def test_proximal_step_never_empties_a_cluster():
+    # every node prefers cluster 0 with tau = 0: the guard keeps 1 and 2 alive
+    W = np.ones((6, 6))
+    labels = torch.tensor([[0, 0, 0, 0, 1, 2]])
+    WX = tk.cluster_weights_dense(torch.as_tensor(W)[None], labels, 3)
+    d = torch.as_tensor(W.sum(1))[None]
+    vol, assoc = tk.cluster_stats(WX, labels, d, 3)
+    new, moved = tk.proximal_step(WX, d, vol, assoc, labels,
+                                  torch.zeros(1, dtype=torch.float64))
+    assert set(new[0].tolist()) == {0, 1, 2}
+    assert int(moved[0]) == 0
+
+
+# ---------------------------------------------------------------- parity
+@pytest.mark.parametrize("polish", [False, True])
+def test_parity_sparse(polish):
+    W, y = planted_sparse(1500, 5, seed=2)
+    y0 = random_labels(1500, 5, np.random.default_rng(3))
+    r_nb = solve(make_problem(W, 5, backend="numba"), y0, polish=polish)
+    r_t = solve(make_problem(W, 5, backend="torch", device="cpu"), y0, polish=polish)
+    assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
+    assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
+        normalized_cut(W, r_nb.labels[0]), abs=1e-6)
+    assert np.mean(r_t.labels != r_nb.labels) < 1e-3  # only exact ties may differ
+    assert r_t.n_iter[0] == r_nb.n_iter[0] > 0
+    assert np.all(np.diff(r_t.objective_path[0]) >= 0)
+
+
+@pytest.mark.parametrize("polish", [False, True])
+def test_parity_dense(polish):
+    X, y = token_like(500, 4, seed=4)
+    W = dense_cosine(X, power=3.0)
+    y0 = noisy(y, 4, 0.5, seed=5)
+    r_nb = solve(make_problem(W, 4, backend="numba"), y0, polish=polish)
+    P = make_problem(W, 4, backend="torch", device="cpu")
+    assert P.kind == "dense" and hasattr(P, "polish")
+    r_t = solve(P, y0, polish=polish)
+    assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
+    assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
+        normalized_cut(W, r_nb.labels[0]), abs=1e-6)
+    assert np.mean(r_t.labels != r_nb.labels) < 1e-3
+    assert np.all(np.diff(r_t.objective_path[0]) >= 0)
+
+
+def test_float32_problem_is_close_and_monotone():
+    X, y = token_like(400, 4, seed=6)
+    W = dense_cosine(X, power=2.0).astype(np.float32)
+    y0 = noisy(y, 4, 0.5, seed=7)
+    r64 = solve(make_problem(W, 4, backend="numba"), y0, polish=False)
+    r32 = solve(make_problem(W, 4, backend="torch", device="cpu", dtype="float32"),
+                y0, polish=False)
+    assert r32.objective[0] == pytest.approx(r64.objective[0], abs=1e-4)
+    assert np.all(np.diff(r32.objective_path[0]) >= 0)
+
+
+def test_estimator_torch_cpu_matches_numba():
+    X, _ = token_like(300, 3, seed=8)
+    kw = dict(n_clusters=3, affinity="nearest_neighbors", random_state=0)
+    a = FalconNCut(backend="numba", **kw).fit(X)
+    b = FalconNCut(backend="torch", device="cpu", **kw).fit(X)
+    assert b.backend_ == "torch"
+    assert b.ncut_ == pytest.approx(a.ncut_, abs=1e-6)
+    assert np.all(np.diff(b.objective_path_) >= 0)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
+def test_inputs_not_modified_and_torch_csr_input():
+    W, y = planted_sparse(400, 3, seed=9)
+    Wd = W.toarray()
+    Wd_copy, data_copy = Wd.copy(), W.data.copy()
+    y0 = noisy(y, 3, 0.4, seed=1)
+    r1 = solve(make_problem(Wd, 3, backend="torch", device="cpu"), y0)
+    r2 = solve(make_problem(W, 3, backend="torch", device="cpu"), y0)
+    np.testing.assert_array_equal(Wd, Wd_copy)
+    np.testing.assert_array_equal(W.data, data_copy)
+    Wt = torch.sparse_csr_tensor(torch.as_tensor(W.indptr.astype(np.int64)),
+                                 torch.as_tensor(W.indices.astype(np.int64)),
+                                 torch.as_tensor(W.data), size=W.shape)
+    r3 = solve(TorchProblem.from_affinity(Wt, 3, device="cpu"), y0)
+    assert r1.objective[0] == pytest.approx(r2.objective[0], abs=1e-9)
+    assert r3.objective[0] == pytest.approx(r2.objective[0], abs=1e-12)
+
+
+# ----------------------------------------------------------- matrix-free
+@pytest.mark.parametrize("kind,kw", [("cosine", {"power": 4.0}),
+                                     ("rbf", {"gamma": 0.02})])
+def test_matrix_free_matches_dense(kind, kw):
+    X, y = token_like(450, 4, seed=10)
+    W = AffinityBuilder(kind, **kw).fit_transform(X)
+    P = make_problem_from_features(X, 4, affinity=kind, device="cpu", **kw)
+    assert P.kind == "features" and not hasattr(P, "polish")
+    np.testing.assert_allclose(P.affinity.dense()[0].numpy(), W, atol=1e-12)
+    np.testing.assert_allclose(P.degrees_numpy()[0], W.sum(axis=1), rtol=1e-12)
+    y0 = noisy(y, 4, 0.5, seed=11)
+    r_mf = solve(P, y0, polish=False)
+    r_d = solve(make_problem(W, 4, backend="numba"), y0, polish=False)
+    assert r_mf.objective[0] == pytest.approx(r_d.objective[0], abs=1e-9)
+    assert normalized_cut(W, r_mf.labels[0]) == pytest.approx(
+        normalized_cut(W, r_d.labels[0]), abs=1e-6)
+    assert r_mf.n_iter[0] == r_d.n_iter[0] > 0
+    assert np.all(np.diff(r_mf.objective_path[0]) >= 0)
+    if kind == "cosine":
+        lo, hi = P.cosine_range
+        S = X / np.linalg.norm(X, axis=1, keepdims=True) @ (
+            X / np.linalg.norm(X, axis=1, keepdims=True)).T
+        assert lo[0] == pytest.approx(S.min()) and hi[0] == pytest.approx(S.max())
+
+
+def test_matrix_free_blocks_do_not_change_the_result():
+    X, y = token_like(300, 3, seed=12)
+    y0 = noisy(y, 3, 0.2, seed=13)  # few moves: exercises the row update
+    big = solve(make_problem_from_features(X, 3, power=2.0), y0, polish=False)
+    small = solve(make_problem_from_features(X, 3, power=2.0, block_elems=1000), y0,
+                  polish=False)
+    assert small.objective[0] == pytest.approx(big.objective[0], abs=1e-10)
+    np.testing.assert_array_equal(small.labels, big.labels)
+
+
+def test_matrix_free_rejects_other_affinities():
+    with pytest.raises(ValueError, match="affinity='nearest_neighbors'"):
+        make_problem_from_features(np.ones((4, 2)), 2, affinity="nearest_neighbors")
+
+
+# --------------------------------------------------------------- batched
+def _graphs(kind):
+    sizes = [260, 200, 300, 230]
+    out, inits = [], []
+    for b, n in enumerate(sizes):
+        if kind == "features":
+            X, y = token_like(n, 3, seed=20 + b)
+            out.append(X)
+        else:
+            W, y = planted_sparse(n, 3, seed=20 + b, deg=10)
+            out.append(W if kind == "sparse" else W.toarray())
+        inits.append(noisy(y, 3, 0.5, seed=30 + b))
+    return out, inits
+
+
+@pytest.mark.parametrize("kind", ["sparse", "dense", "features"])
+def test_batched_solve_matches_single_solves(kind):
+    graphs, inits = _graphs(kind)
+    taus = np.array([0.1, 0.05, 0.2, 0.1])
+    polish = kind != "features"
+
+    def problem(G):
+        if kind == "features":
+            return TorchProblem.from_features(G, 3, power=3.0, device="cpu")
+        return TorchProblem.from_affinity(G, 3, device="cpu")
+
+    P = problem(graphs)
+    assert P.n_graphs == 4 and P.n_nodes == 300
+    res = solve(P, inits, tau=taus, polish=polish)
+    # padding nodes never move
+    for b, n in enumerate(P.sizes):
+        assert np.all(res.labels[b, n:] == 0)
+    labels = P.labels_list(res.labels)
+    for b, G in enumerate(graphs):
+        single = solve(problem(G), inits[b], tau=taus[b], polish=polish)
+        np.testing.assert_array_equal(labels[b], single.labels[0])
+        assert res.objective[b] == pytest.approx(single.objective[0], abs=1e-10)
+        assert res.n_iter[b] == single.n_iter[0]
+        assert res.n_backtracks[b] == single.n_backtracks[0]
+        np.testing.assert_allclose(res.objective_path[b], single.objective_path[0],
+                                   atol=1e-10)
+        assert np.all(np.diff(res.objective_path[b]) >= 0)
+
+
+def test_per_graph_tau_and_stopping():
+    graphs, inits = _graphs("sparse")
+    P = TorchProblem.from_affinity(graphs, 3, device="cpu")
+    # a huge tau freezes graph 1 only; max_iter=2 stops the others early
+    res = solve(P, inits, tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2,
+                polish=False)
+    assert res.n_iter[1] == 0 and res.converged[1]
+    np.testing.assert_array_equal(P.labels_list(res.labels)[1], inits[1])
+    assert np.all(res.n_iter[[0, 2, 3]] > 0)
+    assert np.all(res.n_iter <= 2)
+
+
+def test_falcon_batch_torch_and_numba_agree():
+    graphs, inits = _graphs("features")
+    kw = dict(affinity="cosine", power=3.0, init=inits, polish=False)
+    rt = falcon_batch(graphs, 3, backend="torch", device="cpu", **kw)
+    rn = falcon_batch(graphs, 3, backend="numba", **kw)
+    assert rt.backend == "torch" and rn.backend == "numba"
+    np.testing.assert_allclose(rt.ncut, rn.ncut, atol=1e-6)
+    for b, G in enumerate(graphs):
+        W = dense_cosine(G, 3.0)
+        assert rt.ncut[b] == pytest.approx(normalized_cut(W, rt.labels[b]), abs=1e-9)
+    rp = falcon_batch([dense_cosine(G, 3.0) for G in graphs], 3,
+                      affinity="precomputed", init=inits, device="cpu")
+    assert np.all(rp.ncut <= rt.ncut + 1e-9)  # polish only improves
+
+
+def test_falcon_batch_validation():
+    X = [np.random.default_rng(0).random((20, 3))]
+    with pytest.raises(ValueError, match="affinity must be one of"):
+        falcon_batch(X, 2, affinity="nearest_neighbors")
+    with pytest.raises(ValueError, match="n_clusters=30"):
+        falcon_batch(X, 30, device="cpu")
+    with pytest.raises(ValueError, match="tau must be > 0"):
+        falcon_batch(X, 2, tau=0.0)
+    with pytest.raises(ValueError, match=r"init\[0\]"):
+        falcon_batch(X, 2, init=[np.zeros(5, dtype=int)], device="cpu")
+    with pytest.raises(ValueError, match="same number of features"):
+        falcon_batch([X[0], X[0][:, :2]], 2, device="cpu")
+    with pytest.raises(ValueError, match="init='kmeans' needs features"):
+        falcon_batch([np.eye(4)], 2, affinity="precomputed", init="kmeans",
+                     device="cpu")
+
+
+# ------------------------------------------------- resolution and errors
+def test_missing_torch_is_reported(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name == "torch" or name.startswith("torch."):
+            return None
+        return real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(ImportError, match="backend='torch' requires PyTorch"):
+        resolve_backend("torch", "cpu")
+    with pytest.raises(ImportError, match="requires PyTorch"):
+        make_problem(np.eye(3), 2, backend="torch")
+    with pytest.raises(ImportError, match="requires PyTorch"):
+        make_problem_from_features(np.ones((3, 2)), 2)
+    with pytest.raises(ImportError, match="requires PyTorch"):
+        FalconNCut(2, backend="torch").fit(np.random.default_rng(0).random((20, 2)))
+    assert resolve_backend("auto", "auto") == ("numba", "cpu")
+    res = falcon_batch([np.random.default_rng(0).random((30, 3))], 2,
+                       affinity="rbf", random_state=0)
+    assert res.backend == "numba"
+
+
+def test_unavailable_cuda_is_reported(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        resolve_backend("torch", "cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        make_problem_from_features(np.ones((3, 2)), 2, device="cuda:0")
+    assert resolve_backend("torch", "auto") == ("torch", "cpu")
+    assert resolve_backend("auto", "auto") == ("numba", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"only 1 CUDA device"):
+        resolve_backend("torch", "cuda:3")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_backend("torch", "gpu")
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        TorchProblem.from_affinity(np.eye(3), 2, device="cpu", dtype="float16")
+
+
+# ------------------------------------------------------------------ CUDA
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cuda_parity_sparse_and_dense(dtype):
+    W, _ = planted_sparse(1500, 5, seed=2)
+    y0 = random_labels(1500, 5, np.random.default_rng(3))
+    tol = 1e-9 if dtype == "float64" else 1e-4
+    r_nb = solve(make_problem(W, 5, backend="numba"), y0)
+    for G in (W, W.toarray()):
+        r = solve(make_problem(G, 5, backend="torch", device="cuda", dtype=dtype), y0)
+        assert r.objective[0] == pytest.approx(r_nb.objective[0], abs=tol)
+        assert np.all(np.diff(r.objective_path[0]) >= 0)
+
+
+@needs_cuda
+def test_cuda_batched_matrix_free():
+    graphs, inits = _graphs("features")
+    rc = falcon_batch(graphs, 3, power=3.0, init=inits, device="cuda",
+                      dtype="float64")
+    rn = falcon_batch(graphs, 3, power=3.0, init=inits, backend="numba",
+                      polish=False)
+    np.testing.assert_allclose(rc.ncut, rn.ncut, atol=1e-6)
+    r32 = falcon_batch(graphs, 3, power=3.0, init=inits, device="cuda")
+    np.testing.assert_allclose(r32.ncut, rn.ncut, atol=1e-3)
+    assert all(np.all(np.diff(p) >= 0) for p in r32.objective_path)
+
+
+@needs_cuda
+def test_cuda_estimator():
+    X, _ = token_like(300, 3, seed=8)
+    a = FalconNCut(3, backend="numba", random_state=0).fit(X)
+    b = FalconNCut(3, backend="torch", device="cuda", random_state=0).fit(X)
+    assert b.ncut_ == pytest.approx(a.ncut_, abs=1e-5)
