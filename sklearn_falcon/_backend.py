@@ -417,7 +417,7 @@ class TorchProblem:
             ``None``: float32 on CUDA, float64 on the CPU.
         block_elems : int, default=None
             Affinity entries formed at once; ``None``: 2**22 on the CPU and
-            2**26 on CUDA.
+            2**25 on CUDA.
 
         Returns
         -------

@@ -317,7 +317,7 @@ class Affinity:
     def device(self):
         return self.X.device
 
-    def block_rows(self, n_rows_total=None):
+    def block_rows(self):
         """Rows per block so that one block holds at most ``block_elems``."""
         B, n = self.shape
         return max(1, min(n, self.block_elems // max(B * n, 1)))
@@ -336,13 +336,20 @@ class Affinity:
     def _min_max(self):
         lo = torch.full_like(self.lo, torch.inf)
         hi = torch.full_like(self.hi, -torch.inf)
-        col_ok = self.valid.unsqueeze(1)
+        padded = not bool(self.valid.all())
         for idx in self._row_blocks():
             S = torch.bmm(self._gather(idx), self.X.transpose(1, 2))
-            ok = col_ok & self.valid.gather(1, idx).unsqueeze(-1)
-            lo = torch.minimum(lo, torch.where(ok, S, torch.inf).amin(dim=(1, 2)))
-            hi = torch.maximum(hi, torch.where(ok, S, -torch.inf).amax(dim=(1, 2)))
-            del S, ok
+            if padded:  # in place, so that one block is the only big buffer
+                bad = ~(self.valid.unsqueeze(1) & self.valid.gather(1, idx).unsqueeze(-1))
+                S.masked_fill_(bad, torch.inf)
+                lo = torch.minimum(lo, S.amin(dim=(1, 2)))
+                S.masked_fill_(bad, -torch.inf)
+                hi = torch.maximum(hi, S.amax(dim=(1, 2)))
+                del bad
+            else:
+                lo = torch.minimum(lo, S.amin(dim=(1, 2)))
+                hi = torch.maximum(hi, S.amax(dim=(1, 2)))
+            del S
         self.lo, self.hi = lo, hi
 
     def rows(self, idx):
@@ -528,8 +535,8 @@ def proximal_step(WX, degrees, vol, assoc, labels, tau, valid=None):
 
 
 def default_block_elems(device):
-    """Entries of one matrix-free block: 2**22 on the CPU, 2**26 on CUDA."""
-    return 2**26 if torch.device(device).type == "cuda" else 2**22
+    """Entries of one matrix-free block: 2**22 on the CPU, 2**25 on CUDA."""
+    return 2**25 if torch.device(device).type == "cuda" else 2**22
 
 
 def padded_size(sizes, multiple=1):
