@@ -1,0 +1,176 @@
+"""Mean intersection-over-union with per-image Hungarian matching.
+
+This follows the unsupervised-segmentation protocol of DiffCut and Falcon
+(after Leopart / Deep Spectral Methods): predicted segment ids are arbitrary,
+so in each image they are matched one-to-one to the ground-truth classes
+present by maximizing the total IoU (Hungarian algorithm); the image's mIoU
+is the mean IoU over its ground-truth classes, and the dataset score is the
+mean over images.
+"""
+
+import numbers
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+__all__ = ["miou"]
+
+
+def _as_list(x, name):
+    if isinstance(x, np.ndarray) and x.ndim == 2:
+        return [x]
+    if isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim == 3):
+        out = [np.asarray(a) for a in x]
+        for a in out:
+            if a.ndim != 2:
+                raise ValueError(f"Each map in {name} must be 2-D (H, W); got shape {a.shape}.")
+        return out
+    arr = np.asarray(x)
+    if arr.ndim == 2:
+        return [arr]
+    raise ValueError(
+        f"{name} must be a 2-D label map or a sequence of them; got shape {arr.shape}."
+    )
+
+
+def _confusion(p, g):
+    """Return (pred_ids, gt_ids, counts[n_pred, n_gt])."""
+    pu, pi = np.unique(p, return_inverse=True)
+    gu, gi = np.unique(g, return_inverse=True)
+    counts = np.bincount(
+        pi.ravel() * len(gu) + gi.ravel(), minlength=len(pu) * len(gu)
+    ).reshape(len(pu), len(gu))
+    return pu, gu, counts
+
+
+def _match_image(p, g, background, background_index):
+    """Per-class (tp, fp, fn) dictionaries after matching, for one image."""
+    pu, gu, c = _confusion(p, g)
+    inter = c.astype(np.float64)
+    union = c.sum(1, keepdims=True) + c.sum(0, keepdims=True) - inter
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    rows, cols = linear_sum_assignment(iou, maximize=True)
+    mapping = np.full(len(pu), -1, dtype=np.int64)  # pred row -> gt column, -1 none
+    mapping[rows] = cols
+    if background == "many_to_one":
+        bg = np.flatnonzero(gu == background_index)
+        if bg.size:
+            mapping[mapping < 0] = bg[0]
+    # confusion after remapping: rows = mapped gt column (or none)
+    tp = np.zeros(len(gu), dtype=np.int64)
+    pred_count = np.zeros(len(gu), dtype=np.int64)
+    for r in range(len(pu)):
+        col = mapping[r]
+        if col >= 0:
+            tp[col] += c[r, col]
+            pred_count[col] += c[r].sum()
+    gt_count = c.sum(0)
+    fp = pred_count - tp
+    fn = gt_count - tp
+    return gu, tp, fp, fn
+
+
+def miou(
+    pred,
+    gt,
+    *,
+    ignore_index=255,
+    background=None,
+    background_index=0,
+    average="image",
+    return_per_class=False,
+):
+    """Mean IoU of unsupervised segmentations, with Hungarian matching.
+
+    For each image, pixels whose ground truth equals ``ignore_index`` are
+    dropped; the predicted segments are matched one-to-one to the
+    ground-truth classes present in the image by maximizing the summed IoU
+    (:func:`scipy.optimize.linear_sum_assignment`). Unmatched predicted
+    segments (when there are more segments than classes) count as false
+    positives of no class, unless ``background="many_to_one"``.
+
+    Parameters
+    ----------
+    pred : array-like of shape (H, W) or sequence of such arrays
+        Predicted label maps (any integer ids).
+    gt : array-like of shape (H, W) or sequence of such arrays
+        Ground-truth class maps, same shapes as ``pred``.
+    ignore_index : int or None, default=255
+        Ground-truth value excluded from evaluation (VOC's "void").
+    background : {None, "many_to_one"}, default=None
+        ``None``: strict one-to-one matching. ``"many_to_one"``: after the
+        Hungarian matching, every unmatched predicted segment is merged into
+        the background class ``background_index`` (if present in the image),
+        as in the DiffCut / Falcon evaluation on Pascal VOC, where many
+        segments may cover the background.
+    background_index : int, default=0
+        Ground-truth id of the background class.
+    average : {"image", "dataset"}, default="image"
+        ``"image"``: mean over images of each image's mIoU (mean IoU over the
+        ground-truth classes present in it), the DiffCut / Falcon protocol.
+        ``"dataset"``: true/false positives and false negatives of the
+        matched predictions are summed over images per class id, and the
+        IoUs of all class ids are averaged.
+    return_per_class : bool, default=False
+        Also return a ``{class_id: IoU}`` dict (dataset-summed counts).
+
+    Returns
+    -------
+    score : float
+        mIoU in [0, 1].
+    per_class : dict
+        Only if ``return_per_class``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.metrics import miou
+    >>> gt = np.array([[0, 0, 1, 1]])
+    >>> miou(np.array([[5, 5, 7, 7]]), gt)      # ids are matched, not compared
+    1.0
+    >>> miou(np.array([[5, 5, 5, 7]]), gt)      # IoUs 2/3 and 1/2
+    0.5833...
+    """
+    if background not in (None, "many_to_one"):
+        raise ValueError(f"background must be None or 'many_to_one'; got {background!r}.")
+    if average not in ("image", "dataset"):
+        raise ValueError(f"average must be 'image' or 'dataset'; got {average!r}.")
+    if ignore_index is not None and not isinstance(ignore_index, numbers.Integral):
+        raise ValueError(f"ignore_index must be an integer or None; got {ignore_index!r}.")
+    preds, gts = _as_list(pred, "pred"), _as_list(gt, "gt")
+    if len(preds) != len(gts):
+        raise ValueError(f"Got {len(preds)} predicted maps but {len(gts)} ground-truth maps.")
+    if not preds:
+        raise ValueError("pred and gt are empty.")
+    totals = {}
+    per_image = []
+    for i, (p, g) in enumerate(zip(preds, gts)):
+        if p.shape != g.shape:
+            raise ValueError(
+                f"Map {i}: pred shape {p.shape} differs from gt shape {g.shape}."
+            )
+        for name, a in (("pred", p), ("gt", g)):
+            if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
+                raise ValueError(f"Map {i}: {name} must hold integer labels; got {a.dtype}.")
+        valid = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
+        if not valid.any():
+            continue
+        gu, tp, fp, fn = _match_image(p[valid], g[valid], background, background_index)
+        denom = tp + fp + fn
+        per_image.append(float(np.mean(tp / np.maximum(denom, 1))))
+        for cls, a, b, c in zip(gu.tolist(), tp, fp, fn):
+            t = totals.setdefault(cls, [0, 0, 0])
+            t[0] += int(a)
+            t[1] += int(b)
+            t[2] += int(c)
+    if not per_image:
+        raise ValueError("Every ground-truth pixel equals ignore_index; nothing to evaluate.")
+    per_class = {
+        cls: (t[0] / (t[0] + t[1] + t[2]) if (t[0] + t[1] + t[2]) else 0.0)
+        for cls, t in sorted(totals.items())
+    }
+    if average == "image":
+        score = float(np.mean(per_image))
+    else:
+        score = float(np.mean(list(per_class.values())))
+    return (score, per_class) if return_per_class else score

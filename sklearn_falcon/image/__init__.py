@@ -1,0 +1,31 @@
+"""Unsupervised image segmentation with Falcon normalized cuts.
+
+Pipeline: patch features (a timm ViT, or the offline colour + position
+extractor) -> cosine + power affinity -> :class:`~sklearn_falcon.FalconNCut`
+-> prototype reassignment at pixel resolution -> optional PAMR refinement.
+
+Importing this package needs only numpy, scipy and Pillow; torch and timm are
+imported when a ViT extractor is built.
+"""
+
+from ._affinity import cosine_power_affinity
+from ._features import ColorPositionFeatures, TimmFeatures, make_extractor, rgb_to_lab
+from ._io import check_image_size, load_image
+from ._pamr import pamr
+from ._segmenter import ImageSegmenter, select_n_segments
+from ._upsample import bilinear_matrix, prototype_upsample
+
+__all__ = [
+    "ColorPositionFeatures",
+    "ImageSegmenter",
+    "TimmFeatures",
+    "bilinear_matrix",
+    "check_image_size",
+    "cosine_power_affinity",
+    "load_image",
+    "make_extractor",
+    "pamr",
+    "prototype_upsample",
+    "rgb_to_lab",
+    "select_n_segments",
+]

@@ -1,0 +1,218 @@
+"""Image loading and conversion to ``(H, W, 3)`` ``uint8`` RGB arrays.
+
+Only numpy and Pillow are needed here; torch tensors are recognised without
+importing torch.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["load_image", "check_image_size"]
+
+
+def _is_torch_tensor(obj):
+    mod = type(obj).__module__ or ""
+    return mod.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "cpu")
+
+
+def _is_pil_image(obj):
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - pillow is a dependency of the image path
+        return False
+    return isinstance(obj, Image.Image)
+
+
+def _to_uint8(arr, *, source):
+    """Convert a numeric array to ``uint8`` using its dtype's natural range."""
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype == bool:
+        return arr.astype(np.uint8) * 255
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{source} contains NaN or infinite values.")
+        lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
+        if lo < 0.0 or hi > 1.0:
+            raise ValueError(
+                f"Floating-point {source} must have values in [0, 1]; got values in "
+                f"[{lo:.4g}, {hi:.4g}]. Scale it to [0, 1] or pass uint8 data."
+            )
+        return np.round(arr * 255.0).astype(np.uint8)
+    if arr.dtype == np.uint16:
+        # 16-bit images: map the full 0..65535 range linearly onto 0..255.
+        return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+    if np.issubdtype(arr.dtype, np.integer):
+        lo, hi = int(arr.min(initial=0)), int(arr.max(initial=0))
+        if lo < 0:
+            raise ValueError(
+                f"Integer {source} has negative values (min {lo}); expected "
+                "non-negative intensities."
+            )
+        if hi <= 255:
+            return arr.astype(np.uint8)
+        if hi <= 65535:
+            return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+        raise ValueError(
+            f"Integer {source} has values up to {hi}; only 8-bit (0..255) and "
+            "16-bit (0..65535) intensities are supported."
+        )
+    raise TypeError(f"Unsupported dtype {arr.dtype} for {source}.")
+
+
+def _array_to_rgb(arr, *, source):
+    arr = np.asarray(arr)
+    if arr.ndim == 3 and arr.shape[2] in (1, 2, 3, 4):
+        pass
+    elif arr.ndim == 2:
+        arr = arr[:, :, None]
+    else:
+        raise ValueError(
+            f"Expected {source} of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); "
+            f"got shape {arr.shape}."
+        )
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{source} is empty (shape {arr.shape}).")
+    arr = _to_uint8(arr, source=source)
+    channels = arr.shape[2]
+    if channels in (1, 2):  # grey, grey + alpha: drop alpha, replicate grey
+        arr = np.repeat(arr[:, :, :1], 3, axis=2)
+    elif channels == 4:  # RGBA: alpha is discarded
+        arr = arr[:, :, :3]
+    return np.ascontiguousarray(arr)
+
+
+def _pil_to_rgb(img, *, source):
+    mode = img.mode
+    if mode in ("RGB", "L"):
+        arr = np.asarray(img)
+    elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        arr = np.asarray(img).astype(np.uint16)
+    elif mode == "I":
+        arr = np.asarray(img).astype(np.int64)
+    elif mode == "F":
+        arr = np.asarray(img).astype(np.float64)
+        hi = float(arr.max(initial=0.0))
+        if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
+            arr = arr / (255.0 if hi <= 255.0 else 65535.0)
+        arr = np.clip(arr, 0.0, 1.0)
+    elif mode in ("RGBA", "LA", "RGBa", "La", "PA"):
+        arr = np.asarray(img.convert("RGBA"))[:, :, :3]
+    else:  # "1", "P", "CMYK", "YCbCr", "LAB", "HSV", ...
+        arr = np.asarray(img.convert("RGB"))
+    return _array_to_rgb(arr, source=source)
+
+
+def load_image(image):
+    """Load an image as an ``(H, W, 3)`` ``uint8`` RGB array.
+
+    Parameters
+    ----------
+    image : str, os.PathLike, PIL.Image.Image, ndarray or torch.Tensor
+        The image. Accepted forms:
+
+        - a path to any file Pillow can read;
+        - a PIL image in any mode;
+        - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
+          ``(H, W, 4)``;
+        - a torch tensor of shape ``(C, H, W)`` or ``(1, C, H, W)`` with
+          ``C`` in 1, 3 or 4 (the torchvision convention), or ``(H, W)``.
+
+        Conversions: greyscale is replicated to three channels; an alpha
+        channel is discarded; 16-bit data is mapped linearly from 0..65535 to
+        0..255; floating-point data must lie in [0, 1]; booleans map to 0/255.
+
+    Returns
+    -------
+    rgb : ndarray of shape (H, W, 3), dtype uint8
+        A new array; the input is never modified.
+
+    Raises
+    ------
+    FileNotFoundError
+        If a path does not exist.
+    ValueError
+        If the file cannot be decoded as an image, or the array has an
+        unsupported shape or value range.
+    TypeError
+        If ``image`` is of an unsupported type.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image import load_image
+    >>> grey16 = np.full((4, 5), 65535, dtype=np.uint16)
+    >>> rgb = load_image(grey16)
+    >>> rgb.shape, rgb.dtype, int(rgb.max())
+    ((4, 5, 3), dtype('uint8'), 255)
+    """
+    if isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        if not path.exists():
+            raise FileNotFoundError(f"Image file not found: '{path}'.")
+        if path.is_dir():
+            raise ValueError(f"Expected an image file, got a directory: '{path}'.")
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(path) as img:
+                img.load()
+                return _pil_to_rgb(img, source=f"image '{path}'")
+        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+            raise ValueError(f"Cannot read image '{path}': {exc}") from None
+    if _is_pil_image(image):
+        return _pil_to_rgb(image, source="PIL image")
+    if _is_torch_tensor(image):
+        arr = image.detach().cpu().numpy()
+        if arr.ndim == 4:
+            if arr.shape[0] != 1:
+                raise ValueError(
+                    "A 4-D tensor must hold exactly one image (shape (1, C, H, W)); "
+                    f"got shape {tuple(arr.shape)}."
+                )
+            arr = arr[0]
+        if arr.ndim == 3:
+            if arr.shape[0] not in (1, 3, 4):
+                raise ValueError(
+                    "A 3-D tensor must have shape (C, H, W) with C in (1, 3, 4); "
+                    f"got shape {tuple(arr.shape)}."
+                )
+            arr = np.moveaxis(arr, 0, -1)
+        return _array_to_rgb(arr, source="tensor")
+    if isinstance(image, np.ndarray) or isinstance(image, (list, tuple)):
+        return _array_to_rgb(np.asarray(image), source="image array")
+    raise TypeError(
+        "image must be a file path, a PIL image, a numpy array or a torch tensor; "
+        f"got {type(image).__name__}."
+    )
+
+
+def check_image_size(rgb, patch_size):
+    """Raise a clear error if ``rgb`` is smaller than one patch.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (H, W, 3)
+        The image.
+    patch_size : int or tuple of int
+        Patch height and width.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image import check_image_size
+    >>> check_image_size(np.zeros((16, 16, 3), np.uint8), 8)
+    >>> check_image_size(np.zeros((4, 16, 3), np.uint8), 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: Image of size 4x16 (HxW) is smaller than one 8x8 patch...
+    """
+    ph, pw = (patch_size, patch_size) if np.isscalar(patch_size) else patch_size
+    h, w = rgb.shape[:2]
+    if h < ph or w < pw:
+        raise ValueError(
+            f"Image of size {h}x{w} (HxW) is smaller than one {ph}x{pw} patch; "
+            "it cannot be segmented. Use a larger image or a smaller patch_size."
+        )
