@@ -7,8 +7,9 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
 from ._affinity import check_dtype_kind
+from ._miou import miou
 
-__all__ = ["normalized_cut", "normalized_association"]
+__all__ = ["normalized_cut", "normalized_association", "miou"]
 
 
 def _cluster_terms(W, labels):
