@@ -16,7 +16,7 @@ PRECOMPUTED = ("precomputed", "precomputed_nearest_neighbors")
 
 
 def check_dtype_kind(X, name="X"):
-    """Reject bool and complex input with a TypeError naming ``name``.
+    """Reject bool (TypeError) and complex (ValueError) input, naming ``name``.
 
     Object arrays are left to :func:`sklearn.utils.check_array`, which
     converts numbers and rejects everything else.
@@ -30,8 +30,8 @@ def check_dtype_kind(X, name="X"):
             f"float64 array (e.g. {name}.astype(np.float32))."
         )
     if np.issubdtype(dtype, np.complexfloating):
-        raise TypeError(
-            f"{name} has dtype={dtype}; complex data is not supported. Pass real "
+        raise ValueError(
+            f"Complex data not supported: {name} has dtype={dtype}. Pass real "
             "float32 or float64 values."
         )
 

@@ -142,7 +142,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     ncut_ : float
         Normalized cut of ``labels_`` on ``affinity_matrix_``.
     n_iter_ : int
-        Accepted proximal iterations of the kept initialization.
+        Proximal iterations run for the kept initialization (the last one may
+        find that no row moves, which is how convergence is detected).
     n_backtracks_ : int
         Rejected trial steps (tau increases) of the kept initialization.
     objective_path_ : ndarray of shape (n_steps,)

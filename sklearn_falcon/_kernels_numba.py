@@ -399,12 +399,12 @@ def heaviest_neighbor_csr(indptr, indices, data, degrees):
     return out
 
 
-@_pjit
+@_jit
 def heaviest_neighbor_dense(W, degrees):
     """Dense twin of :func:`heaviest_neighbor_csr`."""
     n = W.shape[0]
     out = np.empty(n, dtype=np.int64)
-    for i in prange(n):
+    for i in range(n):
         best = -1.0
         best_j = i
         for j in range(n):

@@ -31,7 +31,7 @@ class SolveResult:
     labels: np.ndarray  # (B, n) int64
     objective: np.ndarray  # (B,) final f
     objective_path: list  # B arrays of f, starting at the initial labels
-    n_iter: np.ndarray  # (B,) accepted proximal iterations
+    n_iter: np.ndarray  # (B,) proximal iterations run (the last may move nothing)
     n_backtracks: np.ndarray  # (B,) rejected trial steps
     n_polish: np.ndarray  # (B,) local-move sweeps that moved a node
     converged: np.ndarray  # (B,) bool
@@ -141,7 +141,7 @@ def solve(
         # graphs still pending after max_backtrack keep X (no move)
         gain = acc_f - f
         moved_any = acc_moved > 0
-        n_iter += active & moved_any
+        n_iter += active
         X, WX, vol, assoc = acc_X, acc_WX, acc_vol, acc_assoc
         rel = gain / np.maximum(np.abs(f), 1e-300)
         for b in np.flatnonzero(active & moved_any):

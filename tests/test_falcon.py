@@ -1,0 +1,234 @@
+"""FalconNCut behaviour: API, quality invariants, sklearn integration."""
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.base import clone
+from sklearn.cluster import SpectralClustering
+from sklearn.datasets import make_blobs, make_moons
+from sklearn.metrics import adjusted_rand_score, make_scorer
+from sklearn.metrics.pairwise import laplacian_kernel
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from sklearn_falcon import FalconNCut, normalized_cut
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    return make_blobs(n_samples=400, centers=4, cluster_std=0.5, random_state=0)
+
+
+def sbm(n=600, K=4, p_in=0.1, p_out=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(K), n // K)
+    P = np.where(y[:, None] == y[None, :], p_in, p_out)
+    A = np.triu(rng.random((n, n)) < P, 1)
+    return sp.csr_matrix((A | A.T).astype(float)), y
+
+
+def test_fit_predict_basic(blobs):
+    X, y = blobs
+    est = FalconNCut(n_clusters=4, random_state=0)
+    labels = est.fit_predict(X)
+    assert labels.shape == (400,) and labels.dtype.kind == "i"
+    assert set(labels) == set(range(4))
+    assert adjusted_rand_score(y, labels) > 0.95
+    assert est.ncut_ == pytest.approx(normalized_cut(est.affinity_matrix_, labels))
+    assert est.n_iter_ >= 1
+    assert sp.issparse(est.affinity_matrix_)
+    assert abs(est.affinity_matrix_ - est.affinity_matrix_.T).max() == 0
+
+
+def test_readme_quickstart_five_clusters():
+    X, _ = make_blobs(n_samples=500, centers=5, random_state=1)
+    labels = FalconNCut(n_clusters=5).fit_predict(X)
+    assert len(np.unique(labels)) == 5
+
+
+@pytest.mark.parametrize("init", ["multilevel", "kmeans", "spectral", "random"])
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf", "cosine"])
+def test_objective_path_is_monotone(blobs, init, affinity):
+    X, _ = blobs
+    est = FalconNCut(n_clusters=4, affinity=affinity, init=init, gamma=0.1,
+                     random_state=0).fit(X)
+    path = est.objective_path_
+    assert path.ndim == 1 and path.size >= 1
+    assert np.all(np.diff(path) >= -1e-12)
+    assert path[-1] == pytest.approx(4 - est.ncut_, rel=1e-9)
+
+
+def test_random_init_plain_steps_monotone_with_backtracking():
+    W, _ = sbm()
+    est = FalconNCut(n_clusters=4, affinity="precomputed", init="random",
+                     polish=False, tau=1e-3, random_state=0).fit(W)
+    assert np.all(np.diff(est.objective_path_) >= 0)
+    assert est.n_iter_ > 1
+
+
+def test_beats_or_matches_spectral_on_sbm():
+    W, y = sbm(n=800, K=4, p_in=0.05, p_out=0.01, seed=3)
+    est = FalconNCut(n_clusters=4, affinity="precomputed", random_state=0).fit(W)
+    sc = SpectralClustering(n_clusters=4, affinity="precomputed", random_state=0,
+                            assign_labels="cluster_qr").fit(W)
+    assert est.ncut_ <= normalized_cut(W, sc.labels_) + 1e-9
+
+
+def test_same_random_state_same_labels(blobs):
+    X, _ = blobs
+    for init in ("multilevel", "random", "kmeans"):
+        a = FalconNCut(4, init=init, random_state=42).fit_predict(X)
+        b = FalconNCut(4, init=init, random_state=42).fit_predict(X)
+        np.testing.assert_array_equal(a, b)
+    rs = np.random.RandomState(0)
+    FalconNCut(4, random_state=rs).fit(X)  # a RandomState instance is accepted
+
+
+def test_n_init_keeps_best(blobs):
+    X, _ = blobs
+    one = FalconNCut(4, init="random", n_init=1, random_state=0).fit(X)
+    many = FalconNCut(4, init="random", n_init=5, random_state=0).fit(X)
+    assert many.ncut_ <= one.ncut_ + 1e-12
+
+
+def test_array_init_is_used_and_not_modified(blobs):
+    X, y = blobs
+    y0 = y.copy()
+    est = FalconNCut(4, init=y0, max_iter=0, polish=False).fit(X)
+    np.testing.assert_array_equal(est.labels_, y)
+    np.testing.assert_array_equal(y0, y)
+
+
+def test_pickle_and_clone(blobs):
+    X, _ = blobs
+    est = FalconNCut(4, random_state=0).fit(X)
+    est2 = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(est2.predict(X[:20]), est.predict(X[:20]))
+    c = clone(est)
+    assert c.get_params() == est.get_params() and not hasattr(c, "labels_")
+
+
+def test_predict_training_points_and_new_points(blobs):
+    X, y = blobs
+    est = FalconNCut(4, random_state=0).fit(X)
+    assert adjusted_rand_score(est.labels_, est.predict(X)) > 0.98
+    Xn, yn = make_blobs(n_samples=100, centers=4, cluster_std=0.5, random_state=0)
+    assert adjusted_rand_score(yn, est.predict(Xn)) > 0.9
+
+
+def test_predict_precomputed_cross_affinity():
+    X, y = make_blobs(n_samples=300, centers=3, random_state=2)
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    W = rbf_kernel(X, gamma=0.5)
+    est = FalconNCut(3, affinity="precomputed", random_state=0).fit(W)
+    pred = est.predict(W[:50])  # rows of the training affinity
+    assert adjusted_rand_score(est.labels_[:50], pred) > 0.95
+    with pytest.raises(ValueError, match="expecting 300 features"):
+        est.predict(W[:50, :10])
+    with pytest.raises(ValueError, match="score needs features"):
+        est.score(W)
+
+
+def test_precomputed_nearest_neighbors_matches_features():
+    X, _ = make_moons(n_samples=300, noise=0.05, random_state=0)
+    from sklearn.neighbors import NearestNeighbors
+
+    D = NearestNeighbors(n_neighbors=15).fit(X).kneighbors_graph(mode="distance")
+    est = FalconNCut(2, affinity="precomputed_nearest_neighbors", n_neighbors=10,
+                     random_state=0).fit(D)
+    assert adjusted_rand_score(
+        FalconNCut(2, random_state=0).fit_predict(X), est.labels_) > 0.95
+    assert est.predict(D[:5]).shape == (5,)
+
+
+def test_callable_affinity():
+    X, y = make_blobs(n_samples=200, centers=3, cluster_std=0.5, random_state=0)
+
+    def kernel(A, B=None):
+        return laplacian_kernel(A, B, gamma=0.5)
+
+    est = FalconNCut(3, affinity=kernel, random_state=0).fit(X)
+    ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(kernel(X))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X[:7]), ref.predict(kernel(X[:7], X)))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
+def test_precomputed_formats_agree(fmt):
+    W, y = sbm(seed=1)
+    Win = W.toarray() if fmt == "dense" else W.asformat(fmt)
+    est = FalconNCut(4, affinity="precomputed", random_state=0).fit(Win)
+    ref = FalconNCut(4, affinity="precomputed", random_state=0).fit(W)
+    assert est.ncut_ == pytest.approx(ref.ncut_, abs=1e-9)
+    assert adjusted_rand_score(y, est.labels_) > 0.9
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dtype_is_kept(dtype):
+    W, _ = sbm(seed=2)
+    W = W.astype(dtype)
+    est = FalconNCut(4, affinity="precomputed", random_state=0).fit(W)
+    assert est.affinity_matrix_.dtype == dtype
+    X, _ = make_blobs(n_samples=100, random_state=0)
+    est = FalconNCut(3, affinity="rbf", random_state=0).fit(X.astype(dtype))
+    assert est.affinity_matrix_.dtype == dtype
+
+
+def test_pipeline(blobs):
+    X, y = blobs
+    pipe = make_pipeline(StandardScaler(), FalconNCut(n_clusters=3, random_state=0))
+    labels = pipe.fit_predict(X)
+    assert labels.shape == (400,)
+    assert pipe.predict(X[:10]).shape == (10,)
+
+
+@pytest.mark.parametrize("scoring", [None, "ari"])
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_grid_search(blobs, scoring, n_jobs):
+    X, y = blobs
+    X, y = X[:240], y[:240]
+    scorer = None if scoring is None else make_scorer(adjusted_rand_score)
+    gs = GridSearchCV(
+        FalconNCut(n_clusters=3, random_state=0),
+        {"tau": [0.01, 1.0], "n_init": [1, 3]},
+        scoring=scorer, cv=3, n_jobs=n_jobs,
+    )
+    gs.fit(X, y)
+    assert set(gs.best_params_) == {"tau", "n_init"}
+    assert np.all(np.isfinite(gs.cv_results_["mean_test_score"]))
+    if scoring is None:
+        assert np.all(gs.cv_results_["mean_test_score"] <= 0)
+
+
+def test_score_is_negative_ncut(blobs):
+    X, _ = blobs
+    est = FalconNCut(4, random_state=0).fit(X)
+    s = est.score(X)
+    assert s == pytest.approx(-normalized_cut(est._builder().fit_transform(X),
+                                              est.predict(X)))
+    assert s <= 0
+
+
+def test_isolated_nodes_deterministic():
+    W, _ = sbm(seed=4)
+    W = sp.lil_matrix(W)
+    for i in (5, 17):
+        W[i, :] = 0
+        W[:, i] = 0
+    W = W.tocsr()
+    with pytest.warns(UserWarning, match="zero degree"):
+        est = FalconNCut(4, affinity="precomputed", random_state=0).fit(W)
+    np.testing.assert_array_equal(est.isolated_, [5, 17])
+    big = np.argmax(est.cluster_volumes_)
+    assert est.labels_[5] == est.labels_[17] == big
+    assert np.isfinite(est.ncut_)
+
+
+def test_verbose_prints(blobs, capsys):
+    X, _ = blobs
+    FalconNCut(4, verbose=1, random_state=0).fit(X)
+    assert "[Falcon]" in capsys.readouterr().out

@@ -1,0 +1,133 @@
+"""The Numba kernels against plain NumPy references."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_falcon import _kernels_numba as nk
+
+
+def _graph(n=60, seed=0, density=0.2, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    A = rng.random((n, n)) * (rng.random((n, n)) < density)
+    W = (A + A.T).astype(dtype)
+    return W, sp.csr_matrix(W)
+
+
+def _onehot(labels, K):
+    X = np.zeros((labels.size, K))
+    X[np.arange(labels.size), labels] = 1
+    return X
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cluster_weights_and_stats(dtype):
+    W, S = _graph(dtype=dtype)
+    rng = np.random.default_rng(1)
+    labels = rng.integers(4, size=W.shape[0]).astype(np.int64)
+    ref = W.astype(np.float64) @ _onehot(labels, 4)
+    np.testing.assert_allclose(nk.cluster_weights_dense(W, labels, 4), ref, rtol=1e-5)
+    np.testing.assert_allclose(
+        nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 4), ref, rtol=1e-5
+    )
+    d = W.sum(1).astype(np.float64)
+    vol, assoc = nk.cluster_stats(ref, labels, d, 4)
+    X = _onehot(labels, 4)
+    np.testing.assert_allclose(vol, X.T @ d)
+    np.testing.assert_allclose(assoc, np.einsum("ik,ik->k", X, W @ X), rtol=1e-5)
+    assert nk.objective(vol, assoc) == pytest.approx(np.sum(assoc / vol))
+
+
+def test_parallel_and_serial_paths_agree(monkeypatch):
+    W, S = _graph(n=300, density=0.1)
+    labels = np.random.default_rng(2).integers(5, size=300).astype(np.int64)
+    serial = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 5)
+    monkeypatch.setattr(nk, "_PARALLEL_MIN", 0)
+    parallel = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 5)
+    np.testing.assert_allclose(serial, parallel)
+    d = W.sum(1)
+    vol, assoc = nk.cluster_stats(serial, labels, d, 5)
+    a, _ = nk.proximal_step(serial, d, vol, assoc, labels, 0.01)
+    monkeypatch.setattr(nk, "_PARALLEL_MIN", 10**12)
+    b, _ = nk.proximal_step(serial, d, vol, assoc, labels, 0.01)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_update_cluster_weights_matches_recompute():
+    W, S = _graph()
+    rng = np.random.default_rng(3)
+    old = rng.integers(3, size=W.shape[0]).astype(np.int64)
+    new = old.copy()
+    new[rng.choice(W.shape[0], 10, replace=False)] = rng.integers(3, size=10)
+    WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, old, 3)
+    WX0 = WX.copy()
+    up = nk.update_cluster_weights_csr(S.indptr, S.indices, S.data, old, new, WX)
+    np.testing.assert_allclose(up, W @ _onehot(new, 3), atol=1e-12)
+    np.testing.assert_array_equal(WX, WX0)  # input not modified
+    upd = nk.update_cluster_weights_dense(W, old, new, WX)
+    np.testing.assert_allclose(upd, up, atol=1e-12)
+
+
+def test_score_matrix_and_step():
+    W, S = _graph()
+    labels = np.random.default_rng(4).integers(3, size=W.shape[0]).astype(np.int64)
+    d = W.sum(1)
+    WX = W @ _onehot(labels, 3)
+    vol, assoc = nk.cluster_stats(WX, labels, d, 3)
+    mu = nk.score_matrix(WX, d, vol, assoc)
+    np.testing.assert_allclose(mu, 2 * WX / vol - d[:, None] * assoc / vol**2)
+    tau = 0.05
+    new, moved = nk.proximal_step(WX, d, vol, assoc, labels, tau)
+    bonus = mu + tau * _onehot(labels, 3)
+    ref = np.where(bonus.max(1) > bonus[np.arange(labels.size), labels],
+                   bonus.argmax(1), labels)
+    np.testing.assert_array_equal(new, ref)
+    assert moved == np.count_nonzero(new != labels)
+    # a huge tau moves nothing
+    same, m0 = nk.proximal_step(WX, d, vol, assoc, labels, 1e9)
+    np.testing.assert_array_equal(same, labels)
+    assert m0 == 0
+
+
+def test_step_never_empties_a_cluster():
+    # cluster 2 holds one node that is strongly attached to cluster 0
+    W = np.ones((5, 5))
+    labels = np.array([0, 0, 1, 1, 2], dtype=np.int64)
+    d = W.sum(1)
+    WX = W @ _onehot(labels, 3)
+    vol, assoc = nk.cluster_stats(WX, labels, d, 3)
+    new, _ = nk.proximal_step(WX, d, vol, assoc, labels, 0.0)
+    assert set(new.tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_local_move_sweep_is_exact_and_monotone(dense):
+    W, S = _graph(n=50, seed=5)
+    labels = np.random.default_rng(6).integers(4, size=50).astype(np.int64)
+    d = W.sum(1)
+    WX = W @ _onehot(labels, 4)
+    vol, assoc = nk.cluster_stats(WX, labels, d, 4)
+    f0 = nk.objective(vol, assoc)
+    if dense:
+        moves = nk.local_move_sweep_dense(W, d, labels, WX, vol, assoc)
+    else:
+        moves = nk.local_move_sweep_csr(S.indptr, S.indices, S.data, d, labels, WX,
+                                        vol, assoc)
+    assert moves > 0
+    # incremental state equals a recomputation
+    np.testing.assert_allclose(WX, W @ _onehot(labels, 4), atol=1e-10)
+    v2, a2 = nk.cluster_stats(W @ _onehot(labels, 4), labels, d, 4)
+    np.testing.assert_allclose(vol, v2)
+    np.testing.assert_allclose(assoc, a2, atol=1e-10)
+    assert nk.objective(vol, assoc) > f0
+
+
+def test_heaviest_neighbor():
+    W, S = _graph(n=30, seed=7)
+    d = W.sum(1)
+    hs = nk.heaviest_neighbor_csr(S.indptr, S.indices, S.data, d)
+    hd = nk.heaviest_neighbor_dense(W, d)
+    R = W / d[None, :]
+    np.fill_diagonal(R, -1)
+    np.testing.assert_array_equal(hs, R.argmax(1))
+    np.testing.assert_array_equal(hd, R.argmax(1))

@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_falcon import normalized_cut
+from sklearn_falcon.metrics import normalized_association
+
+
+def naive_ncut(W, labels):
+    W = np.asarray(W.toarray() if sp.issparse(W) else W, dtype=float)
+    d = W.sum(1)
+    total = 0.0
+    for k in np.unique(labels):
+        m = labels == k
+        vol = d[m].sum()
+        if vol == 0:
+            continue
+        cut = W[np.ix_(m, ~m)].sum()
+        total += cut / vol
+    return total
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("fmt", ["dense", "csr", "csc", "coo"])
+def test_normalized_cut_matches_naive(seed, fmt):
+    rng = np.random.default_rng(seed)
+    n, K = 40, 4
+    A = rng.random((n, n)) * (rng.random((n, n)) < 0.3)
+    W = A + A.T
+    labels = rng.integers(K, size=n)
+    ref = naive_ncut(W, labels)
+    Win = W if fmt == "dense" else getattr(sp, f"{fmt}_matrix")(W)
+    assert normalized_cut(Win, labels) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+    assert normalized_association(Win, labels) == pytest.approx(
+        len(np.unique(labels)) - ref, rel=1e-12
+    )
+
+
+def test_normalized_cut_label_values_and_float32():
+    rng = np.random.default_rng(0)
+    A = rng.random((20, 20)).astype(np.float32)
+    W = A + A.T
+    labels = rng.integers(3, size=20)
+    # arbitrary label values: only the partition matters
+    assert normalized_cut(W, labels * 7 + 3) == pytest.approx(
+        naive_ncut(W, labels), rel=1e-5
+    )
+
+
+def test_normalized_cut_bounds_and_isolated():
+    W = np.zeros((4, 4))
+    W[0, 1] = W[1, 0] = 1.0
+    # node 2, 3 isolated: their cluster has zero volume and contributes 0
+    assert normalized_cut(W, [0, 0, 1, 1]) == 0.0
+    assert normalized_cut(W, [0, 1, 2, 2]) == pytest.approx(2.0)
+
+
+def test_normalized_cut_errors():
+    with pytest.raises(ValueError, match="square"):
+        normalized_cut(np.ones((3, 4)), [0, 1, 0])
+    with pytest.raises(ValueError, match="labels must have shape"):
+        normalized_cut(np.ones((3, 3)), [0, 1])
+    with pytest.raises(ValueError, match="nonnegative"):
+        normalized_cut(-np.ones((3, 3)), [0, 1, 0])
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        normalized_cut(np.full((3, 3), np.nan), [0, 1, 0])
