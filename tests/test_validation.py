@@ -1,0 +1,182 @@
+"""Bad input: clear errors that name the parameter, and inputs never mutated."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sklearn_falcon import FalconNCut
+
+
+def _W(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.random((n, n))
+    return A + A.T
+
+
+def _fit_pre(W, **kw):
+    return FalconNCut(n_clusters=kw.pop("n_clusters", 3), affinity="precomputed",
+                      random_state=0, **kw).fit(W)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_inf_in_features_and_affinity(bad):
+    X = np.random.default_rng(0).random((30, 3))
+    X[3, 1] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        FalconNCut(3).fit(X)
+    W = _W()
+    W[2, 5] = W[5, 2] = bad
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        _fit_pre(W)
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        _fit_pre(sp.csr_matrix(W))
+
+
+def test_negative_affinity():
+    W = _W()
+    W[0, 1] = W[1, 0] = -0.5
+    with pytest.raises(ValueError, match="nonnegative.*-0.5"):
+        _fit_pre(W)
+    with pytest.raises(ValueError, match="nonnegative"):
+        _fit_pre(sp.csr_matrix(W))
+
+
+def test_non_square_affinity():
+    with pytest.raises(ValueError, match=r"square.*shape=\(30, 20\)"):
+        _fit_pre(_W()[:, :20])
+
+
+def test_asymmetric_affinity_is_symmetrized_with_warning():
+    W = _W()
+    W[0, 1] += 1.0
+    W_before = W.copy()
+    with pytest.warns(UserWarning, match="not symmetric"):
+        est = _fit_pre(W)
+    np.testing.assert_array_equal(W, W_before)  # the input is not mutated
+    np.testing.assert_allclose(est.affinity_matrix_, (W + W.T) / 2)
+    with pytest.warns(UserWarning, match="not symmetric"):
+        est = _fit_pre(sp.csr_matrix(W))
+    assert abs(est.affinity_matrix_ - est.affinity_matrix_.T).max() == 0
+
+
+@pytest.mark.parametrize("K", [0, -1, 31])
+def test_bad_n_clusters(K):
+    match = "n_clusters" + (".*n_samples=30" if K > 0 else "")
+    with pytest.raises(ValueError, match=match):
+        _fit_pre(_W(), n_clusters=K)
+    with pytest.raises(ValueError, match="n_clusters"):
+        FalconNCut(n_clusters=K).fit(np.random.default_rng(0).random((30, 2)))
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [("tau", 0), ("tau", -1.0), ("gamma_backtrack", 1.0), ("delta", -1),
+     ("n_init", 0), ("max_iter", -1), ("affinity", "euclid"), ("backend", "jax"),
+     ("init", "bogus"), ("power", 0), ("n_neighbors", 0), ("tol", -1e-3)],
+)
+def test_bad_parameters_name_the_parameter(param, value):
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match=f"'{param}' parameter"):
+        FalconNCut(n_clusters=2, **{param: value}).fit(X)
+
+
+def test_bad_device():
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match="device="):
+        FalconNCut(2, device="tpu").fit(X)
+    with pytest.raises(ValueError, match="backend='numba' runs on the CPU"):
+        FalconNCut(2, backend="numba", device="cuda").fit(X)
+
+
+def test_empty_and_single_sample():
+    with pytest.raises(ValueError, match="0 sample"):
+        FalconNCut(2).fit(np.empty((0, 3)))
+    with pytest.raises(ValueError, match="1 sample"):
+        FalconNCut(1).fit(np.ones((1, 3)))
+    with pytest.raises(ValueError, match="0 feature"):
+        FalconNCut(2).fit(np.empty((5, 0)))
+
+
+def test_wrong_dimensions():
+    with pytest.raises(ValueError, match="2D array"):
+        FalconNCut(2).fit(np.ones(10))
+    est = FalconNCut(2, random_state=0).fit(np.random.default_rng(0).random((30, 2)))
+    with pytest.raises(ValueError, match="3 features"):
+        est.predict(np.ones((4, 3)))
+
+
+def test_all_zero_affinity():
+    with pytest.raises(ValueError, match="all zeros"):
+        _fit_pre(np.zeros((10, 10)))
+    with pytest.raises(ValueError, match="all zeros"):
+        _fit_pre(sp.csr_matrix((10, 10)))
+
+
+def test_too_few_connected_nodes():
+    W = np.zeros((10, 10))
+    W[0, 1] = W[1, 0] = 1.0
+    with pytest.raises(ValueError, match="Only 2 of 10 samples have a nonzero degree"):
+        _fit_pre(W, n_clusters=3)
+
+
+def test_object_complex_bool_dtypes():
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match="could not convert|argument must be"):
+        FalconNCut(2).fit(np.array([["a", "b"]] * 30, dtype=object))
+    with pytest.raises(ValueError, match="Complex data not supported"):
+        FalconNCut(2).fit(X + 1j)
+    with pytest.raises(TypeError, match="dtype=bool"):
+        FalconNCut(2).fit(X > 0.5)
+    with pytest.raises(TypeError, match="dtype=bool"):
+        _fit_pre(_W() > 1.0)
+    with pytest.raises(TypeError, match="dtype=bool"):
+        _fit_pre(sp.csr_matrix(_W() > 1.0))
+    # object arrays that hold numbers are converted, as in scikit-learn
+    FalconNCut(2, random_state=0).fit(X.astype(object))
+
+
+def test_sparse_explicit_zeros_and_int64_indices_not_mutated():
+    W = sp.csr_matrix(_W(40))
+    W.data[::7] = 0.0  # explicit zeros
+    W.indices = W.indices.astype(np.int64)
+    W.indptr = W.indptr.astype(np.int64)
+    data, indices, indptr = W.data.copy(), W.indices.copy(), W.indptr.copy()
+    est = _fit_pre(W)
+    A = est.affinity_matrix_
+    assert A.indices.dtype == np.int32 and not np.any(A.data == 0)
+    np.testing.assert_array_equal(W.data, data)
+    np.testing.assert_array_equal(W.indices, indices)
+    assert W.indices.dtype == np.int64 and W.nnz == data.size
+    np.testing.assert_array_equal(W.indptr, indptr)
+    ref = _fit_pre(sp.csr_matrix(W.toarray()))
+    assert est.ncut_ == pytest.approx(ref.ncut_)
+
+
+def test_inputs_never_mutated():
+    X = np.random.default_rng(0).random((50, 3))
+    X0 = X.copy()
+    for aff in ("nearest_neighbors", "rbf", "cosine"):
+        FalconNCut(3, affinity=aff, random_state=0).fit(X).predict(X)
+        np.testing.assert_array_equal(X, X0)
+    W = _W(50)
+    W0 = W.copy()
+    est = _fit_pre(W)
+    est.predict(W[:5])
+    np.testing.assert_array_equal(W, W0)
+    assert est.affinity_matrix_ is not W
+
+
+def test_init_array_errors():
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match=r"shape \(n_samples,\)=\(30,\)"):
+        FalconNCut(2, init=np.zeros(5, dtype=int)).fit(X)
+    with pytest.raises(ValueError, match=r"\[0, n_clusters=2\)"):
+        FalconNCut(2, init=np.full(30, 4)).fit(X)
+    with pytest.raises(ValueError, match="init='kmeans' needs features"):
+        _fit_pre(_W(), init="kmeans")
+
+
+def test_predict_negative_cross_affinity():
+    est = _fit_pre(_W())
+    with pytest.raises(ValueError, match="nonnegative"):
+        est.predict(-_W()[:3])
