@@ -297,9 +297,11 @@ def test_per_graph_tau_and_stopping():
     # a huge tau freezes graph 1 only; max_iter=2 stops the others early
     res = solve(P, inits, tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2,
                 polish=False)
-    assert res.n_iter[1] == 0 and res.converged[1]
+    # graph 1 stops after one iteration that moves nothing
+    assert res.n_iter[1] == 1 and res.converged[1]
+    assert len(res.objective_path[1]) == 1
     np.testing.assert_array_equal(P.labels_list(res.labels)[1], inits[1])
-    assert np.all(res.n_iter[[0, 2, 3]] > 0)
+    assert all(len(res.objective_path[b]) > 1 for b in (0, 2, 3))
     assert np.all(res.n_iter <= 2)
 
 
@@ -380,16 +382,30 @@ def test_unavailable_cuda_is_reported(monkeypatch):
 
 # ------------------------------------------------------------------ CUDA
 @needs_cuda
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_cuda_parity_sparse_and_dense(dtype):
+def test_cuda_parity_float64():
     W, _ = planted_sparse(1500, 5, seed=2)
     y0 = random_labels(1500, 5, np.random.default_rng(3))
-    tol = 1e-9 if dtype == "float64" else 1e-4
     r_nb = solve(make_problem(W, 5, backend="numba"), y0)
     for G in (W, W.toarray()):
-        r = solve(make_problem(G, 5, backend="torch", device="cuda", dtype=dtype), y0)
-        assert r.objective[0] == pytest.approx(r_nb.objective[0], abs=tol)
+        P = make_problem(G, 5, backend="torch", device="cuda", dtype="float64")
+        r = solve(P, y0)
+        assert r.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
         assert np.all(np.diff(r.objective_path[0]) >= 0)
+
+
+@needs_cuda
+def test_cuda_float32():
+    W, _ = planted_sparse(1500, 5, seed=2)
+    W32 = W.astype(np.float32)
+    y0 = random_labels(1500, 5, np.random.default_rng(3))
+    r_nb = solve(make_problem(W32, 5, backend="numba"), y0)
+    # CSR: float32 values are accumulated in float64, as Numba does
+    r = solve(make_problem(W32, 5, backend="torch", device="cuda"), y0)
+    assert r.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-6)
+    # dense float32 products round differently: same quality, monotone
+    r = solve(make_problem(W32.toarray(), 5, backend="torch", device="cuda"), y0)
+    assert r.objective[0] == pytest.approx(r_nb.objective[0], rel=1e-2)
+    assert np.all(np.diff(r.objective_path[0]) >= 0)
 
 
 @needs_cuda
@@ -401,7 +417,7 @@ def test_cuda_batched_matrix_free():
                       polish=False)
     np.testing.assert_allclose(rc.ncut, rn.ncut, atol=1e-6)
     r32 = falcon_batch(graphs, 3, power=3.0, init=inits, device="cuda")
-    np.testing.assert_allclose(r32.ncut, rn.ncut, atol=1e-3)
+    np.testing.assert_allclose(r32.ncut, rn.ncut, rtol=1e-2, atol=1e-3)
     assert all(np.all(np.diff(p) >= 0) for p in r32.objective_path)
 
 

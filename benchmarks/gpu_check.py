@@ -1,0 +1,485 @@
+"""GPU check of the torch backend: one short script, runnable as is.
+
+    python benchmarks/gpu_check.py               # full run (< 5 min on an H200)
+    python benchmarks/gpu_check.py --cpu-only    # no CUDA rows, plus CPU memory
+    python benchmarks/gpu_check.py --quick       # small sizes (smoke test)
+
+It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
+``$OUT`` is set, or to ``--out``):
+
+1. **Time per fit** of the Numba, torch-CPU and torch-CUDA backends on
+   4,096- and 16,384-token cosine graphs (``power`` 10, DINO-like synthetic
+   tokens of dimension 384) and on a 1M-node sparse kNN graph.  A fit is
+   one Falcon solve from the same initial labels (the planted labels with
+   40% of them redrawn at random), ``polish=False`` so that every backend
+   runs the same data-parallel loop; *setup* is building the problem
+   (host-to-device copy, degrees), *solve* the proximal loop.  The dense
+   ``W`` rows use the ``n x n`` matrix (its construction on the host is
+   listed apart); the *matrix-free* rows compute ``W`` from the features in
+   row blocks and never store it.  ``|dNCut|`` is the difference to the
+   Numba NCut from the same init; peak GPU memory is
+   ``torch.cuda.max_memory_allocated`` over setup and solve.
+2. **Batched throughput** (images per second) of ``B = 32`` token graphs of
+   4,096 tokens solved in one batched matrix-free call, against a loop of
+   single solves.
+3. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+   matrix-free torch path (the largest growth of the resident set of a
+   fresh process over problem construction and a 3-iteration solve,
+   sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
+   floats a dense ``W`` needs; the dense path at 4,096 tokens is measured
+   the same way as a check of the method.
+
+CUDA rows are skipped when CUDA is unavailable; rows that would exceed the
+time budget (``--budget`` seconds) are skipped and marked so.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.graphs import (  # noqa: E402
+    cosine_power_affinity,
+    knn_graph_million,
+    token_features,
+)
+from sklearn_falcon._backend import (  # noqa: E402
+    NumbaProblem,
+    TorchProblem,
+)
+from sklearn_falcon._solver import solve  # noqa: E402
+
+POWER = 10.0
+K_TOKENS = 8
+DIM = 384
+
+
+def noisy_init(y, K, frac=0.4, seed=0):
+    rng = np.random.default_rng(seed)
+    y0 = np.asarray(y, dtype=np.int64).copy()
+    flip = rng.random(y0.size) < frac
+    y0[flip] = rng.integers(K, size=int(flip.sum()))
+    y0[:K] = np.arange(K)
+    return y0
+
+
+def ncut_of(res, problem_degrees, K):
+    """NCut = (clusters of positive volume) - f, per graph."""
+    out = []
+    for b, d in enumerate(problem_degrees):
+        lab = res.labels[b, : d.shape[0]]
+        live = np.count_nonzero(np.bincount(lab, weights=d, minlength=K) > 0)
+        out.append(live - float(res.objective[b]))
+    return np.array(out)
+
+
+class Bench:
+    def __init__(self, budget, cuda):
+        self.t0 = time.perf_counter()
+        self.budget = budget
+        self.cuda = cuda
+        self.rows = []
+        try:
+            import torch
+
+            self.torch = torch
+        except ImportError:  # torch is optional: its rows are skipped
+            self.torch = None
+
+    def elapsed(self):
+        return time.perf_counter() - self.t0
+
+    def over_budget(self):
+        return self.elapsed() > self.budget
+
+    def sync(self, device):
+        if device.startswith("cuda"):
+            self.torch.cuda.synchronize()
+
+    def run(self, graph, method, make, y0, K, device="cpu", ref=None, note=""):
+        """Time one fit: ``make()`` builds the problem, then one solve."""
+        row = dict(graph=graph, method=method, note=note)
+        if self.over_budget():
+            row["note"] = "skipped (time budget)"
+            self.rows.append(row)
+            return None
+        cuda = device.startswith("cuda")
+        if cuda:
+            self.torch.cuda.empty_cache()
+            self.torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        P = make()
+        self.sync(device)
+        setup = time.perf_counter() - t
+        t = time.perf_counter()
+        res = solve(P, y0, polish=False, max_iter=100)
+        self.sync(device)
+        run = time.perf_counter() - t
+        degrees = [P.degrees] if isinstance(P, NumbaProblem) else P.degrees_numpy()
+        nc = float(ncut_of(res, degrees, K)[0])
+        row.update(setup=setup, solve=run, fit=setup + run, n_iter=int(res.n_iter[0]),
+                   ncut=nc, monotone=bool(np.all(np.diff(res.objective_path[0]) >= 0)))
+        if ref is not None:
+            row["dncut"] = abs(nc - ref)
+        if cuda:
+            row["peak_mb"] = self.torch.cuda.max_memory_allocated() / 2**20
+        self.rows.append(row)
+        del P
+        return nc
+
+
+def fmt(v, spec):
+    return "" if v is None else format(v, spec)
+
+
+def fit_table(rows):
+    out = ["| graph | method | setup s | solve s | fit s | iters | NCut | |dNCut| vs "
+           "Numba | monotone | peak GPU MiB | note |",
+           "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|---|"]
+    for r in rows:
+        out.append(
+            f"| {r['graph']} | {r['method']} | {fmt(r.get('setup'), '.3f')} | "
+            f"{fmt(r.get('solve'), '.3f')} | {fmt(r.get('fit'), '.3f')} | "
+            f"{r.get('n_iter', '')} | {fmt(r.get('ncut'), '.6f')} | "
+            f"{fmt(r.get('dncut'), '.1e')} | "
+            f"{'' if 'monotone' not in r else ('yes' if r['monotone'] else 'NO')} | "
+            f"{fmt(r.get('peak_mb'), '.0f')} | {r.get('note', '')} |")
+    return "\n".join(out)
+
+
+def warm_up(bench, cuda):
+    """Compile the Numba kernels and start CUDA outside the timings (every
+    kernel runs: random starts move many nodes, noisy planted ones few)."""
+    import scipy.sparse as sp
+
+    from sklearn_falcon._init import random_labels
+
+    F, y = token_features(512, 4, dim=32, seed=1)
+    W = cosine_power_affinity(F, POWER)
+    Ws = sp.csr_matrix(np.where(W > 0.3, W, 0.0))
+    Wk, yk = knn_graph_million(n=3000, k=10, n_clusters=4, seed=1)
+    inits = [noisy_init(y, 4), noisy_init(y, 4, frac=0.05),
+             random_labels(512, 4, np.random.default_rng(0))]
+    for y0 in inits:
+        for G in (W, Ws):
+            solve(NumbaProblem(G, 4), y0, polish=False)
+    solve(NumbaProblem(Wk, 4), noisy_init(yk, 4), polish=False)
+    if bench.torch is None:
+        return
+    for dev in ["cpu"] + (["cuda"] if cuda else []):
+        for dt in ("float32", "float64"):
+            for y0 in inits[:2]:
+                solve(TorchProblem.from_affinity(W, 4, device=dev, dtype=dt), y0,
+                      polish=False)
+                solve(TorchProblem.from_affinity(Ws, 4, device=dev, dtype=dt), y0,
+                      polish=False)
+                solve(TorchProblem.from_features(F, 4, power=POWER, device=dev,
+                                                 dtype=dt), y0, polish=False)
+            solve(TorchProblem.from_affinity(Wk, 4, device=dev, dtype=dt),
+                  noisy_init(yk, 4), polish=False)
+        bench.sync(dev)
+
+
+def token_section(bench, sizes, cuda, cpu_matrix_free_max):
+    for n in sizes:
+        F, y = token_features(n, K_TOKENS, dim=DIM, seed=0)
+        y0 = noisy_init(y, K_TOKENS)
+        graph = f"tokens n={n:,} (cosine, power {POWER:g})"
+        t = time.perf_counter()
+        W = cosine_power_affinity(F, POWER)
+        build = time.perf_counter() - t
+        note_w = f"dense W ({n * n * 8 / 2**30:.2f} GiB f64) built on host in {build:.1f} s"
+        ref = bench.run(graph, "numba (dense W)", lambda: NumbaProblem(W, K_TOKENS),
+                        y0, K_TOKENS, note=note_w)
+        if bench.torch is not None:
+            bench.run(graph, "torch-cpu f64 (dense W)",
+                      lambda: TorchProblem.from_affinity(W, K_TOKENS, device="cpu"),
+                      y0, K_TOKENS, ref=ref)
+            if n <= cpu_matrix_free_max:
+                bench.run(graph, "torch-cpu f64 (matrix-free)",
+                          lambda: TorchProblem.from_features(F, K_TOKENS, power=POWER,
+                                                             device="cpu"),
+                          y0, K_TOKENS, ref=ref)
+            if cuda:
+                bench.run(graph, "torch-cuda f32 (dense W)",
+                          lambda: TorchProblem.from_affinity(W, K_TOKENS, device="cuda",
+                                                             dtype="float32"),
+                          y0, K_TOKENS, device="cuda", ref=ref,
+                          note="includes the host-to-device copy of W")
+                bench.run(graph, "torch-cuda f32 (matrix-free)",
+                          lambda: TorchProblem.from_features(F, K_TOKENS, power=POWER,
+                                                             device="cuda",
+                                                             dtype="float32"),
+                          y0, K_TOKENS, device="cuda", ref=ref)
+                bench.run(graph, "torch-cuda f64 (matrix-free)",
+                          lambda: TorchProblem.from_features(F, K_TOKENS, power=POWER,
+                                                             device="cuda",
+                                                             dtype="float64"),
+                          y0, K_TOKENS, device="cuda", ref=ref)
+        del W
+
+
+def knn_section(bench, n, cuda):
+    K = 20
+    t = time.perf_counter()
+    W, y = knn_graph_million(n=n, k=10, n_clusters=K, n_jobs=-1)
+    build = time.perf_counter() - t
+    y0 = noisy_init(y, K)
+    graph = f"kNN n={n:,} (k=10, nnz={W.nnz:,})"
+    ref = bench.run(graph, "numba (CSR)", lambda: NumbaProblem(W, K), y0, K,
+                    note=f"graph built in {build:.1f} s")
+    if bench.torch is None:
+        return
+    bench.run(graph, "torch-cpu f64 (CSR)",
+              lambda: TorchProblem.from_affinity(W, K, device="cpu"), y0, K, ref=ref)
+    if cuda:
+        for dt in ("float32", "float64"):
+            bench.run(graph, f"torch-cuda f{dt[5:]} (CSR)",
+                      lambda dt=dt: TorchProblem.from_affinity(W, K, device="cuda",
+                                                               dtype=dt),
+                      y0, K, device="cuda", ref=ref)
+
+
+def batch_section(bench, B, n, cuda, cpu_batch):
+    """Images per second of B token graphs solved in one batched call."""
+    from sklearn_falcon._batch import falcon_batch
+
+    feats, inits = [], []
+    for b in range(B):
+        F, y = token_features(n, K_TOKENS, dim=DIM, seed=100 + b)
+        feats.append(F)
+        inits.append(noisy_init(y, K_TOKENS, seed=b))
+    rows = []
+
+    def timed(label, fn, count, device="cpu"):
+        if bench.over_budget():
+            rows.append(dict(method=label, note="skipped (time budget)"))
+            return
+        if device.startswith("cuda"):
+            bench.torch.cuda.empty_cache()
+            bench.torch.cuda.reset_peak_memory_stats()
+        t = time.perf_counter()
+        ncut = fn()
+        bench.sync(device)
+        dt = time.perf_counter() - t
+        row = dict(method=label, images=count, seconds=dt, ips=count / dt,
+                   ncut=float(np.mean(ncut)))
+        if device.startswith("cuda"):
+            row["peak_mb"] = bench.torch.cuda.max_memory_allocated() / 2**20
+        rows.append(row)
+
+    kw = dict(affinity="cosine", power=POWER, polish=False)
+    if cuda:
+        timed(f"torch-cuda f32, one batched call (B={B})",
+              lambda: falcon_batch(feats, K_TOKENS, init=inits, device="cuda", **kw).ncut,
+              B, "cuda")
+        timed(f"torch-cuda f32, loop of {B} single solves",
+              lambda: [falcon_batch([f], K_TOKENS, init=[y], device="cuda", **kw).ncut[0]
+                       for f, y in zip(feats, inits)], B, "cuda")
+    if bench.torch is not None:
+        m = min(cpu_batch, B)
+        timed(f"torch-cpu f64, one batched call (B={m})",
+              lambda: falcon_batch(feats[:m], K_TOKENS, init=inits[:m], device="cpu",
+                                   **kw).ncut, m)
+    m = min(cpu_batch, B)
+    timed(f"numba, loop of {m} (dense W built per image)",
+          lambda: falcon_batch(feats[:m], K_TOKENS, init=inits[:m], backend="numba",
+                               **kw).ncut, m)
+    out = [f"| batch of {n:,}-token graphs | images | seconds | images/s | mean NCut | "
+           "peak GPU MiB | note |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['method']} | {r.get('images', '')} | "
+                   f"{fmt(r.get('seconds'), '.3f')} | {fmt(r.get('ips'), '.2f')} | "
+                   f"{fmt(r.get('ncut'), '.5f')} | {fmt(r.get('peak_mb'), '.0f')} | "
+                   f"{r.get('note', '')} |")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------- memory
+class _RSSSampler:
+    """Largest resident set size seen while active, sampled every 0.5 ms from
+    ``/proc/self/statm`` in a background thread (torch releases the GIL in
+    its kernels); falls back to ``ru_maxrss`` elsewhere."""
+
+    def __init__(self):
+        import threading
+
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self.proc = os.path.exists("/proc/self/statm")
+        self.peak = self.current()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def current(self):
+        if self.proc:
+            with open("/proc/self/statm") as fh:
+                return int(fh.read().split()[1]) * self.page
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss if sys.platform == "darwin" else rss * 1024
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.current())
+            time.sleep(0.0005)
+
+    def __enter__(self):
+        self.base = self.current()
+        self.peak = self.base
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
+def _memory_child(n, mode, dtype):
+    """Run in a fresh process: peak-RSS growth of one solve (printed as JSON)."""
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    F, y = token_features(n, K_TOKENS, dim=DIM, seed=0)
+    y0 = noisy_init(y, K_TOKENS)
+    if mode == "dense":  # warm the kernels on a tiny graph first
+        Fs, ys = token_features(128, K_TOKENS, dim=DIM, seed=1)
+        solve(TorchProblem.from_affinity(cosine_power_affinity(Fs, POWER), K_TOKENS,
+                                         device="cpu", dtype=dtype),
+              noisy_init(ys, K_TOKENS), polish=False, max_iter=2)
+    else:
+        Fs, ys = token_features(128, K_TOKENS, dim=DIM, seed=1)
+        solve(TorchProblem.from_features(Fs, K_TOKENS, power=POWER, device="cpu",
+                                         dtype=dtype),
+              noisy_init(ys, K_TOKENS), polish=False, max_iter=2)
+    t = time.perf_counter()
+    with _RSSSampler() as rss:
+        if mode == "dense":
+            W = cosine_power_affinity(F, POWER).astype(dtype, copy=False)
+            P = TorchProblem.from_affinity(W, K_TOKENS, device="cpu", dtype=dtype)
+        else:
+            P = TorchProblem.from_features(F, K_TOKENS, power=POWER, device="cpu",
+                                           dtype=dtype)
+        res = solve(P, y0, polish=False, max_iter=3)
+    dt = time.perf_counter() - t
+    print(json.dumps(dict(n=n, mode=mode, dtype=dtype, base=rss.base, peak=rss.peak,
+                          growth=rss.peak - rss.base, seconds=dt,
+                          n_iter=int(res.n_iter[0]))))
+
+
+def memory_section(sizes, timeout):
+    rows = []
+    jobs = [(n, "matrix-free", dt) for n in sizes for dt in ("float64", "float32")]
+    jobs.insert(1, (sizes[0], "dense", "float64"))
+    for n, mode, dt in jobs:
+        cmd = [sys.executable, os.path.abspath(__file__), "--_memory-child",
+               str(n), mode, dt]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                 check=True).stdout.strip().splitlines()[-1]
+            rows.append(json.loads(out))
+        except (subprocess.SubprocessError, IndexError, ValueError) as exc:
+            rows.append(dict(n=n, mode=mode, dtype=dt, error=type(exc).__name__))
+    out = ["| tokens | path | dtype | peak RSS growth MiB | n^2 floats of W MiB "
+           "(same dtype) | ratio | seconds (3 iters) |",
+           "|---:|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        nbytes = r["n"] ** 2 * (8 if r["dtype"] == "float64" else 4)
+        if "error" in r:
+            out.append(f"| {r['n']:,} | {r['mode']} | {r['dtype']} | {r['error']} | "
+                       f"{nbytes / 2**20:.0f} | | |")
+            continue
+        out.append(f"| {r['n']:,} | {r['mode']} | {r['dtype']} | "
+                   f"{r['growth'] / 2**20:.0f} | {nbytes / 2**20:.0f} | "
+                   f"{r['growth'] / nbytes:.3f} | {r['seconds']:.1f} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu-only", action="store_true",
+                    help="skip CUDA rows and add the CPU memory section")
+    ap.add_argument("--memory", action="store_true", help="add the CPU memory section")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="run only the CPU memory section")
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--sizes", default=None,
+                    help="token counts, comma separated (default 4096,16384)")
+    ap.add_argument("--knn-n", type=int, default=None,
+                    help="nodes of the sparse kNN graph (default 1,000,000; 0 skips)")
+    ap.add_argument("--batch", type=int, default=32, help="graphs per batch")
+    ap.add_argument("--cpu-batch", type=int, default=4,
+                    help="images of the CPU batched/loop rows")
+    ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
+                    help="largest token graph of the torch-cpu matrix-free row")
+    ap.add_argument("--budget", type=float, default=270.0,
+                    help="seconds after which remaining rows are skipped")
+    ap.add_argument("--out", default=None, help="also write the tables here")
+    ap.add_argument("--_memory-child", nargs=3, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._memory_child:
+        n, mode, dt = args._memory_child
+        _memory_child(int(n), mode, dt)
+        return 0
+
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available() and not args.cpu_only
+        info = f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads"
+        if cuda:
+            info += f", {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        cuda, info = False, "torch not installed: torch rows skipped"
+    sizes = ([1024, 2048] if args.quick else [4096, 16384]) if args.sizes is None \
+        else [int(s) for s in args.sizes.split(",")]
+    knn_n = (50_000 if args.quick else 1_000_000) if args.knn_n is None else args.knn_n
+    batch_n = 1024 if args.quick else 4096
+    if args.memory_only:
+        mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
+        text = ("## Peak CPU memory of the matrix-free path\n\n"
+                + memory_section(mem_sizes, timeout=1800))
+        print(text)
+        if args.out:
+            with open(args.out, "w") as fh:
+                fh.write(text + "\n")
+        return 0
+    bench = Bench(args.budget, cuda)
+    print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
+          f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
+    warm_up(bench, cuda)
+    token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
+    print(fit_table(bench.rows), flush=True)
+    if knn_n:
+        knn_section(bench, knn_n, cuda)
+    parts = [f"# Falcon torch backend check\n\n{info}\n",
+             "## Time per fit (one solve from the same init, polish=False)\n",
+             fit_table(bench.rows)]
+    batch = batch_section(bench, args.batch, batch_n, cuda, args.cpu_batch)
+    parts += ["\n## Batched throughput\n", batch]
+    if args.cpu_only or args.memory:
+        mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
+        parts += ["\n## Peak CPU memory of the matrix-free path\n",
+                  memory_section(mem_sizes, timeout=600)]
+    parts.append(f"\nTotal wall time: {bench.elapsed():.0f} s\n")
+    text = "\n".join(parts)
+    print("\n" + text)
+    out = args.out or (os.path.join(os.environ["OUT"], "gpu_check.md")
+                       if os.environ.get("OUT") else None)
+    if out:
+        with open(out, "w") as fh:
+            fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
