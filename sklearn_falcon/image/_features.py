@@ -126,7 +126,7 @@ class ColorPositionFeatures:
     ----------
     patch_size : int, default=8
         Side of a grid cell in pixels.
-    color_scale : float, default=8.5
+    color_scale : float, default=12.0
         L*a*b* distance that counts as one unit (one kernel bandwidth).
     texture_scale : float, default=16.0
         Scale of the texture statistics, in L*a*b* units.
@@ -158,7 +158,7 @@ class ColorPositionFeatures:
         self,
         patch_size=8,
         *,
-        color_scale=8.5,
+        color_scale=12.0,
         texture_scale=16.0,
         position_scale=0.3,
         context=0,
@@ -363,7 +363,13 @@ class TimmFeatures:
             )
         if checkpoint_path is not None:
             state = _load_state_dict(checkpoint_path, torch)
-            res = net.load_state_dict(state, strict=False)
+            try:
+                res = net.load_state_dict(state, strict=False)
+            except RuntimeError as exc:  # shape mismatches
+                detail = " ".join(str(exc).split())
+                raise ValueError(
+                    f"Checkpoint '{checkpoint_path}' does not match the model: {detail[:300]}"
+                ) from None
             ignored = ("head.", "fc_norm.", "head_drop.")
             missing = [k for k in res.missing_keys if not k.startswith(ignored)]
             unexpected = [k for k in res.unexpected_keys if not k.startswith(ignored)]

@@ -1,0 +1,228 @@
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from sklearn_falcon.image import (
+    ColorPositionFeatures,
+    cosine_power_affinity,
+    make_extractor,
+    prototype_upsample,
+    rgb_to_lab,
+)
+
+
+def _img(h, w, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+# ---------------------------------------------------------------- offline path
+def test_rgb_to_lab_matches_skimage():
+    color = pytest.importorskip("skimage.color")
+    img = _img(9, 7)
+    np.testing.assert_allclose(rgb_to_lab(img), color.rgb2lab(img), atol=0.05)
+
+
+@pytest.mark.parametrize("shape,patch,grid", [((64, 64), 8, (8, 8)),
+                                               ((50, 75), 8, (6, 9)),
+                                               ((30, 100), 10, (3, 10))])
+def test_color_features_grid(shape, patch, grid):
+    fe = ColorPositionFeatures(patch)
+    f = fe.extract(_img(*shape))
+    assert f.shape == grid + (fe.n_components,) and f.dtype == np.float32
+    np.testing.assert_array_equal(f, fe.extract(_img(*shape)))  # deterministic
+
+
+def test_color_features_separate_colours():
+    img = np.zeros((32, 64, 3), np.uint8)
+    img[:, 32:] = (220, 40, 40)
+    f = ColorPositionFeatures(8, position_scale=10.0).extract(img).reshape(-1, 256)
+    f /= np.linalg.norm(f, axis=1, keepdims=True)
+    left, right = f[[0, 1, 8]], f[[7, 6, 15]]
+    assert (left @ left.T).min() > 0.9
+    assert (left @ right.T).max() < 0.3
+
+
+def test_color_features_validation():
+    with pytest.raises(ValueError, match="patch_size"):
+        ColorPositionFeatures(0)
+    with pytest.raises(ValueError, match="color_scale"):
+        ColorPositionFeatures(8, color_scale=-1)
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
+        ColorPositionFeatures(8).extract(_img(7, 40))
+    with pytest.raises(ValueError, match="no pretrained"):
+        make_extractor("color", checkpoint_path="x.pt")
+
+
+def test_cosine_power_affinity_definition():
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(20, 5))
+    W = cosine_power_affinity(F, power=3)
+    Fn = F / np.linalg.norm(F, axis=1, keepdims=True)
+    S = Fn @ Fn.T
+    expected = ((S - S.min()) / (S.max() - S.min())) ** 3
+    np.testing.assert_allclose(W, expected, atol=1e-5)
+    np.testing.assert_array_equal(W, W.T)
+    assert W.min() >= 0 and W.max() <= 1
+    with pytest.raises(ValueError, match="power"):
+        cosine_power_affinity(F, power=0)
+
+
+def test_prototype_upsample_resolution_and_boundary():
+    F = np.zeros((3, 4, 2), np.float32)
+    F[:, :2, 0] = 1
+    F[:, 2:, 1] = 1
+    tok = np.array([[0, 0, 1, 1]] * 3)
+    lab = prototype_upsample(F, tok, (30, 41))
+    assert lab.shape == (30, 41)
+    assert (lab[:, :20] == 0).all() and (lab[:, 21:] == 1).all()
+
+
+def test_import_without_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "timm", "torchvision"):
+                    raise ImportError(f"No module named {name!r} (blocked)")
+                return None
+
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        import sklearn_falcon.image as im
+        from sklearn_falcon import ImageSegmenter
+        img = np.zeros((32, 32, 3), np.uint8); img[:, 16:] = 200
+        lab = ImageSegmenter(n_segments=2, refine=None).segment(img)
+        assert lab.shape == (32, 32), lab.shape
+        try:
+            im.TimmFeatures("vit_tiny_patch16_224")
+        except ImportError as exc:
+            assert "sklearn-falcon[image]" in str(exc), exc
+        else:
+            raise AssertionError("no ImportError")
+        assert "torch" not in sys.modules
+        print("ok")
+        """
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().endswith("ok")
+
+
+# -------------------------------------------------------------------- timm path
+def _vit(patch, *, reg_tokens=0, seed=0, depth=2):
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(seed)
+    return VisionTransformer(img_size=4 * patch, patch_size=patch, embed_dim=32,
+                             depth=depth, num_heads=2, num_classes=0, reg_tokens=reg_tokens,
+                             dynamic_img_size=True)
+
+
+@pytest.mark.parametrize("patch,resolution", [(8, 32), (14, 56), (16, 64)])
+def test_timm_token_grid_non_square(patch, resolution):
+    from sklearn_falcon.image import TimmFeatures
+
+    ext = TimmFeatures(_vit(patch), resolution=resolution)
+    assert ext.patch_size == (patch, patch)
+    f = ext.extract(_img(40, 60))  # shorter side -> resolution, aspect kept
+    assert f.shape == (4, 6, 32)
+    f = ext.extract(_img(60, 40))
+    assert f.shape == (6, 4, 32)
+    sq = TimmFeatures(_vit(patch), resolution=(2 * patch, 5 * patch)).extract(_img(9 * patch, 9 * patch))
+    assert sq.shape == (2, 5, 32)
+
+
+def test_timm_register_tokens_removed_and_keys():
+    from sklearn_falcon.image import TimmFeatures
+
+    model = _vit(14, reg_tokens=4)
+    assert model.num_prefix_tokens == 5
+    tok = TimmFeatures(model, resolution=56).extract(_img(56, 84))
+    key = TimmFeatures(model, resolution=56, feature="key").extract(_img(56, 84))
+    assert tok.shape == key.shape == (4, 6, 32)
+    assert not np.allclose(tok, key)
+    first = TimmFeatures(model, resolution=56, layer=0).extract(_img(56, 84))
+    assert not np.allclose(first, tok)
+
+
+def test_timm_keys_match_manual_computation():
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model = _vit(16).eval()
+    ext = TimmFeatures(model, resolution=(32, 48), feature="key")
+    img = _img(32, 48)
+    key = ext.extract(img)
+    x = ext.preprocess(img)
+    with torch.no_grad():
+        t = model.norm_pre(model._pos_embed(model.patch_embed(x)))
+        t = model.blocks[0](t)
+        qkv = model.blocks[1].attn.qkv(model.blocks[1].norm1(t))
+    manual = qkv[0, model.num_prefix_tokens:, 32:64].reshape(2, 3, 32).numpy()
+    np.testing.assert_allclose(key, manual, atol=1e-5)
+
+
+def test_timm_by_name_and_preprocessing_config():
+    from sklearn_falcon.image import TimmFeatures
+
+    ext = TimmFeatures("vit_tiny_patch16_224", resolution=32)
+    np.testing.assert_allclose(ext.mean, [0.5, 0.5, 0.5])  # the model's pretrained_cfg
+    assert ext.extract(_img(32, 64)).shape == (2, 4, 192)
+    with pytest.raises(ValueError, match="Unknown timm model"):
+        TimmFeatures("definitely_not_a_model")
+    with pytest.raises(ValueError, match="layer"):
+        TimmFeatures(_vit(8), layer=5)
+    with pytest.raises(ValueError, match="feature"):
+        TimmFeatures(_vit(8), feature="value")
+
+
+@pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
+def test_checkpoint_loading(tmp_path, fmt):
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    src, dst = _vit(8, seed=0), _vit(8, seed=1)
+    sd = src.state_dict()
+    if fmt == "state_dict":
+        path = tmp_path / "w.pth"
+        torch.save(sd, path)
+    elif fmt == "timm_checkpoint":
+        path = tmp_path / "w.pth.tar"
+        torch.save({"epoch": 3, "state_dict": {"module." + k: v for k, v in sd.items()}}, path)
+    else:
+        pytest.importorskip("safetensors")
+        from safetensors.torch import save_file
+
+        path = tmp_path / "w.safetensors"
+        save_file({k: v.contiguous() for k, v in sd.items()}, str(path))
+    img = _img(32, 40)
+    expected = TimmFeatures(src, resolution=32).extract(img)
+    got = TimmFeatures(dst, resolution=32, checkpoint_path=path).extract(img)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_checkpoint_errors(tmp_path):
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    with pytest.raises(FileNotFoundError, match="checkpoint_path"):
+        TimmFeatures(_vit(8), checkpoint_path=tmp_path / "none.pt")
+    path = tmp_path / "other.pt"
+    torch.save(_vit(16, depth=1).state_dict(), path)
+    with pytest.raises(ValueError, match="does not match"):
+        TimmFeatures(_vit(8), checkpoint_path=path)

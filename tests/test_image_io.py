@@ -1,0 +1,109 @@
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sklearn_falcon.image import check_image_size, load_image
+
+
+def _rgb(h=12, w=10, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def test_array_rgb_roundtrip_and_copy():
+    img = _rgb()
+    out = load_image(img)
+    assert out.dtype == np.uint8 and out.shape == (12, 10, 3)
+    np.testing.assert_array_equal(out, img)
+    out[0, 0] = 0  # the result must not alias a caller's array in a harmful way
+    assert load_image(img).shape == img.shape
+
+
+def test_path_and_pil(tmp_path):
+    img = _rgb()
+    path = tmp_path / "x.png"
+    Image.fromarray(img).save(path)
+    np.testing.assert_array_equal(load_image(path), img)
+    np.testing.assert_array_equal(load_image(str(path)), img)
+    np.testing.assert_array_equal(load_image(Image.fromarray(img)), img)
+
+
+def test_greyscale_is_replicated(tmp_path):
+    grey = np.arange(20, dtype=np.uint8).reshape(4, 5)
+    for src in (grey, grey[:, :, None], Image.fromarray(grey)):
+        out = load_image(src)
+        assert out.shape == (4, 5, 3)
+        for c in range(3):
+            np.testing.assert_array_equal(out[..., c], grey)
+    path = tmp_path / "g.png"
+    Image.fromarray(grey).save(path)
+    assert load_image(path).shape == (4, 5, 3)
+
+
+def test_rgba_drops_alpha(tmp_path):
+    rgba = np.dstack([_rgb(6, 7), np.full((6, 7), 17, np.uint8)])
+    np.testing.assert_array_equal(load_image(rgba), rgba[..., :3])
+    path = tmp_path / "a.png"
+    Image.fromarray(rgba, "RGBA").save(path)
+    np.testing.assert_array_equal(load_image(path), rgba[..., :3])
+
+
+def test_16bit_is_scaled(tmp_path):
+    g16 = np.array([[0, 257, 65535]], dtype=np.uint16)
+    np.testing.assert_array_equal(load_image(g16)[..., 0], [[0, 1, 255]])
+    path = tmp_path / "g16.png"
+    Image.fromarray(np.tile(g16, (3, 1))).save(path)  # PIL mode I;16
+    out = load_image(path)
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out[0, :, 0], [0, 1, 255])
+    rgb16 = np.full((2, 2, 3), 65535, np.uint16)
+    assert load_image(rgb16).max() == 255
+
+
+def test_float_and_bool_arrays():
+    np.testing.assert_array_equal(load_image(np.ones((2, 2))), np.full((2, 2, 3), 255))
+    assert load_image(np.ones((2, 2), bool)).max() == 255
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        load_image(np.full((2, 2, 3), 2.0))
+    with pytest.raises(ValueError, match="NaN"):
+        load_image(np.full((2, 2), np.nan))
+
+
+def test_rejections(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_image(tmp_path / "missing.png")
+    bad = tmp_path / "bad.png"
+    bad.write_text("not an image")
+    with pytest.raises(ValueError, match="Cannot read image"):
+        load_image(bad)
+    with pytest.raises(ValueError, match="shape"):
+        load_image(np.zeros((2, 2, 5), np.uint8))
+    with pytest.raises(ValueError, match="negative"):
+        load_image(-np.ones((2, 2), np.int32))
+    with pytest.raises(ValueError, match="empty"):
+        load_image(np.zeros((0, 3, 3), np.uint8))
+    with pytest.raises(TypeError, match="file path"):
+        load_image(42)
+
+
+def test_tiny_image_rejected():
+    check_image_size(np.zeros((8, 8, 3), np.uint8), 8)
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
+        check_image_size(np.zeros((5, 30, 3), np.uint8), 8)
+    with pytest.raises(ValueError, match="smaller than one 14x14 patch"):
+        check_image_size(np.zeros((30, 13, 3), np.uint8), (14, 14))
+
+
+def test_torch_tensor():
+    torch = pytest.importorskip("torch")
+    img = _rgb(5, 6)
+    chw = torch.from_numpy(img).permute(2, 0, 1)
+    np.testing.assert_array_equal(load_image(chw), img)
+    np.testing.assert_array_equal(load_image(chw[None]), img)
+    np.testing.assert_array_equal(load_image(chw.float() / 255), img)
+    assert load_image(torch.zeros(1, 5, 6)).shape == (5, 6, 3)
+    with pytest.raises(ValueError, match="exactly one image"):
+        load_image(torch.zeros(2, 3, 5, 6))

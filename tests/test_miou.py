@@ -1,0 +1,85 @@
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+from sklearn_falcon._miou import miou
+
+
+def test_perfect_up_to_relabelling():
+    gt = np.array([[0, 0, 1, 1], [2, 2, 1, 1]])
+    pred = np.array([[7, 7, 3, 3], [5, 5, 3, 3]])
+    assert miou(pred, gt) == 1.0
+
+
+def test_hand_computed_two_classes():
+    gt = np.array([[0, 0, 1, 1]])
+    pred = np.array([[5, 5, 5, 7]])
+    # 5<->0: IoU 2/3 ; 7<->1: IoU 1/2
+    assert miou(pred, gt) == pytest.approx((2 / 3 + 1 / 2) / 2)
+
+
+def test_hungarian_is_optimal_not_greedy():
+    # Matching predicted ids to equal gt ids would give 1/3; the optimal
+    # assignment swaps them.
+    gt = np.array([0, 0, 0, 1, 1, 1])[None]
+    pred = np.array([1, 0, 0, 0, 0, 0])[None]
+    # pairs: (pred0, gt0): I=2,U=6 -> 1/3 ; (pred1, gt1): I=0 -> 0 ; total 1/3
+    #        (pred0, gt1): I=3,U=5 -> 3/5 ; (pred1, gt0): I=1,U=3 -> 1/3 ; total 14/15
+    assert miou(pred, gt) == pytest.approx((3 / 5 + 1 / 3) / 2)
+
+
+def test_ignore_index():
+    gt = np.array([[0, 255, 1, 1]])
+    pred = np.array([[0, 1, 1, 1]])
+    assert miou(pred, gt) == 1.0
+    with pytest.raises(ValueError, match="ignore_index"):
+        miou(pred, np.full_like(gt, 255))
+
+
+def test_extra_segments_and_many_to_one_background():
+    gt = np.array([[0, 0, 0, 0, 1, 1]])
+    pred = np.array([[0, 0, 2, 2, 1, 1]])  # background split in two segments
+    # strict: seg 0 (or 2) matches bg: IoU 2/4 ; class 1: IoU 1
+    assert miou(pred, gt) == pytest.approx((0.5 + 1.0) / 2)
+    # many-to-one: the unmatched segment joins the background: IoU 1
+    assert miou(pred, gt, background="many_to_one") == 1.0
+
+
+def test_fewer_segments_than_classes():
+    gt = np.array([[0, 1, 2, 2]])
+    pred = np.zeros((1, 4), int)
+    # single segment matched to class 2: IoU 2/4; classes 0 and 1 get 0
+    assert miou(pred, gt) == pytest.approx(0.5 / 3)
+
+
+def test_average_image_vs_dataset():
+    gts = [np.array([[0, 0, 1, 1]]), np.array([[0, 0, 0, 0]])]
+    preds = [np.array([[0, 0, 0, 1]]), np.array([[3, 3, 3, 3]])]
+    # image 1: IoU 2/3 and 1/2 ; image 2: IoU 1
+    assert miou(preds, gts) == pytest.approx(((2 / 3 + 1 / 2) / 2 + 1) / 2)
+    # dataset: class 0 tp=2+4, fp=1, fn=0 -> 6/7 ; class 1 tp=1, fn=1 -> 1/2
+    score, per_class = miou(preds, gts, average="dataset", return_per_class=True)
+    assert score == pytest.approx((6 / 7 + 1 / 2) / 2)
+    assert per_class[0] == pytest.approx(6 / 7)
+
+
+def test_validation():
+    a = np.zeros((2, 2), int)
+    with pytest.raises(ValueError, match="shape"):
+        miou(a, np.zeros((2, 3), int))
+    with pytest.raises(ValueError, match="background"):
+        miou(a, a, background="x")
+    with pytest.raises(ValueError, match="integer"):
+        miou(a.astype(float), a)
+    with pytest.raises(ValueError, match="ground-truth maps"):
+        miou([a, a], [a])
+
+
+def test_metrics_reexport():
+    metrics = pytest.importorskip("sklearn_falcon.metrics")
+    if not hasattr(metrics, "miou"):
+        pytest.skip("sklearn_falcon.metrics does not re-export miou yet")
+    assert metrics.miou is miou

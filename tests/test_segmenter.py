@@ -1,0 +1,120 @@
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from sklearn_falcon import ImageSegmenter
+from sklearn_falcon._miou import miou
+from sklearn_falcon.image import select_n_segments
+
+
+def _quadrants(h=48, w=64, seed=0):
+    """Four flat-coloured quadrants with mild noise, and their mask."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((h, w), np.int64)
+    mask[: h // 2, w // 2:] = 1
+    mask[h // 2:, : w // 2] = 2
+    mask[h // 2:, w // 2:] = 3
+    colours = np.array([[200, 40, 40], [40, 180, 60], [40, 60, 200], [230, 220, 60]])
+    img = colours[mask] + rng.normal(0, 6, (h, w, 3))
+    return np.clip(img, 0, 255).astype(np.uint8), mask
+
+
+@pytest.mark.parametrize("refine", [None, "pamr"])
+def test_segment_recovers_quadrants(refine):
+    img, mask = _quadrants()
+    lab = ImageSegmenter(n_segments=4, refine=refine).segment(img)
+    assert lab.shape == img.shape[:2] and lab.dtype == np.int64
+    assert miou(lab, mask) > 0.95
+
+
+@pytest.mark.parametrize("shape", [(40, 40), (37, 71), (90, 33)])
+def test_label_map_at_input_resolution(shape):
+    img = np.random.default_rng(1).integers(0, 256, shape + (3,), dtype=np.uint8)
+    lab = ImageSegmenter(n_segments=3, refine=None).segment(img)
+    assert lab.shape == shape
+    assert set(np.unique(lab)) <= {0, 1, 2}
+
+
+def test_fit_predict_clone_and_params():
+    seg = ImageSegmenter(n_segments=2, refine=None, power=5.0)
+    assert clone(seg).get_params() == seg.get_params()
+    params = seg.get_params()
+    for name in ("model", "n_segments", "pretrained", "checkpoint_path", "layer", "feature",
+                 "power", "refine", "random_state"):
+        assert name in params
+    imgs = [_quadrants(seed=s)[0] for s in range(2)]
+    out = seg.fit_predict(imgs)
+    assert isinstance(out, list) and len(out) == 2
+    assert seg.n_segments_ == [2, 2]
+    np.testing.assert_array_equal(out[0], seg.segment(imgs[0]))  # deterministic
+
+
+def test_pamr_does_not_increase_segments_in_pipeline():
+    img = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    raw = ImageSegmenter(n_segments=5, refine=None).segment(img)
+    refined = ImageSegmenter(n_segments=5, refine="pamr").segment(img)
+    assert len(np.unique(refined)) <= len(np.unique(raw))
+
+
+def test_auto_n_segments():
+    img, mask = _quadrants(64, 64)
+    seg = ImageSegmenter(n_segments="auto", auto_range=(2, 8), refine=None)
+    lab = seg.segment(img)
+    assert 2 <= len(np.unique(lab)) <= 8
+    assert miou(lab, mask) > 0.9
+
+
+def test_select_n_segments_block_graph():
+    W = np.kron(np.eye(4), np.ones((5, 5))) + 1e-3
+    over = np.repeat(np.arange(8), [3, 2, 3, 2, 3, 2, 3, 2])
+    k, merged, rho = select_n_segments(W, over, min_segments=2, threshold=0.2)
+    assert k == 4
+    assert miou(merged[None], np.repeat(np.arange(4), 5)[None]) == 1.0
+    assert set(rho) == set(range(2, 9))
+
+
+def test_errors():
+    img = np.zeros((32, 32, 3), np.uint8)
+    with pytest.raises(ValueError, match="n_segments"):
+        ImageSegmenter(n_segments=0).segment(img)
+    with pytest.raises(ValueError, match="refine"):
+        ImageSegmenter(refine="crf").segment(img)
+    with pytest.raises(ValueError, match="fewer than n_segments=20"):
+        ImageSegmenter(n_segments=20).segment(img)  # 4x4 tokens
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
+        ImageSegmenter(n_segments=2).segment(np.zeros((4, 4, 3), np.uint8))
+
+
+def test_grey_rgba_16bit_inputs():
+    img, _ = _quadrants(32, 32)
+    grey = img.mean(axis=2).astype(np.uint16) * 257
+    rgba = np.dstack([img, np.full(img.shape[:2], 255, np.uint8)])
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for x in (grey, rgba, img.astype(np.uint16) * 257):
+        assert seg.segment(x).shape == (32, 32)
+    np.testing.assert_array_equal(seg.segment(rgba), seg.segment(img))
+
+
+def test_vit_model_pipeline(tmp_path):
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
+                            num_classes=0, dynamic_img_size=True)
+    path = tmp_path / "vit.pth"
+    torch.save(vit.state_dict(), path)
+    img, _ = _quadrants(40, 56)
+    seg = ImageSegmenter(model=vit, n_segments=3, resolution=40, refine="pamr",
+                         feature="key")
+    lab = seg.segment(img)
+    assert lab.shape == (40, 56)
+    assert 1 <= len(np.unique(lab)) <= 3
+    seg2 = ImageSegmenter(model="vit_tiny_patch16_224", checkpoint_path=None, n_segments=2,
+                          resolution=32, refine=None)
+    assert seg2.segment(img).shape == (40, 56)
