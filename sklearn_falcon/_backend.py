@@ -14,7 +14,9 @@ methods, so that the package works without torch.
 """
 
 import importlib.util
+import os
 import re
+import sys
 import warnings
 
 import numpy as np
@@ -92,6 +94,9 @@ def resolve_backend(backend="auto", device="auto"):
             if device.startswith("cuda"):
                 _import_torch()
             return "numba", "cpu"
+        if device == "auto" and not _may_have_cuda():
+            # importing torch costs seconds: skip it where no GPU can exist
+            return "numba", "cpu"
         torch = _import_torch()
         if device == "auto":
             if torch.cuda.is_available():
@@ -108,6 +113,25 @@ def resolve_backend(backend="auto", device="auto"):
     raise ValueError(
         f"backend must be 'auto', 'numba' or 'torch'; got backend={backend!r}."
     )
+
+
+def _may_have_cuda():
+    """False when CUDA is certainly unavailable, without importing torch.
+
+    If torch is already imported, ask it.  Otherwise look for the NVIDIA
+    driver (Linux device nodes / proc entry) and honour an empty
+    ``CUDA_VISIBLE_DEVICES``; elsewhere (e.g. Windows) answer True and let
+    torch decide.
+    """
+    if "torch" in sys.modules:
+        return bool(sys.modules["torch"].cuda.is_available())
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    if sys.platform.startswith("linux"):
+        return os.path.exists("/proc/driver/nvidia/version") or os.path.exists(
+            "/dev/nvidia0"
+        )
+    return sys.platform != "darwin"
 
 
 def _check_cuda(torch, device):
@@ -275,12 +299,15 @@ class TorchProblem:
     scalars cross to the solver as NumPy ``(B,)`` arrays and labels come
     back as NumPy ``int64`` (:meth:`to_numpy`, :meth:`labels_list`).
 
-    When the graphs are held explicitly (dense or sparse ``W``), the problem
-    exposes ``polish``: the exact sequential local-move sweep has no
-    data-parallel form, so it runs the Numba sweep on the host copy of each
-    graph (zero-copy views of the tensors on the CPU; a transfer of the
-    ``(n, K)`` state on CUDA).  The matrix-free problem has no ``polish``,
-    and the solver then skips it.
+    ``polish`` (the exact sequential local-move sweep) has no data-parallel
+    form, so it runs the Numba sweep on the host: on the host copy of each
+    graph when the graphs are held explicitly (dense or sparse ``W``), and
+    for matrix-free problems on the rows of ``W``, computed block by block
+    on the device and streamed to
+    :func:`sklearn_falcon._kernels_numba_stream.local_move_sweep_rows`.
+    Either way the sweep is the one of the Numba backend, node for node; the
+    ``(n, K)`` state is shared with the tensors on the CPU (zero copy) and
+    transferred on CUDA.
 
     Examples
     --------
@@ -321,6 +348,8 @@ class TorchProblem:
         self._host_graphs = host_graphs
         if host_graphs is not None:
             self.polish = self._polish_host
+        elif affinity is not None:
+            self.polish = self._polish_stream
 
     # -- construction ----------------------------------------------------
     @classmethod
@@ -564,12 +593,7 @@ class TorchProblem:
         """One exact local-move sweep per graph, in place, with the Numba
         kernels on the host copies of the graphs; returns moves per graph."""
         on_cpu = self.device.type == "cpu"
-        if on_cpu:
-            Xn, WXn = labels.numpy(), WX.numpy()
-            vn, an = vol.numpy(), assoc.numpy()
-        else:
-            Xn, WXn = labels.cpu().numpy(), WX.cpu().numpy()
-            vn, an = vol.cpu().numpy(), assoc.cpu().numpy()
+        Xn, WXn, vn, an = self._host_state(labels, WX, vol, assoc)
         moves = np.zeros(self.n_graphs, dtype=np.int64)
         for b, G in enumerate(self._host_graphs):
             nb = int(self.sizes[b])
@@ -579,9 +603,48 @@ class TorchProblem:
             else:
                 moves[b] = nk.local_move_sweep_dense(G, *args)
         if not on_cpu:
-            torch = self._torch
-            for t, h in ((labels, Xn), (WX, WXn), (vol, vn), (assoc, an)):
-                t.copy_(torch.from_numpy(h))
+            self._copy_back(labels, WX, vol, assoc, Xn, WXn, vn, an)
+        return moves
+
+    def _host_state(self, labels, WX, vol, assoc):
+        if self.device.type == "cpu":
+            return labels.numpy(), WX.numpy(), vol.numpy(), assoc.numpy()
+        return (labels.cpu().numpy(), WX.cpu().numpy(), vol.cpu().numpy(),
+                assoc.cpu().numpy())
+
+    def _copy_back(self, labels, WX, vol, assoc, Xn, WXn, vn, an):
+        torch = self._torch
+        for t, h in ((labels, Xn), (WX, WXn), (vol, vn), (assoc, an)):
+            t.copy_(torch.from_numpy(h))
+
+    def _polish_stream(self, labels, WX, vol, assoc):
+        """One exact local-move sweep per graph, in place, for a matrix-free
+        problem: the rows of ``W`` are formed block by block on the device
+        and swept on the host in node order; returns moves per graph."""
+        from ._kernels_numba_stream import local_move_sweep_rows
+
+        torch = self._torch
+        Xn, WXn, vn, an = self._host_state(labels, WX, vol, assoc)
+        B, n, K = self.n_graphs, self.n_nodes, self.n_clusters
+        counts = [np.bincount(Xn[b, : self.sizes[b]], minlength=K).astype(np.int64)
+                  for b in range(B)]
+        moves = np.zeros(B, dtype=np.int64)
+        A = self.affinity
+        step = A.block_rows()
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            idx = torch.arange(r0, r1, device=self.device).expand(B, r1 - r0)
+            R = A.rows(idx).cpu().numpy()
+            for b in range(B):
+                nb = int(self.sizes[b])
+                if r0 >= nb:
+                    continue
+                rows = np.ascontiguousarray(R[b, : min(r1, nb) - r0, :nb])
+                moves[b] += local_move_sweep_rows(
+                    rows, r0, self._host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b],
+                    an[b], counts[b])
+        if self.device.type != "cpu":
+            self._copy_back(labels, WX, vol, assoc, Xn, WXn, vn, an)
         return moves
 
 
@@ -637,8 +700,8 @@ def make_problem_from_features(X, n_clusters, *, affinity="cosine", power=1.0,
     >>> from sklearn_falcon._backend import make_problem_from_features
     >>> X = np.r_[np.ones((3, 2)), -np.ones((3, 2))] + np.arange(6)[:, None] * 0.01
     >>> P = make_problem_from_features(X, 2, affinity="cosine", power=2.0)
-    >>> P.kind, P.n_graphs, hasattr(P, "polish")
-    ('features', 1, False)
+    >>> P.kind, P.n_graphs
+    ('features', 1)
     """
     return TorchProblem.from_features(
         X, n_clusters, affinity=affinity, power=power, gamma=gamma, device=device,

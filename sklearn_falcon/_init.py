@@ -263,15 +263,18 @@ def kmeans_labels(X, n_clusters, rng):
 
 def spectral_embedding_labels(W, degrees, n_clusters, rng):
     """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
-    (dense ``eigh`` for small or dense graphs, ARPACK ``eigsh`` otherwise),
+    (dense ``eigh`` for tiny graphs, ARPACK ``eigsh`` otherwise),
     discretized by cluster-QR."""
     n = W.shape[0]
-    if n <= 600 or not sp.issparse(W) or n_clusters >= n - 1:
+    if n <= 100 or n_clusters >= n // 2:
         return spectral_labels(W, degrees, n_clusters, rng)
     from scipy.sparse.linalg import eigsh
 
     inv = 1.0 / np.sqrt(degrees)
-    M = sp.diags(inv) @ W.astype(np.float64) @ sp.diags(inv)
+    if sp.issparse(W):
+        M = sp.diags(inv) @ W.astype(np.float64) @ sp.diags(inv)
+    else:
+        M = inv[:, None] * np.asarray(W, dtype=np.float64) * inv[None, :]
     v0 = rng.uniform(-1, 1, n)
     _, vec = eigsh(M, k=n_clusters, which="LA", v0=v0, tol=1e-6)
     vec = vec * inv[:, None]
