@@ -183,8 +183,9 @@ def falcon_batch(
     max_iter, tol, tau, gamma_backtrack, delta, polish, verbose
         Solver parameters, as in :class:`~sklearn_falcon.FalconNCut`;
         ``tau`` may also be an array of shape ``(B,)`` (one per graph).
-        ``polish`` runs only where the graphs are held explicitly
-        (``affinity="precomputed"``, or the Numba backend).
+        ``polish`` runs the exact sequential sweep of the Numba backend on
+        the host (for matrix-free graphs, on rows of ``W`` streamed block by
+        block from the device).
     backend : {"auto", "torch", "numba"}, default="auto"
         ``"auto"``: torch when it is installed, else Numba.  The Numba
         backend solves the graphs one after another (building dense ``W``

@@ -34,7 +34,8 @@ Conventions
 
 The sequential local-move sweeps (``local_move_sweep_*``) have no efficient
 data-parallel form; :class:`sklearn_falcon._backend.TorchProblem` runs the
-Numba sweeps on host copies when a graph is held explicitly.
+Numba sweeps on the host (on host copies of explicit graphs, or on rows of a
+matrix-free ``W`` streamed from :meth:`Affinity.rows`).
 """
 
 import math
@@ -295,16 +296,17 @@ class Affinity:
         self.block_elems = int(block_elems)
         B, n, _ = X.shape
         self.shape = (B, n)
+        padded = not bool(valid.all())
         vmask = valid.unsqueeze(-1).to(X.dtype)
         if kind == "cosine":
             norms = torch.linalg.vector_norm(X, dim=2, keepdim=True)
-            G = X / torch.where(norms > 0, norms, 1.0)
-            self.X = G * vmask
+            G = X / torch.where(norms > 0, norms, 1.0)  # the only copy of X
+            self.X = G.mul_(vmask) if padded else G
             self.lo = torch.zeros(B, dtype=X.dtype, device=X.device)
             self.hi = torch.zeros(B, dtype=X.dtype, device=X.device)
             self._min_max()
         elif kind == "rbf":
-            self.X = X * vmask
+            self.X = X * vmask if padded else X
             self.sqn = (self.X * self.X).sum(dim=2)
         else:
             raise ValueError(f"kind must be 'cosine' or 'rbf'; got kind={kind!r}.")

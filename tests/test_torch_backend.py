@@ -214,7 +214,7 @@ def test_matrix_free_matches_dense(kind, kw):
     X, y = token_like(450, 4, seed=10)
     W = AffinityBuilder(kind, **kw).fit_transform(X)
     P = make_problem_from_features(X, 4, affinity=kind, device="cpu", **kw)
-    assert P.kind == "features" and not hasattr(P, "polish")
+    assert P.kind == "features"
     np.testing.assert_allclose(P.affinity.dense()[0].numpy(), W, atol=1e-12)
     np.testing.assert_allclose(P.degrees_numpy()[0], W.sum(axis=1), rtol=1e-12)
     y0 = noisy(y, 4, 0.5, seed=11)
@@ -230,6 +230,22 @@ def test_matrix_free_matches_dense(kind, kw):
         S = X / np.linalg.norm(X, axis=1, keepdims=True) @ (
             X / np.linalg.norm(X, axis=1, keepdims=True)).T
         assert lo[0] == pytest.approx(S.min()) and hi[0] == pytest.approx(S.max())
+
+
+@pytest.mark.parametrize("device_blocks", [None, 5000])
+def test_matrix_free_polish_matches_numba_dense(device_blocks):
+    # the streamed sweep is the Numba dense sweep, node for node
+    X, y = token_like(350, 4, seed=15)
+    W = dense_cosine(X, power=1.0)
+    y0 = noisy(y, 4, 1.0, seed=16)
+    P = make_problem_from_features(X, 4, power=1.0, block_elems=device_blocks)
+    r_mf = solve(P, y0, polish=True)
+    r_nb = solve(make_problem(W, 4, backend="numba"), y0, polish=True)
+    assert r_nb.n_polish[0] > 0
+    assert r_mf.n_polish[0] == r_nb.n_polish[0]
+    np.testing.assert_array_equal(r_mf.labels, r_nb.labels)
+    assert r_mf.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
+    assert np.all(np.diff(r_mf.objective_path[0]) >= 0)
 
 
 def test_matrix_free_blocks_do_not_change_the_result():
@@ -266,7 +282,7 @@ def _graphs(kind):
 def test_batched_solve_matches_single_solves(kind):
     graphs, inits = _graphs(kind)
     taus = np.array([0.1, 0.05, 0.2, 0.1])
-    polish = kind != "features"
+    polish = True
 
     def problem(G):
         if kind == "features":
@@ -318,6 +334,9 @@ def test_falcon_batch_torch_and_numba_agree():
     rp = falcon_batch([dense_cosine(G, 3.0) for G in graphs], 3,
                       affinity="precomputed", init=inits, device="cpu")
     assert np.all(rp.ncut <= rt.ncut + 1e-9)  # polish only improves
+    rf = falcon_batch(graphs, 3, affinity="cosine", power=3.0, init=inits,
+                      device="cpu")
+    np.testing.assert_allclose(rf.ncut, rp.ncut, atol=1e-9)
 
 
 def test_falcon_batch_validation():
