@@ -94,3 +94,92 @@ html_theme_options = {
 html_sidebars = {"index": [], "getting_started": [], "comparison": []}
 html_show_sourcelink = True
 html_last_updated_fmt = None
+
+
+# -- Benchmark numbers for the comparison page ---------------------------------
+# The comparison page quotes the benchmark tables exactly as the benchmark
+# scripts recorded them in benchmarks/results/*.md: they are converted to
+# reStructuredText here, at every build, so that the page never drifts from
+# the recorded results and no number is ever typed by hand.
+import re  # noqa: E402
+
+RESULTS_DIR = HERE.parent / "benchmarks" / "results"
+GENERATED = HERE / "generated"
+
+
+def _md_inline(text):
+    """Translate the inline markdown of the result files to reST."""
+    text = re.sub(r"!\[([^\]]*)\]\(([^)]+)\)", r"\1", text)  # images: alt text
+    text = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"`\1 <\2>`__", text)
+    text = re.sub(r"(?<!`)`([^`]+)`(?!`)", r"``\1``", text)
+    return text
+
+
+def _cell(text):
+    text = _md_inline(text.strip())
+    # a cell that would parse as a list marker or be empty
+    if re.fullmatch(r"[-*+]|\d+[.)]", text):
+        text = "\\" + text
+    return text
+
+
+def _md_to_rst(md, source):
+    """Headings, paragraphs and pipe tables of a result file, as reST."""
+    out, table = [], []
+
+    def flush_table():
+        if not table:
+            return
+        rows = [[_cell(c) for c in r.strip().strip("|").split("|")] for r in table
+                if not re.fullmatch(r"\|?[\s:|-]+\|?", r.strip())]
+        table.clear()
+        if not rows:
+            return
+        width = max(len(r) for r in rows)
+        out.extend([".. list-table::", "   :header-rows: 1", ""])
+        for r in rows:
+            r = r + [""] * (width - len(r))
+            out.append(f"   * - {r[0]}")
+            out.extend(f"     - {c}" for c in r[1:])
+        out.append("")
+
+    depths = [len(m.group(1)) for m in re.finditer(r"^(#+)\s", md, flags=re.M)]
+    top = min(depths, default=1)
+    for line in md.splitlines():
+        if line.lstrip().startswith("|"):
+            table.append(line)
+            continue
+        flush_table()
+        m = re.match(r"^(#+)\s+(.*)$", line)
+        if m:
+            title = _md_inline(m.group(2).strip())
+            char = "-~^"[min(len(m.group(1)) - top, 2)]
+            out.extend([title, char * max(len(title), 3), ""])
+        else:
+            out.append(_md_inline(line))
+    flush_table()
+    out.extend(["", f"*Source:* ``benchmarks/results/{source}``.", ""])
+    return "\n".join(out)
+
+
+def write_benchmark_summary(results_dir=RESULTS_DIR, out_dir=GENERATED):
+    files = sorted(Path(results_dir).glob("*.md")) if Path(results_dir).is_dir() else []
+    parts = []
+    for f in files:
+        parts.append(_md_to_rst(f.read_text(encoding="utf-8"), f.name))
+    if (HERE / "benchmarks.rst").exists():
+        parts.append("The :doc:`benchmarks` page has every table with its plots "
+                     "and methodology.\n")
+    if not files:
+        parts.append(
+            "No benchmark results are recorded yet.  ``python -m benchmarks.run`` "
+            "writes them to ``benchmarks/results/`` (``--quick`` for a shorter "
+            "run), and the next documentation build shows them here.\n")
+    Path(out_dir).mkdir(exist_ok=True)
+    target = Path(out_dir) / "comparison_results.inc"
+    text = "\n".join(parts)
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+
+
+write_benchmark_summary()
