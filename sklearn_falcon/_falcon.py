@@ -102,14 +102,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Stop when the relative gain of ``f`` in one iteration falls below
         ``tol`` (or when no row moves).
 
-    tau : float, default=0.1
+    tau : float, default=0.01
         Initial proximal (inertia) parameter, in units of the typical score
         magnitude ``K * mean(d) / sum(d)``, so that one value suits graphs
         of every size.  Larger values move fewer rows per step.
 
     gamma_backtrack : float, default=2.0
-        Factor ``> 1`` by which ``tau`` grows when a step is rejected (and
-        shrinks back, floored at its initial value, after an accepted step).
+        Factor ``> 1`` by which ``tau`` grows when a step is rejected; the
+        grown value is kept for the next iterations.
 
     delta : float, default=1e-4
         Sufficient-increase constant of the backtracking test.
@@ -225,7 +225,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         n_init=1,
         max_iter=100,
         tol=1e-6,
-        tau=0.1,
+        tau=0.01,
         gamma_backtrack=2.0,
         delta=1e-4,
         polish=True,

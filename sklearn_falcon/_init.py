@@ -201,8 +201,9 @@ def multilevel_candidates(
     Returns
     -------
     candidates : list of ndarray
-        One label vector per depth, projected to the finest level (the
-        caller refines them there).
+        Label vectors projected to the finest level (the caller refines them
+        there): the best candidate by ``f`` on level 1 when every start was
+        on a coarse level, else one per start.
     hierarchy : Hierarchy
     """
     params = _solver_kwargs(solver_params)
@@ -232,24 +233,26 @@ def multilevel_candidates(
             tries = [spectral_embedding_labels(Wl, dl, n_clusters, rng)]
         else:
             # restarts cost O(nnz) each: fewer of them on the larger levels
-            n_try = max(4, min(n_starts, (n_starts * 500) // max(n_l, 1)))
+            n_try = max(4, min(n_starts, (n_starts * 200) // max(n_l, 1)))
             tries = [random_labels(n_l, n_clusters, rng) for _ in range(n_try)]
         best, best_f = None, -np.inf
         for y in tries:
             y, f = _refine(Wl, dl, y, n_clusters, params)
             if f > best_f:
                 best, best_f = y, f
-        labels = best
+        labels, f = best, best_f
         for lv in range(level - 1, 0, -1):
             labels = labels[H.maps[lv]]
             Wf, df = H.graphs[lv]
-            labels, _ = _refine(Wf, df, labels, n_clusters, params)
-        if level > 0:
-            labels = labels[H.maps[0]]
-        candidates.append(labels)
+            labels, f = _refine(Wf, df, labels, n_clusters, params)
+        candidates.append((level, f, labels))
     if not candidates:  # the graph did not coarsen and is too large to restart
-        candidates.append(random_labels(W.shape[0], n_clusters, rng))
-    return candidates, H
+        return [random_labels(W.shape[0], n_clusters, rng)], H
+    if all(level > 0 for level, _, _ in candidates):
+        # f is preserved exactly by projection, so candidates refined down to
+        # level 1 compare fairly there: only the best goes to the finest level
+        candidates = [max(candidates, key=lambda c: c[1])]
+    return [c[2][H.maps[0]] if c[0] > 0 else c[2] for c in candidates], H
 
 
 def kmeans_labels(X, n_clusters, rng):

@@ -36,7 +36,7 @@ _pjit = njit(cache=_CACHE, nogil=True, parallel=True)
 
 # Below this much work (array entries or nonzeros) a kernel runs serially:
 # waking the thread pool costs more than it saves on tiny (coarse) graphs.
-_PARALLEL_MIN = 200_000
+_PARALLEL_MIN = 1_000_000
 
 
 @_jit

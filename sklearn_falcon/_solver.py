@@ -9,8 +9,10 @@ x_k' D x_k`` over one-hot label matrices ``X``.  Each iteration
    otherwise ``tau <- gamma * tau`` and the step is recomputed from ``X``.
 
 A large ``tau`` moves nothing, so backtracking always terminates and ``f``
-never decreases.  After an accepted step ``tau`` shrinks back by ``gamma``,
-floored at its initial value.
+never decreases.  ``tau`` keeps its accepted value: letting it shrink back by
+``gamma`` after each accepted step (``shrink_tau=True``) reached the same
+NCut on the benchmark graphs but cost up to 25x more rejected steps
+(``benchmarks/bench_quality.py`` graphs, see the issue notes).
 
 Everything array-related is delegated to a *problem* object from
 :mod:`sklearn_falcon._backend` (one graph on Numba, or a batch of graphs on
@@ -44,12 +46,13 @@ def solve(
     *,
     max_iter=100,
     tol=1e-6,
-    tau=0.1,
+    tau=0.01,
     gamma_backtrack=2.0,
     delta=1e-4,
     polish=True,
     max_polish=20,
     max_backtrack=64,
+    shrink_tau=False,
     verbose=0,
 ):
     """Run Falcon's monotone proximal-gradient loop from ``labels``.
@@ -79,6 +82,9 @@ def solve(
         Maximum number of polishing sweeps.
     max_backtrack : int
         Safety bound on rejected steps per iteration.
+    shrink_tau : bool
+        After an accepted step, divide ``tau`` by ``gamma_backtrack`` (floored
+        at its initial value); by default the accepted ``tau`` is kept.
     verbose : int
         Print one line per iteration when > 0.
 
@@ -151,9 +157,12 @@ def solve(
         converged |= done
         active &= ~done
         # accepted: let tau shrink back towards its initial value
-        tau_cur = np.where(
-            active, np.maximum(trial_tau / gamma_backtrack, tau0), tau_cur
-        )
+        if shrink_tau:
+            tau_cur = np.where(
+                active, np.maximum(trial_tau / gamma_backtrack, tau0), tau_cur
+            )
+        else:
+            tau_cur = np.where(active, trial_tau, tau_cur)
         if verbose:
             print(
                 f"[Falcon] iter {it + 1:3d}  f={np.array2string(f, precision=6)}"
