@@ -415,10 +415,14 @@ def recursive_ncut(W, n_clusters, seed=0, solver="arpack", threshold=None):
 
 # -------------------------------------------------- weighted kernel k-means
 def _cluster_weights(W, labels, K):
+    """(W X)_ik, the weight from node i to cluster k."""
     n = labels.shape[0]
-    X = sp.csr_matrix((np.ones(n), (np.arange(n), labels)), shape=(n, K))
-    WX = W @ X
-    return WX.toarray() if sp.issparse(WX) else np.asarray(WX)
+    if sp.issparse(W):
+        X = sp.csr_matrix((np.ones(n), (np.arange(n), labels)), shape=(n, K))
+        return (W @ X).toarray()
+    X = np.zeros((n, K), dtype=W.dtype)
+    X[np.arange(n), labels] = 1.0
+    return np.asarray(W @ X, dtype=np.float64)
 
 
 def weighted_kernel_kmeans(W, n_clusters, seed=0, n_init=10, max_iter=100):

@@ -151,7 +151,7 @@ def measure(fn, W, K, seed=0, repeats=3, y_true=None, repeat_budget=10.0):
     return row
 
 
-def warmup():
+def warmup(mode="full"):
     """Compile Falcon's Numba kernels before timing.
 
     Small and large graphs, sparse and dense, float64 and float32: the
@@ -159,10 +159,13 @@ def warmup():
     first use.
     """
     Ws, _ = G.sbm_graph(300, 3, avg_degree=10, seed=0)
-    Wl, _ = G.sbm_graph(30_000, 10, avg_degree=10, seed=0)
-    Wd, _ = G.sbm_graph(700, 3, avg_degree=50, seed=0)
-    Wd = Wd.toarray()
-    for M in (Ws, Wl, Ws.toarray(), Wd, Wd.astype(np.float32)):
+    graphs = [Ws, Ws.toarray()]
+    if mode != "smoke":  # smoke sizes never reach the parallel kernels
+        Wl, _ = G.sbm_graph(30_000, 10, avg_degree=10, seed=0)
+        Wd, _ = G.sbm_graph(700, 3, avg_degree=50, seed=0)
+        Wd = Wd.toarray()
+        graphs += [Wl, Wd, Wd.astype(np.float32)]
+    for M in graphs:
         try:
             P.falcon(M, 3, seed=0)
         except Exception as exc:  # reported again by the suite that needs it
@@ -199,6 +202,7 @@ def machine_info():
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
             capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = commit if commit else ""
     except Exception:  # pragma: no cover
         commit = "?"
     info = {
@@ -213,7 +217,8 @@ def machine_info():
     for mod in ("numpy", "scipy", "sklearn", "numba", "torch", "pyamg",
                 "networkx", "ncut_pytorch", "sklearn_falcon"):
         info[mod] = _version(mod)
-    info["git commit"] = commit or "?"
+    # a run from an exported snapshot (no .git) can name its commit
+    info["git commit"] = commit or os.environ.get("SKLEARN_FALCON_COMMIT", "?")
     return info
 
 
@@ -898,8 +903,12 @@ def suite_tokens(mode, out_dir):
                 labels, n_it, n_bt = _matrix_free_fit(F_, K_, power, seed)
                 return labels, {"n_iter": n_it, "n_backtracks": n_bt}
             pe["falcon-matrix-free (torch)"] = mf_peer
-        if n > 8192 and mode != "full":
-            pe.pop("rncut", None)
+        if n > 8192:
+            # O(n^2) per split / per iteration on a dense W: minutes each here
+            for slow in ("rncut", "wkkm"):
+                if pe.pop(slow, None) is not None:
+                    res.notes.append(f"tokens-{n}: {slow} skipped (dense W, "
+                                     "too slow for this machine).")
         groups[f"tokens-{n}"] = _method_rows(tbl, f"tokens-{n}", W, K, y, pe,
                                              repeats)
         del W, F
@@ -1002,9 +1011,14 @@ def suite_bound(mode, out_dir):
         bound = P.spectral_lower_bound(W, K)
         nc = {}
         for name, fn in peers.items():
-            labels, _ = fn(W, K, seed=0)
-            nc[name] = normalized_cut(W, labels)
-        sc = min(v for k, v in nc.items() if k.startswith("sc-"))
+            try:
+                labels, _ = fn(W, K, seed=0)
+                nc[name] = normalized_cut(W, labels)
+            except Exception as exc:
+                nc[name] = np.nan
+                res.notes.append(f"{gname}: {name} failed: "
+                                 f"{_one_line(type(exc).__name__ + ': ' + str(exc))}")
+        sc = np.nanmin([v for k, v in nc.items() if k.startswith("sc-")] + [np.inf])
         tr = normalized_cut(W, y)
 
         def ratio(v):
@@ -1273,7 +1287,7 @@ def main(argv=None):
     print(f"[benchmarks] mode={mode} out={out_dir} suites={','.join(suites)}")
     warnings.simplefilter("ignore")
     t_all = time.perf_counter()
-    warmup()
+    warmup(mode)
     failed = []
     for s in suites:
         t0 = time.perf_counter()
