@@ -89,8 +89,13 @@ html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "header_links_before_dropdown": 7,
-    "secondary_sidebar_items": ["page-toc", "sourcelink"],
+    "secondary_sidebar_items": {
+        "**": ["page-toc", "sourcelink"],
+        "comparison": [],
+        "index": [],
+    },
 }
+html_css_files = ["custom.css"]
 html_sidebars = {"index": [], "getting_started": [], "comparison": []}
 html_show_sourcelink = True
 html_last_updated_fmt = None

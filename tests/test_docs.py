@@ -1,0 +1,223 @@
+"""Tests of the documentation.
+
+* Every public class and function has the numpydoc sections a user expects
+  (Parameters, Returns or Attributes, Examples with a doctest).
+* The code of the narrative pages (getting started, user guide) runs.
+* When the HTML documentation has been built (``make -C docs html``), the API
+  page lists every public name and links to a page documenting it, and every
+  gallery example has its page, a thumbnail and at least one figure.  These
+  checks are skipped when ``docs/_build/html`` does not exist.
+"""
+
+import ast
+import doctest
+import inspect
+import textwrap
+import os
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+numpydoc_docscrape = pytest.importorskip("numpydoc.docscrape")
+
+import sklearn_falcon  # noqa: E402
+import sklearn_falcon.image  # noqa: E402
+import sklearn_falcon.metrics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+HTML = DOCS / "_build" / "html"
+EXAMPLES = ROOT / "examples"
+PUBLIC_MODULES = (sklearn_falcon, sklearn_falcon.metrics, sklearn_falcon.image)
+
+
+def public_names():
+    """``(module name, name, object)`` for every public name."""
+    out = []
+    for mod in PUBLIC_MODULES:
+        for name in mod.__all__:
+            if name.startswith("__"):  # __version__
+                continue
+            out.append((mod.__name__, name, getattr(mod, name)))
+    return out
+
+
+def public_objects():
+    """Each public class or function once, with its public names."""
+    seen = {}
+    for modname, name, obj in public_names():
+        seen.setdefault(id(obj), (obj, []))[1].append(f"{modname}.{name}")
+    return [(names[0], obj) for obj, names in seen.values()]
+
+
+def test_public_names_are_importable():
+    names = public_names()
+    assert names, "no public names found"
+    for modname, name, obj in names:
+        assert inspect.isclass(obj) or inspect.isfunction(obj), (
+            f"{modname}.{name} is neither a class nor a function"
+        )
+
+
+# --------------------------------------------------------- numpydoc sections
+def _has_parameters(obj):
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    try:
+        sig = inspect.signature(target)
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return False
+    return any(p.name not in ("self", "cls") for p in sig.parameters.values())
+
+
+def _returns_value(func):
+    """Whether ``func`` returns (or yields) a value somewhere in its body."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):  # pragma: no cover - no source
+        return True
+    body = tree.body[0]
+    stack = list(body.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                             ast.ClassDef)):
+            continue  # nested scopes return for themselves
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return True
+        if isinstance(node, ast.Return) and node.value is not None and not (
+            isinstance(node.value, ast.Constant) and node.value.value is None
+        ):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+@pytest.mark.parametrize(
+    "qualname, obj", public_objects(), ids=[q for q, _ in public_objects()]
+)
+def test_numpydoc_sections(qualname, obj):
+    doc = inspect.getdoc(obj)
+    assert doc, f"{qualname} has no docstring"
+    if inspect.isclass(obj):
+        parsed = numpydoc_docscrape.ClassDoc(obj, config={"show_class_members": False})
+    else:
+        parsed = numpydoc_docscrape.FunctionDoc(obj)
+    missing = []
+    if not parsed["Summary"]:
+        missing.append("a one-line summary")
+    if _has_parameters(obj) and not parsed["Parameters"]:
+        missing.append("Parameters")
+    if inspect.isclass(obj):
+        if hasattr(obj, "fit") and not parsed["Attributes"]:
+            missing.append("Attributes (fitted attributes of an estimator)")
+    elif _returns_value(obj) and not (parsed["Returns"] or parsed["Yields"]):
+        missing.append("Returns")
+    examples = "\n".join(parsed["Examples"])
+    if ">>>" not in examples:
+        missing.append("Examples with a doctest (>>>)")
+    assert not missing, f"{qualname}: the docstring lacks {', '.join(missing)}"
+
+
+# ------------------------------------------------------ narrative doctests
+@pytest.mark.parametrize("page", ["getting_started.rst", "user_guide.rst"])
+def test_narrative_pages_run(page):
+    path = DOCS / page
+    if not path.exists():
+        pytest.skip(f"docs/{page} does not exist")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    result = doctest.testfile(
+        str(path), module_relative=False, verbose=False, report=True,
+        optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS,
+    )
+    assert result.attempted > 0, f"docs/{page} has no doctest"
+    assert result.failed == 0, f"{result.failed} doctest(s) of docs/{page} failed"
+
+
+# ------------------------------------------------------------- built HTML
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.hrefs, self.srcs, self.ids, self.text = [], [], set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if "href" in attrs:
+            self.hrefs.append(attrs["href"])
+        if tag == "img" and "src" in attrs:
+            self.srcs.append(attrs["src"])
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(path):
+    parser = _Links()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.text = " ".join(parser.text)
+    return parser
+
+
+needs_html = pytest.mark.skipif(
+    not (HTML / "index.html").exists(),
+    reason="docs not built (run `make -C docs html`)",
+)
+
+
+@needs_html
+def test_api_page_lists_every_public_name():
+    api = HTML / "api.html"
+    assert api.exists(), "docs/_build/html/api.html is missing"
+    page = _parse(api)
+    linked = {h.split("#")[0] for h in page.hrefs}
+    documented = {}  # id(obj) -> the generated page that documents it
+    for modname, name, obj in public_names():
+        documented.setdefault(id(obj), set()).add(f"{modname}.{name}")
+    problems = []
+    for modname, name, obj in public_names():
+        candidates = sorted(documented[id(obj)])
+        pages = [c for c in candidates if (HTML / "generated" / f"{c}.html").exists()]
+        if not pages:
+            problems.append(f"{modname}.{name}: no generated page (tried {candidates})")
+            continue
+        target = pages[0]
+        if f"generated/{target}.html" not in linked:
+            problems.append(f"{modname}.{name}: api.html does not link to {target}")
+        if name not in page.text:
+            problems.append(f"{modname}.{name}: api.html does not show the name")
+        ids = _parse(HTML / "generated" / f"{target}.html").ids
+        if target not in ids:
+            problems.append(f"{modname}.{name}: {target}.html does not document it")
+    assert not problems, "\n".join(problems)
+
+
+@needs_html
+def test_gallery_pages_thumbnails_and_figures():
+    scripts = sorted(EXAMPLES.glob("plot_*.py"))
+    assert scripts, "no gallery example in examples/"
+    gallery = HTML / "auto_examples" / "index.html"
+    assert gallery.exists(), "the gallery index was not built"
+    index = _parse(gallery)
+    problems = []
+    for script in scripts:
+        stem = script.stem
+        thumbs = [s for s in index.srcs if f"sphx_glr_{stem}_thumb" in s]
+        if not thumbs:
+            problems.append(f"{stem}: no thumbnail on the gallery index")
+        elif not (gallery.parent / thumbs[0]).is_file():
+            problems.append(f"{stem}: thumbnail file {thumbs[0]} is missing")
+        page = HTML / "auto_examples" / f"{stem}.html"
+        if not page.exists():
+            problems.append(f"{stem}: no example page")
+            continue
+        figures = [s for s in _parse(page).srcs
+                   if re.search(rf"sphx_glr_{stem}_\d+\.png$", s)]
+        if not figures:
+            problems.append(f"{stem}: the example page has no figure")
+        for src in figures:
+            if not (page.parent / src).is_file():
+                problems.append(f"{stem}: figure {src} is missing")
+    assert not problems, "\n".join(problems)
