@@ -29,7 +29,10 @@ _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 def torch_available():
     """Whether torch can be imported (without importing it)."""
-    return importlib.util.find_spec("torch") is not None
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        return False
 
 
 def _import_torch():

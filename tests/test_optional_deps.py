@@ -1,0 +1,75 @@
+"""The core must import and work with torch and timm absent."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+BLOCK = """
+import sys
+class _Blocker:
+    # make `import torch` / `import timm` fail as if they were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "timm", "torchvision"):
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+        return None
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+def _run(code):
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(BLOCK) + textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_core_works_without_torch():
+    out = _run("""
+        import numpy as np
+        from sklearn.datasets import make_blobs
+        import sklearn_falcon
+        from sklearn_falcon import FalconNCut, normalized_cut
+        X, _ = make_blobs(200, centers=3, random_state=0)
+        est = FalconNCut(3, random_state=0).fit(X)
+        assert est.backend_ == "numba"
+        assert "torch" not in sys.modules
+        print("ok", round(est.ncut_, 6))
+    """)
+    assert out.startswith("ok")
+
+
+def test_backend_torch_without_torch_raises_clear_importerror():
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import FalconNCut
+        X = np.random.default_rng(0).random((50, 2))
+        try:
+            FalconNCut(2, backend="torch").fit(X)
+        except ImportError as exc:
+            msg = str(exc)
+            assert "backend='torch' requires PyTorch" in msg, msg
+            assert "sklearn-falcon[torch]" in msg, msg
+            print("raised")
+    """)
+    assert out.strip() == "raised"
+
+
+def test_offline_image_segmenter_without_torch():
+    pytest.importorskip("PIL")
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import ImageSegmenter
+        rng = np.random.default_rng(0)
+        img = np.zeros((64, 96, 3), dtype=np.uint8)
+        img[:, 48:] = 200
+        img = (img + rng.integers(0, 20, img.shape)).astype(np.uint8)
+        labels = ImageSegmenter(n_segments=2, random_state=0).segment(img)
+        assert labels.shape == (64, 96)
+        assert "torch" not in sys.modules
+        print("ok")
+    """)
+    assert out.strip() == "ok"
