@@ -17,6 +17,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))  # sg_sorting
 
 import matplotlib  # noqa: E402
 
@@ -40,6 +41,17 @@ extensions = [
     "numpydoc",
     "sphinx_gallery.gen_gallery",
 ]
+
+# MathJax from a local copy, so that the formulas render without network
+# access (pip package sphinx-mathjax-offline, in the [docs] extra); without it
+# the pages load MathJax from its CDN.
+try:
+    import importlib.util
+
+    if importlib.util.find_spec("sphinx-mathjax-offline") is not None:
+        extensions.append("sphinx-mathjax-offline")
+except (ImportError, ValueError):  # pragma: no cover
+    pass
 
 templates_path = ["_templates"]
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**.ipynb_checkpoints"]
@@ -65,7 +77,7 @@ sphinx_gallery_conf = {
     "ignore_pattern": r"__init__\.py",
     "image_scrapers": ("matplotlib",),
     "download_all_examples": False,
-    "within_subsection_order": "FileNameSortKey",
+    "within_subsection_order": "sg_sorting.GalleryOrder",
     "doc_module": ("sklearn_falcon",),
     "backreferences_dir": "gen_modules/backreferences",
     "reference_url": {"sklearn_falcon": None},
@@ -96,7 +108,7 @@ html_theme_options = {
     },
 }
 html_css_files = ["custom.css"]
-html_sidebars = {"index": [], "getting_started": [], "comparison": []}
+html_sidebars = {"index": [], "getting_started": [], "user_guide": [], "comparison": []}
 html_show_sourcelink = True
 html_last_updated_fmt = None
 
