@@ -164,16 +164,18 @@ def warm_up(bench, cuda):
 
     from sklearn_falcon._init import random_labels
 
-    F, y = token_features(512, 4, dim=32, seed=1)
+    # sizes above the Numba kernels' parallel threshold (1e6 entries), so
+    # that their parallel variants are compiled here as well
+    F, y = token_features(1100, 4, dim=32, seed=1)
     W = cosine_power_affinity(F, POWER)
     Ws = sp.csr_matrix(np.where(W > 0.3, W, 0.0))
-    Wk, yk = knn_graph_million(n=3000, k=10, n_clusters=4, seed=1)
+    Wk, yk = knn_graph_million(n=100_000, k=10, n_clusters=20, seed=1)
     inits = [noisy_init(y, 4), noisy_init(y, 4, frac=0.05),
-             random_labels(512, 4, np.random.default_rng(0))]
+             random_labels(1100, 4, np.random.default_rng(0))]
     for y0 in inits:
         for G in (W, Ws):
             solve(NumbaProblem(G, 4), y0, polish=False)
-    solve(NumbaProblem(Wk, 4), noisy_init(yk, 4), polish=False)
+    solve(NumbaProblem(Wk, 20), noisy_init(yk, 20), polish=False)
     if bench.torch is None:
         return
     for dev in ["cpu"] + (["cuda"] if cuda else []):
@@ -185,8 +187,8 @@ def warm_up(bench, cuda):
                       polish=False)
                 solve(TorchProblem.from_features(F, 4, power=POWER, device=dev,
                                                  dtype=dt), y0, polish=False)
-            solve(TorchProblem.from_affinity(Wk, 4, device=dev, dtype=dt),
-                  noisy_init(yk, 4), polish=False)
+            solve(TorchProblem.from_affinity(Wk, 20, device=dev, dtype=dt),
+                  noisy_init(yk, 20), polish=False)
         bench.sync(dev)
 
 
@@ -461,6 +463,7 @@ def main(argv=None):
     print(fit_table(bench.rows), flush=True)
     if knn_n:
         knn_section(bench, knn_n, cuda)
+        print(fit_table(bench.rows[-4:]), flush=True)
     parts = [f"# Falcon torch backend check\n\n{info}\n",
              "## Time per fit (one solve from the same init, polish=False)\n",
              fit_table(bench.rows)]
