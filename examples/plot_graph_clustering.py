@@ -79,6 +79,6 @@ plt.show()
 # %%
 # With two clusters, the minimum normalized cut follows the historical split
 # closely (see the adjusted Rand index printed above): the members placed on
-# the "wrong" side are ones with ties to both leaders.  Any other graph works the same way: pass edge weights
-# (``weight="weight"`` in :func:`networkx.to_scipy_sparse_array`) to cut a
-# weighted graph.
+# the "wrong" side are ones with ties to both leaders.  Any other graph works
+# the same way: pass edge weights (``weight="weight"`` in
+# :func:`networkx.to_scipy_sparse_array`) to cut a weighted graph.

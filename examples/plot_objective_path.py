@@ -52,7 +52,8 @@ for tau in taus:
         tau=tau, max_iter=200, random_state=0,
     ).fit(W)
     est = fits[tau]
-    print(f"tau={tau:<6}  iterations={est.n_iter_:3d}  backtracks={est.n_backtracks_:3d}"
+    print(f"tau={tau:<6}  iterations={est.n_iter_:3d}"
+          f"  backtracks={est.n_backtracks_:3d}"
           f"  final f={est.objective_path_[-1]:.3f}  NCut={est.ncut_:.3f}")
 
 # %%

@@ -44,7 +44,8 @@ X, y = datasets.make_blobs(n_samples=n_samples, random_state=170)
 toy[3] = ("anisotropic", (X @ np.array([[0.6, -0.64], [-0.41, 0.85]]), y), 3)
 
 # Compile the Numba kernels once, so that the timings below measure the solver.
-FalconNCut(n_clusters=2, random_state=0).fit(np.random.default_rng(0).normal(size=(50, 2)))
+_ = FalconNCut(n_clusters=2, random_state=0).fit(
+    np.random.default_rng(0).normal(size=(50, 2)))
 
 # %%
 # Fit both methods on every dataset
