@@ -102,9 +102,9 @@ html_theme_options = {
     "navigation_with_keys": False,
     "header_links_before_dropdown": 7,
     "secondary_sidebar_items": {
-        "**": ["page-toc", "sourcelink"],
         "comparison": [],
         "index": [],
+        "auto_examples/*": [],  # the code needs the width
     },
 }
 html_css_files = ["custom.css"]

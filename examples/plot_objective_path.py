@@ -86,7 +86,8 @@ ax0.legend(fontsize=8, loc="lower right")
 for name, est in [("init='random' + polish", random_polished),
                   ("init='multilevel' (default)", default)]:
     path = est.objective_path_
-    ax1.plot(np.arange(path.size), path, marker="o", ms=3, label=name)
+    ax1.plot(np.arange(path.size), path, marker="o", ms=3 if path.size > 1 else 8,
+             label=f"{name}: {path.size} value(s)")
 ax1.set_title("with polishing sweeps")
 ax1.legend(fontsize=8, loc="lower right")
 fig.tight_layout()
