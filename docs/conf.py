@@ -200,3 +200,29 @@ def write_benchmark_summary(results_dir=RESULTS_DIR, out_dir=GENERATED):
 
 
 write_benchmark_summary()
+
+
+# -- Table of contents of the front page ---------------------------------------
+# docs/benchmarks.rst is written by ``python -m benchmarks.run --write-docs``;
+# it joins the navigation as soon as it exists (a toctree entry for a missing
+# page would be a build warning).
+def write_index_toc(out_dir=GENERATED):
+    pages = ["getting_started", "user_guide", "auto_examples/index", "comparison"]
+    lines = []
+    if (HERE / "benchmarks.rst").exists():
+        pages.append("benchmarks")
+        lines += [":doc:`benchmarks`",
+                  "    Measured quality (NCut, ARI, mIoU) and speed against those",
+                  "    methods, with the commands that produced them.", ""]
+    pages.append("api")
+    lines += [":ref:`api_ref`", "    Every public class and function.", "",
+              ".. toctree::", "   :maxdepth: 2", "   :hidden:", ""]
+    lines += [f"   {p}" for p in pages] + [""]
+    Path(out_dir).mkdir(exist_ok=True)
+    target = Path(out_dir) / "index_toc.inc"
+    text = "\n".join(lines)
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+
+
+write_index_toc()
