@@ -139,7 +139,7 @@ def falcon_batch(
     random_state=None,
     max_iter=100,
     tol=1e-6,
-    tau=0.1,
+    tau=0.01,
     gamma_backtrack=2.0,
     delta=1e-4,
     polish=True,

@@ -232,16 +232,31 @@ def test_matrix_free_matches_dense(kind, kw):
         assert lo[0] == pytest.approx(S.min()) and hi[0] == pytest.approx(S.max())
 
 
-@pytest.mark.parametrize("device_blocks", [None, 5000])
-def test_matrix_free_polish_matches_numba_dense(device_blocks):
+@pytest.mark.parametrize("block_elems", [None, 5000])
+def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node
     X, y = token_like(350, 4, seed=15)
     W = dense_cosine(X, power=1.0)
-    y0 = noisy(y, 4, 1.0, seed=16)
-    P = make_problem_from_features(X, 4, power=1.0, block_elems=device_blocks)
-    r_mf = solve(P, y0, polish=True)
-    r_nb = solve(make_problem(W, 4, backend="numba"), y0, polish=True)
-    assert r_nb.n_polish[0] > 0
+    d = W.sum(axis=1)
+    y0 = random_labels(350, 4, np.random.default_rng(16))
+    P = make_problem_from_features(X, 4, power=1.0, block_elems=block_elems)
+    lab = P.from_labels(y0)
+    WX = P.weights(lab)
+    vol, assoc = P.stats(WX, lab)
+    moves = P.polish(lab, WX, vol, assoc)
+    lab_nb = y0.copy()
+    WX_nb = nk.cluster_weights_dense(W, lab_nb, 4)
+    vol_nb, assoc_nb = nk.cluster_stats(WX_nb, lab_nb, d, 4)
+    m_nb = nk.local_move_sweep_dense(W, d, lab_nb, WX_nb, vol_nb, assoc_nb)
+    assert m_nb > 10 and moves[0] == m_nb
+    np.testing.assert_array_equal(lab[0].numpy(), lab_nb)
+    np.testing.assert_allclose(WX[0].numpy(), WX_nb, atol=1e-9)
+    np.testing.assert_allclose(vol[0].numpy(), vol_nb, rtol=1e-12)
+    np.testing.assert_allclose(assoc[0].numpy(), assoc_nb, rtol=1e-9)
+    # and a whole solve with polishing agrees
+    y1 = noisy(y, 4, 1.0, seed=17)
+    r_mf = solve(P, y1, polish=True)
+    r_nb = solve(make_problem(W, 4, backend="numba"), y1, polish=True)
     assert r_mf.n_polish[0] == r_nb.n_polish[0]
     np.testing.assert_array_equal(r_mf.labels, r_nb.labels)
     assert r_mf.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
