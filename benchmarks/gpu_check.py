@@ -117,14 +117,19 @@ class Bench:
         if cuda:
             self.torch.cuda.empty_cache()
             self.torch.cuda.reset_peak_memory_stats()
-        t = time.perf_counter()
-        P = make()
-        self.sync(device)
-        setup = time.perf_counter() - t
-        t = time.perf_counter()
-        res = solve(P, y0, polish=False, max_iter=100)
-        self.sync(device)
-        run = time.perf_counter() - t
+        try:
+            t = time.perf_counter()
+            P = make()
+            self.sync(device)
+            setup = time.perf_counter() - t
+            t = time.perf_counter()
+            res = solve(P, y0, polish=False, max_iter=100)
+            self.sync(device)
+            run = time.perf_counter() - t
+        except Exception as exc:  # report the failure and go on with the rest
+            row["note"] = f"error: {type(exc).__name__}: {str(exc)[:120]}"
+            self.rows.append(row)
+            return None
         degrees = [P.degrees] if isinstance(P, NumbaProblem) else P.degrees_numpy()
         nc = float(ncut_of(res, degrees, K)[0])
         row.update(setup=setup, solve=run, fit=setup + run, n_iter=int(res.n_iter[0]),
@@ -270,10 +275,15 @@ def batch_section(bench, B, n, cuda, cpu_batch):
         if device.startswith("cuda"):
             bench.torch.cuda.empty_cache()
             bench.torch.cuda.reset_peak_memory_stats()
-        t = time.perf_counter()
-        ncut = fn()
-        bench.sync(device)
-        dt = time.perf_counter() - t
+        try:
+            t = time.perf_counter()
+            ncut = fn()
+            bench.sync(device)
+            dt = time.perf_counter() - t
+        except Exception as exc:  # report the failure and go on with the rest
+            rows.append(dict(method=label,
+                             note=f"error: {type(exc).__name__}: {str(exc)[:120]}"))
+            return
         row = dict(method=label, images=count, seconds=dt, ips=count / dt,
                    ncut=float(np.mean(ncut)))
         if device.startswith("cuda"):
@@ -458,7 +468,10 @@ def main(argv=None):
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
-    warm_up(bench, cuda)
+    try:
+        warm_up(bench, cuda)
+    except Exception as exc:  # the timed rows will show the error again
+        print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
     token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
     print(fit_table(bench.rows), flush=True)
     if knn_n:
