@@ -115,6 +115,18 @@ def test_vit_model_pipeline(tmp_path):
     lab = seg.segment(img)
     assert lab.shape == (40, 56)
     assert 1 <= len(np.unique(lab)) <= 3
-    seg2 = ImageSegmenter(model="vit_tiny_patch16_224", checkpoint_path=None, n_segments=2,
-                          resolution=32, refine=None)
+    seg2 = ImageSegmenter(model=vit, checkpoint_path=path, n_segments=2, resolution=(32, 48),
+                          refine=None)
     assert seg2.segment(img).shape == (40, 56)
+
+
+def test_fit_predict_accepts_tensor_batch_and_single_image():
+    torch = pytest.importorskip("torch")
+    imgs = np.stack([_quadrants(32, 32, seed=s)[0] for s in range(3)])
+    batch = torch.from_numpy(imgs).permute(0, 3, 1, 2)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    out = seg.fit_predict(batch)
+    assert len(out) == 3 and all(o.shape == (32, 32) for o in out)
+    assert len(seg.fit_predict(batch[0])) == 1
+    assert len(seg.fit_predict(imgs[0])) == 1
+    np.testing.assert_array_equal(out[1], seg.segment(imgs[1]))

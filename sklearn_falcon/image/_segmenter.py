@@ -7,7 +7,7 @@ from sklearn.base import BaseEstimator
 
 from ._affinity import cosine_power_affinity
 from ._features import make_extractor
-from ._io import load_image
+from ._io import _is_torch_tensor, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample
 
@@ -408,7 +408,7 @@ class ImageSegmenter(BaseEstimator):
         batch_size : int, default=4
             Images per task.
         progress : bool, default=True
-            Show a tqdm progress bar.
+            Show a tqdm progress bar (when tqdm is installed).
 
         Returns
         -------
@@ -426,9 +426,12 @@ class ImageSegmenter(BaseEstimator):
         results = []
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(items), desc="segmenting", unit="img")
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:  # tqdm is optional (the image extra installs it)
+                tqdm = None
+            if tqdm is not None:
+                bar = tqdm(total=len(items), desc="segmenting", unit="img")
         try:
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
                 delayed(_segment_batch)(params, batch) for batch in batches
@@ -444,8 +447,11 @@ class ImageSegmenter(BaseEstimator):
 
 
 def _as_image_list(images):
+    """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
     if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
         return [images]
+    if _is_torch_tensor(images):
+        return [images] if images.ndim in (2, 3) else list(images)
     if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
         return [images]
     if type(images).__module__.startswith("PIL"):
