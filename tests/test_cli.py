@@ -87,3 +87,27 @@ def test_cli_help(capsys):
     out = capsys.readouterr().out
     for flag in ("--segments", "--model", "--checkpoint", "--refine", "--out"):
         assert flag in out
+
+
+def test_cli_vit_with_checkpoint(tmp_path, capsys):
+    pytest.importorskip("timm")
+    import timm
+    import torch
+
+    path, _ = _write(tmp_path)
+    ckpt = tmp_path / "vit.pth"
+    torch.save(timm.create_model("vit_tiny_patch16_224", pretrained=False).state_dict(), ckpt)
+    out = tmp_path / "out"
+    rc = main(["segment", str(path), "--model", "vit_tiny_patch16_224", "--checkpoint",
+               str(ckpt), "--resolution", "32", "--segments", "2", "--feature", "key",
+               "--out", str(out), "-q"])
+    assert rc == 0, capsys.readouterr().err
+    assert np.asarray(Image.open(out / "img_labels.png")).shape == (40, 56)
+    assert np.asarray(Image.open(out / "img_overlay.png")).shape == (40, 56, 3)
+    # a checkpoint of another architecture: one-line error, non-zero exit
+    bad = tmp_path / "bad.pth"
+    torch.save({"blocks.0.attn.qkv.weight": torch.zeros(3, 3)}, bad)
+    rc = main(["segment", str(path), "--model", "vit_tiny_patch16_224", "--checkpoint",
+               str(bad), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "does not match" in err and len(err.strip().splitlines()) == 1
