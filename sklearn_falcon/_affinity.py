@@ -164,8 +164,7 @@ class AffinityBuilder:
             return _clean_csr(W.astype(dtype))
         if a == "rbf":
             self.X_fit_ = X
-            return np.ascontiguousarray(rbf_kernel(X, gamma=self.gamma).astype(X.dtype,
-                                                                              copy=False))
+            return self.recompute()
         if a == "cosine":
             self.X_fit_ = X
             S = cosine_similarity(X)
@@ -182,6 +181,23 @@ class AffinityBuilder:
                 )
             return check_affinity(W, name="affinity(X)")
         raise ValueError(f"Unknown affinity={a!r}.")  # pragma: no cover
+
+    def adopt_fit(self, X, problem):
+        """Record the fit of a matrix-free torch ``problem`` built on ``X``
+        (the same state :meth:`fit_transform` would leave, without W)."""
+        self.n_train_ = X.shape[0]
+        self.X_fit_ = X
+        if self.affinity == "cosine":
+            lo, hi = problem.cosine_range
+            self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
+
+    def recompute(self):
+        """The dense training affinity, rebuilt from the stored features."""
+        if self.affinity == "cosine":
+            return self._cosine_power(cosine_similarity(self.X_fit_))
+        return np.ascontiguousarray(
+            rbf_kernel(self.X_fit_, gamma=self.gamma).astype(self.X_fit_.dtype,
+                                                             copy=False))
 
     def _check_distances(self, X):
         data = X.data if sp.issparse(X) else X

@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._affinity import PRECOMPUTED, AffinityBuilder, check_dtype_kind
-from ._backend import make_problem, resolve_backend
+from ._backend import make_problem, make_problem_from_features, resolve_backend
 from ._init import (
     fill_empty,
     kmeans_labels,
@@ -120,7 +120,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     backend : {"auto", "numba", "torch"}, default="auto"
         ``"auto"`` uses torch on CUDA when torch and a GPU are available and
-        Numba otherwise.
+        Numba otherwise.  With torch, the ``"cosine"`` and ``"rbf"``
+        affinities are matrix-free: ``W`` is computed in row blocks and never
+        stored, so memory is ``O(n (p + K))``; the graph initializations
+        (``"multilevel"``, ``"spectral"``) then run on the kNN graph of ``X``.
 
     device : str, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
@@ -150,7 +153,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``f`` at the initial labels, after each accepted iteration and after
         each polishing sweep; non-decreasing.
     affinity_matrix_ : {ndarray, sparse matrix} of shape (n_samples, n_samples)
-        The symmetric affinity ``W`` that was clustered.
+        The symmetric affinity ``W`` that was clustered.  On the matrix-free
+        torch path (``backend="torch"`` with ``"cosine"``/``"rbf"``) it is
+        not kept during the fit and is recomputed when read.
     cluster_volumes_ : ndarray of shape (n_clusters,)
         ``vol_k`` of the final clusters (used by :meth:`predict`).
     cluster_associations_ : ndarray of shape (n_clusters,)
@@ -305,8 +310,22 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
 
         self._affinity_builder = self._builder()
-        W = self._affinity_builder.fit_transform(X)
-        degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+        problem = None
+        if backend == "torch" and self.affinity in ("cosine", "rbf"):
+            # matrix-free: W is formed in row blocks on the device, never stored
+            problem = make_problem_from_features(
+                X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
+                device=device,
+            )
+            degrees = problem.degrees_numpy()[0]
+            if np.all(degrees > 0):
+                self._affinity_builder.adopt_fit(X, problem)
+                W = None
+            else:  # isolated samples need the explicit sub-graph: dense path
+                problem = None
+        if problem is None:
+            W = self._affinity_builder.fit_transform(X)
+            degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
         if not np.any(degrees > 0):
             raise ValueError(
                 "The affinity matrix is all zeros: no sample has a nonzero degree, so "
@@ -335,11 +354,18 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             d_act = degrees[idx]
         else:
             W_act, d_act = W, degrees
+        if problem is None:
+            problem = make_problem(W_act, K, backend=backend, device=device,
+                                   degrees=d_act)
+            W_init, d_init = W_act, d_act
+        elif isinstance(init, str) and init in ("multilevel", "spectral"):
+            # the graph inits need an explicit W: use the kNN graph of X
+            W_init = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
+                                     n_jobs=self.n_jobs).fit_transform(X)
+            d_init = np.asarray(W_init.sum(axis=1), dtype=np.float64).ravel()
 
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
-        problem = make_problem(W_act, K, backend=backend, device=device,
-                               degrees=d_act)
         solver_params = dict(
             max_iter=self.max_iter, tol=self.tol, tau=self.tau,
             gamma_backtrack=self.gamma_backtrack, delta=self.delta,
@@ -352,14 +378,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 candidates = [init[active]]
             elif init == "multilevel":
                 candidates, hierarchy = multilevel_candidates(
-                    W_act, d_act, K, rng, solver_params=solver_params,
+                    W_init, d_init, K, rng, solver_params=solver_params,
                     hierarchy=hierarchy,
                 )
             elif init == "kmeans":
                 Xa = X[np.flatnonzero(active)] if self.isolated_.size else X
                 candidates = [kmeans_labels(Xa, K, rng)]
             elif init == "spectral":
-                candidates = [spectral_embedding_labels(W_act, d_act, K, rng)]
+                candidates = [spectral_embedding_labels(W_init, d_init, K, rng)]
             else:
                 candidates = [random_labels(n_active, K, rng)]
             for y0 in candidates:
@@ -375,15 +401,38 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             labels[~active] = int(np.argmax(vol))
         path = best.objective_path[0]
         self.labels_ = labels
-        self.affinity_matrix_ = W
+        self._affinity_matrix = W
         self.cluster_volumes_ = vol
-        self.cluster_associations_ = self._associations(W, labels, K)
-        self.ncut_ = normalized_cut(W, labels)
+        if W is None:  # matrix-free: the statistics come from the device
+            self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
+            self.ncut_ = float(np.count_nonzero(vol > 0) - best.objective[0])
+        else:
+            self.cluster_associations_ = self._associations(W, labels, K)
+            self.ncut_ = normalized_cut(W, labels)
         self.objective_path_ = path
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])
         self.backend_ = backend
         return self
+
+    @property
+    def affinity_matrix_(self):
+        """The symmetric affinity ``W`` that was clustered.
+
+        Stored at fit time, except on the matrix-free torch path
+        (``backend="torch"`` with ``"cosine"`` / ``"rbf"``), where ``W`` is
+        never held in memory during the fit: it is then recomputed, dense,
+        when this attribute is read.
+        """
+        if "_affinity_matrix" not in self.__dict__:
+            raise AttributeError(
+                "This FalconNCut instance is not fitted yet: 'affinity_matrix_' "
+                "does not exist."
+            )
+        W = self._affinity_matrix
+        if W is None:
+            W = self._affinity_builder.recompute()
+        return W
 
     @staticmethod
     def _associations(W, labels, K):

@@ -461,3 +461,23 @@ def test_cuda_estimator():
     a = FalconNCut(3, backend="numba", random_state=0).fit(X)
     b = FalconNCut(3, backend="torch", device="cuda", random_state=0).fit(X)
     assert b.ncut_ == pytest.approx(a.ncut_, abs=1e-5)
+
+
+@pytest.mark.parametrize("affinity", ["cosine", "rbf"])
+@pytest.mark.parametrize("init", ["multilevel", "kmeans"])
+def test_estimator_matrix_free_matches_numba(affinity, init):
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics import adjusted_rand_score
+
+    from sklearn_falcon import FalconNCut, normalized_cut
+
+    X, _ = make_blobs(300, centers=4, random_state=0)
+    kw = dict(affinity=affinity, gamma=0.1, power=3.0, init=init, random_state=0)
+    est = FalconNCut(4, backend="torch", device="cpu", **kw).fit(X)
+    ref = FalconNCut(4, backend="numba", **kw).fit(X)
+    assert est._affinity_matrix is None  # W was never stored during fit
+    assert est.ncut_ == pytest.approx(ref.ncut_, abs=1e-9)
+    W = est.affinity_matrix_  # recomputed on access
+    np.testing.assert_allclose(W, ref.affinity_matrix_, rtol=1e-12)
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
+    assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
