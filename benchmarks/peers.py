@@ -309,20 +309,39 @@ def _fiedler(W, d, seed, solver):
 
 
 def _best_split(W, seed, solver):
-    """Best two-way split of a segment: (ncut, mask) or (inf, None)."""
+    """Best two-way split of a segment: (ncut, mask) or (inf, None).
+
+    Zero-degree nodes (no edge inside the segment) are never split off on
+    their own: a part of zero volume would have an NCut term of 0 for free.
+    They join the larger side of the split of the other nodes.
+    """
     n = W.shape[0]
     if n < 2:
         return np.inf, None
     d = _degrees(W)
+    pos = np.flatnonzero(d > 0)
+    if pos.shape[0] < 2:
+        return np.inf, None
+    if pos.shape[0] < n:
+        Wp = W[pos][:, pos].tocsr() if sp.issparse(W) else W[np.ix_(pos, pos)]
+        val, mask_p = _best_split(Wp, seed, solver)
+        if mask_p is None:
+            return np.inf, None
+        mask = np.zeros(n, dtype=bool)
+        mask[pos[mask_p]] = True
+        if mask_p.sum() > mask_p.shape[0] / 2:   # zero-degree nodes join
+            mask[d <= 0] = True                  # the larger side
+        return val, mask
     if sp.issparse(W):
         n_comp, comp = csgraph.connected_components(W, directed=False)
     else:
         n_comp, comp = csgraph.connected_components(
             sp.csr_matrix(W > 0), directed=False)
     if n_comp > 1:
-        # a disconnected segment: cutting its largest component off is free
-        sizes = np.bincount(comp)
-        mask = comp == np.argmax(sizes)
+        # a disconnected segment (every part of positive volume): cutting its
+        # component of largest volume off is free
+        vols = np.bincount(comp, weights=d)
+        mask = comp == np.argmax(vols)
         return 0.0, mask
     v = _fiedler(W, d, seed, solver)
     order = np.argsort(v, kind="stable")
@@ -342,7 +361,9 @@ def recursive_ncut(W, n_clusters, seed=0, solver="arpack", threshold=None):
     Fiedler vector ``D^-1/2 v_2`` of the segment's normalized Laplacian
     (computed on the segment's induced subgraph), thresholded at the value
     that minimises the two-way NCut (an exact O(nnz) sweep over all
-    thresholds). A disconnected segment is split along its components.
+    thresholds). A disconnected segment is split along its components;
+    zero-degree nodes are never split off alone (a part of zero volume would
+    lower the NCut for free).
 
     Parameters
     ----------
