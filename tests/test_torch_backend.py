@@ -464,7 +464,7 @@ def test_cuda_estimator():
 
 
 @pytest.mark.parametrize("affinity", ["cosine", "rbf"])
-@pytest.mark.parametrize("init", ["multilevel", "kmeans"])
+@pytest.mark.parametrize("init", ["multilevel", "kmeans", "random"])
 def test_estimator_matrix_free_matches_numba(affinity, init):
     from sklearn.datasets import make_blobs
     from sklearn.metrics import adjusted_rand_score
@@ -476,8 +476,13 @@ def test_estimator_matrix_free_matches_numba(affinity, init):
     est = FalconNCut(4, backend="torch", device="cpu", **kw).fit(X)
     ref = FalconNCut(4, backend="numba", **kw).fit(X)
     assert est._affinity_matrix is None  # W was never stored during fit
-    assert est.ncut_ == pytest.approx(ref.ncut_, abs=1e-9)
     W = est.affinity_matrix_  # recomputed on access
     np.testing.assert_allclose(W, ref.affinity_matrix_, rtol=1e-12)
     assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
-    assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
+    if init == "multilevel":
+        # matrix-free, the multilevel init runs on the kNN graph of X (it needs
+        # an explicit W), so it starts elsewhere than on the dense W
+        assert est.ncut_ <= 1.05 * ref.ncut_
+    else:
+        assert est.ncut_ == pytest.approx(ref.ncut_, abs=1e-9)
+        assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
