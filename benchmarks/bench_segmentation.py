@@ -172,7 +172,7 @@ def _timed(fn, *args):
     return out, time.perf_counter() - t0
 
 
-def run(quick=False, out_dir=None, seed=0):
+def run(quick=False, out_dir=None, seed=0, size=None, n_images=None):
     """Run the benchmark and write the markdown table.
 
     Parameters
@@ -185,6 +185,9 @@ def run(quick=False, out_dir=None, seed=0):
         default; the quick run writes ``segmentation_quick.md`` there).
     seed : int, default=0
         Seed of the data and of every method.
+    size, n_images : int, default=None
+        Override the image side and the number of images (the table then goes
+        to ``segmentation_<size>px[_quick].md``).
 
     Returns
     -------
@@ -197,7 +200,9 @@ def run(quick=False, out_dir=None, seed=0):
     )
     from sklearn_falcon.metrics import miou, normalized_cut
 
-    n_images, size = (8, 128) if quick else (16, 160)
+    custom = size is not None or n_images is not None
+    n_images = n_images or (8 if quick else 16)
+    size = size or (128 if quick else 160)
     sc_configs = SC_CONFIGS_QUICK if quick else SC_CONFIGS
     thresholds = (0.001, 0.05) if quick else CUT_THRESHOLDS
     data = make_dataset(n_images, size, random_state=seed)
@@ -264,17 +269,23 @@ def run(quick=False, out_dir=None, seed=0):
         ))
     _write(rows, quick=quick, out_dir=out_dir, n_images=n_images, size=size,
            n_tokens=F0.shape[0] * F0.shape[1], feat_time=feat_time / n_images,
-           true_k=float(np.mean([d[2] for d in data])))
+           true_k=float(np.mean([d[2] for d in data])), custom=custom)
     return rows
 
 
-def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k):
+def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
+           custom=False):
     import platform
 
     out_dir = Path(out_dir) if out_dir is not None else RESULTS.parent
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / ("segmentation_quick.md" if quick and out_dir == RESULTS.parent
-                      else "segmentation.md")
+    if custom:
+        name = f"segmentation_{size}px{'_quick' if quick else ''}.md"
+    elif quick and out_dir == RESULTS.parent:
+        name = "segmentation_quick.md"
+    else:
+        name = "segmentation.md"
+    path = out_dir / name
     best = max((r for r in rows if r["method"].startswith("Spectral")), key=lambda r: r["miou"])
     best_sk = max((r for r in rows if r["method"].startswith("skimage")), key=lambda r: r["miou"])
     falcon = max((r for r in rows if r["method"].startswith("Falcon (")),
@@ -295,7 +306,8 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k)
         "",
         f"Machine: {platform.machine()}, {platform.python_version()}, "
         f"{__import__('os').cpu_count()} CPUs (shared; read ratios, not absolutes). "
-        "Command: `python -m benchmarks.bench_segmentation" + (" --quick`" if quick else "`"),
+        "Command: `python -m benchmarks.bench_segmentation" + (" --quick" if quick else "")
+        + (f" --size {size} --n-images {n_images}" if custom else "") + "`",
         "",
         "| method | mIoU | mIoU +PAMR | NCut | segments | time / image (s) | failures |",
         "|---|---|---|---|---|---|---|",
@@ -328,8 +340,11 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small run (< 2 min)")
     parser.add_argument("--out-dir", default=None, help="output directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", type=int, default=None, help="image side in pixels")
+    parser.add_argument("--n-images", type=int, default=None, help="number of images")
     args = parser.parse_args(argv)
-    rows = run(quick=args.quick, out_dir=args.out_dir, seed=args.seed)
+    rows = run(quick=args.quick, out_dir=args.out_dir, seed=args.seed, size=args.size,
+               n_images=args.n_images)
     for r in rows:
         print(f"{r['method']:<55} mIoU {r['miou']:.4f}  +PAMR {r['miou_pamr']:.4f}  "
               f"time {r['time_s']:.4f}s")
