@@ -186,11 +186,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     --------
     >>> from sklearn.datasets import make_blobs
     >>> from sklearn_falcon import FalconNCut
-    >>> X, y = make_blobs(n_samples=300, centers=3, random_state=0)
+    >>> X, y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
     >>> est = FalconNCut(n_clusters=3, random_state=0).fit(X)
     >>> est.labels_.shape
     (300,)
-    >>> bool(est.ncut_ < 0.1)
+    >>> bool(est.ncut_ < 0.05)
     True
     >>> bool(np.all(np.diff(est.objective_path_) >= 0))
     True

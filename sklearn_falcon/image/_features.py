@@ -529,6 +529,33 @@ def make_extractor(
     ``model="color"`` gives :class:`ColorPositionFeatures` (``patch_size``
     defaults to 8); anything else is passed to :class:`TimmFeatures`.
 
+    Parameters
+    ----------
+    model : str or torch.nn.Module, default="color"
+        ``"color"`` for the offline colour + position features, else a timm
+        model name, a checkpoint-backed timm name, or a module.
+    patch_size : int or (int, int), default=None
+        Cell size of the offline features (8 when None); must be None for
+        a ViT, whose patch size is the model's.
+    pretrained : bool, default=False
+        Load the model's pretrained weights through timm.
+    checkpoint_path : str or path-like, default=None
+        Local weights (state dict, safetensors or timm checkpoint).
+    layer : int, default=-1
+        Transformer block whose output is used.
+    feature : {"token", "key"}, default="token"
+        Patch tokens, or the attention keys of the chosen block.
+    resolution : int or (int, int), default=None
+        Resize the image to this size before the ViT (the model's own input
+        size when None).
+    device : str, default="cpu"
+        Torch device of the ViT.
+
+    Returns
+    -------
+    extractor : ColorPositionFeatures or TimmFeatures
+        An object whose ``extract(rgb)`` returns the token-grid features.
+
     Examples
     --------
     >>> from sklearn_falcon.image import make_extractor

@@ -11,6 +11,19 @@ def bilinear_matrix(n_out, n_in):
     Input sample ``i`` sits at the centre of cell ``i`` of a grid covering the
     same extent as the output, as for ViT patches tiling an image.
 
+    Parameters
+    ----------
+    n_out : int
+        Number of output samples (pixels along one axis).
+    n_in : int
+        Number of input samples (tokens along the same axis).
+
+    Returns
+    -------
+    M : ndarray of shape (n_out, n_in), float32
+        Interpolation weights; each row sums to 1, so ``M @ v`` upsamples a
+        signal ``v`` of length ``n_in``.
+
     Examples
     --------
     >>> from sklearn_falcon.image import bilinear_matrix
