@@ -211,6 +211,22 @@ class NumbaProblem:
     def stats(self, WX, labels):
         return nk.cluster_stats(WX, labels, self.degrees, self.n_clusters)
 
+    def candidate_stats(self, WX, vol, assoc, old, new):
+        """``(vol, assoc)`` of ``new`` without forming its ``WX``."""
+        if self.sparse:
+            return nk.candidate_stats_csr(self.indptr, self.indices, self.data,
+                                          self.degrees, old, new, WX, vol, assoc)
+        return nk.candidate_stats_dense(self.W, self.degrees, old, new, WX, vol,
+                                        assoc)
+
+    def commit(self, WX, old, new):
+        """``WX`` of ``new``, updated in place (no (n, K) copy)."""
+        if self.sparse:
+            nk.apply_moves_csr(self.indptr, self.indices, self.data, old, new, WX)
+        else:
+            nk.apply_moves_dense(self.W, old, new, WX)
+        return WX
+
     def objective(self, vol, assoc):
         return np.array([nk.objective(vol, assoc)])
 
@@ -563,6 +579,14 @@ class TorchProblem:
                 WX.reshape(-1, self.n_clusters))
             return out.view(WX.shape)
         return tk.update_cluster_weights_features(self.affinity, old, new, WX)
+
+    def candidate_stats(self, WX, vol, assoc, old, new):
+        """``(vol, assoc)`` of ``new``, through a temporary updated ``WX``."""
+        return self.stats(self.update(WX, old, new), new)
+
+    def commit(self, WX, old, new):
+        """``WX`` of ``new`` (a new tensor)."""
+        return self.update(WX, old, new)
 
     def stats(self, WX, labels):
         from ._kernels_torch import cluster_stats

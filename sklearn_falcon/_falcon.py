@@ -20,7 +20,7 @@ from ._init import (
     spectral_embedding_labels,
 )
 from ._solver import out_of_sample_labels, solve
-from .metrics import normalized_cut
+from .metrics import _volumes_associations, normalized_cut
 
 _AFFINITIES = {"nearest_neighbors", "rbf", "cosine", "precomputed",
                "precomputed_nearest_neighbors"}
@@ -354,6 +354,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             d_act = degrees[idx]
         else:
             W_act, d_act = W, degrees
+        W_init = d_init = None
         if problem is None:
             problem = make_problem(W_act, K, backend=backend, device=device,
                                    degrees=d_act)
@@ -371,28 +372,30 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             gamma_backtrack=self.gamma_backtrack, delta=self.delta,
             polish=self.polish, verbose=self.verbose,
         )
-        best = None
+        starts = []
         hierarchy = None
         for _ in range(self.n_init if isinstance(init, str) else 1):
             if not isinstance(init, str):
-                candidates = [init[active]]
+                starts.append(init[active])
             elif init == "multilevel":
                 candidates, hierarchy = multilevel_candidates(
                     W_init, d_init, K, rng, solver_params=solver_params,
                     hierarchy=hierarchy,
                 )
+                starts.extend(candidates)
             elif init == "kmeans":
                 Xa = X[np.flatnonzero(active)] if self.isolated_.size else X
-                candidates = [kmeans_labels(Xa, K, rng)]
+                starts.append(kmeans_labels(Xa, K, rng))
             elif init == "spectral":
-                candidates = [spectral_embedding_labels(W_init, d_init, K, rng)]
+                starts.append(spectral_embedding_labels(W_init, d_init, K, rng))
             else:
-                candidates = [random_labels(n_active, K, rng)]
-            for y0 in candidates:
-                y0 = fill_empty(y0, K, rng)
-                res = solve(problem, y0, **solver_params)
-                if best is None or res.objective[0] > best.objective[0]:
-                    best = res
+                starts.append(random_labels(n_active, K, rng))
+        del hierarchy, W_init, d_init  # the coarse graphs are not needed any more
+        best = None
+        for y0 in starts:
+            res = solve(problem, fill_empty(y0, K, rng), **solver_params)
+            if best is None or res.objective[0] > best.objective[0]:
+                best = res
 
         labels = np.empty(n_samples, dtype=np.int64)
         labels[active] = best.labels[0]
@@ -407,8 +410,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
             self.ncut_ = float(np.count_nonzero(vol > 0) - best.objective[0])
         else:
-            self.cluster_associations_ = self._associations(W, labels, K)
-            self.ncut_ = normalized_cut(W, labels)
+            assoc = _volumes_associations(W, labels, K)[1]
+            self.cluster_associations_ = assoc
+            pos = vol > 0
+            # exact, from one pass over W (not the solver's running sums)
+            self.ncut_ = float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
         self.objective_path_ = path
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])
@@ -433,17 +439,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         if W is None:
             W = self._affinity_builder.recompute()
         return W
-
-    @staticmethod
-    def _associations(W, labels, K):
-        onehot = sp.csr_matrix(
-            (np.ones(labels.size), (np.arange(labels.size), labels)),
-            shape=(labels.size, K),
-        )
-        WX = W @ onehot
-        WX = WX.toarray() if sp.issparse(WX) else np.asarray(WX)
-        return np.bincount(labels, weights=WX[np.arange(labels.size), labels],
-                           minlength=K)
 
     def _check_init_labels(self, init, n_samples):
         y0 = np.asarray(init)

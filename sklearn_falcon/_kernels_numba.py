@@ -1,8 +1,11 @@
 """Numba kernels of the Falcon solver.
 
-Every function here is a pure function on arrays: no validation, no
-estimator state, no torch.  ``_kernels_torch.py`` implements the same
-names with the same semantics on ``torch.Tensor``.
+Every function here is a function on arrays: no validation, no estimator
+state, no torch.  ``_kernels_torch.py`` implements the same names with the
+same semantics on ``torch.Tensor``.  Three groups exist only here, because
+they are sequential or in-place CPU work: ``apply_moves_*`` and
+``candidate_stats_*`` (the copy-free backtracking test), and the
+``local_move_sweep_*`` polish (torch problems call it on the host).
 
 Conventions
 -----------
@@ -102,14 +105,14 @@ def cluster_weights_dense(W, labels, n_clusters):
 
 
 @_jit
-def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX):
-    """Return ``W @ onehot(new_labels)`` given ``WX = W @ onehot(old_labels)``.
+def apply_moves_csr(indptr, indices, data, old_labels, new_labels, WX):
+    """In place: turn ``WX = W @ onehot(old_labels)`` into ``W @
+    onehot(new_labels)``.
 
     Only the rows of the nodes that moved are read (W is symmetric, so the
     row of a moved node is also its column): the cost is the sum of their
-    degrees, not nnz.  ``WX`` is not modified.
+    degrees, not nnz.
     """
-    out = WX.copy()
     for j in range(old_labels.shape[0]):
         a = old_labels[j]
         b = new_labels[j]
@@ -117,15 +120,13 @@ def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX
             for p in range(indptr[j], indptr[j + 1]):
                 i = indices[p]
                 w = data[p]
-                out[i, a] -= w
-                out[i, b] += w
-    return out
+                WX[i, a] -= w
+                WX[i, b] += w
 
 
 @_jit
-def update_cluster_weights_dense(W, old_labels, new_labels, WX):
-    """Dense twin of :func:`update_cluster_weights_csr`."""
-    out = WX.copy()
+def apply_moves_dense(W, old_labels, new_labels, WX):
+    """Dense twin of :func:`apply_moves_csr`."""
     n = W.shape[0]
     for j in range(old_labels.shape[0]):
         a = old_labels[j]
@@ -133,9 +134,83 @@ def update_cluster_weights_dense(W, old_labels, new_labels, WX):
         if a != b:
             for i in range(n):
                 w = W[j, i]
-                out[i, a] -= w
-                out[i, b] += w
+                WX[i, a] -= w
+                WX[i, b] += w
+
+
+def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX):
+    """Return ``W @ onehot(new_labels)`` given ``WX = W @ onehot(old_labels)``
+    (a new array; ``WX`` is not modified)."""
+    out = WX.copy()
+    apply_moves_csr(indptr, indices, data, old_labels, new_labels, out)
     return out
+
+
+def update_cluster_weights_dense(W, old_labels, new_labels, WX):
+    """Dense twin of :func:`update_cluster_weights_csr`."""
+    out = WX.copy()
+    apply_moves_dense(W, old_labels, new_labels, out)
+    return out
+
+
+@_jit
+def _pair_delta(assoc, w, a_j, b_j, a_i, b_i):
+    # (delta_j . delta_i) w per cluster, delta = e_new - e_old
+    if b_j == b_i:
+        assoc[b_j] += w
+    if a_j == a_i:
+        assoc[a_j] += w
+    if b_j == a_i:
+        assoc[b_j] -= w
+    if a_j == b_i:
+        assoc[a_j] -= w
+
+
+@_jit
+def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, WX,
+                        vol, assoc):
+    """``(vol, assoc)`` of ``new_labels`` from the state of ``old_labels``,
+    without forming the new ``WX``.
+
+    With ``D = onehot(new) - onehot(old)``:
+    ``assoc' = assoc + 2 diag(D' WX) + diag(D' W D)``, and the last term only
+    involves pairs of moved nodes.  Cost: the degrees of the moved nodes.
+    """
+    vol2 = vol.copy()
+    assoc2 = assoc.copy()
+    n = old_labels.shape[0]
+    for j in range(n):
+        a = old_labels[j]
+        b = new_labels[j]
+        if a == b:
+            continue
+        vol2[a] -= degrees[j]
+        vol2[b] += degrees[j]
+        assoc2[b] += 2.0 * WX[j, b]
+        assoc2[a] -= 2.0 * WX[j, a]
+        for p in range(indptr[j], indptr[j + 1]):
+            i = indices[p]
+            if old_labels[i] != new_labels[i]:
+                _pair_delta(assoc2, data[p], a, b, old_labels[i], new_labels[i])
+    return vol2, assoc2
+
+
+@_jit
+def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
+    """Dense twin of :func:`candidate_stats_csr`."""
+    vol2 = vol.copy()
+    assoc2 = assoc.copy()
+    moved = np.flatnonzero(old_labels != new_labels)
+    for j in moved:
+        a = old_labels[j]
+        b = new_labels[j]
+        vol2[a] -= degrees[j]
+        vol2[b] += degrees[j]
+        assoc2[b] += 2.0 * WX[j, b]
+        assoc2[a] -= 2.0 * WX[j, a]
+        for i in moved:
+            _pair_delta(assoc2, W[j, i], a, b, old_labels[i], new_labels[i])
+    return vol2, assoc2
 
 
 @_jit

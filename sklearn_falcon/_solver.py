@@ -112,7 +112,7 @@ def solve(
             break
         pending = active.copy()
         trial_tau = tau_cur.copy()
-        acc_X, acc_WX, acc_vol, acc_assoc = X, WX, vol, assoc
+        acc_X, acc_vol, acc_assoc = X, vol, assoc
         acc_f = f.copy()
         acc_moved = np.zeros(B, dtype=np.int64)
         for _ in range(max_backtrack):
@@ -122,18 +122,17 @@ def solve(
             cand, moved = P.step(WX, vol, assoc, X, step_tau)
             moved = np.asarray(moved, dtype=np.int64)
             if np.any(moved[pending] > 0):
-                cWX = P.update(WX, X, cand)
-                cvol, cassoc = P.stats(cWX, cand)
+                # f of the candidate without forming its (n, K) weights
+                cvol, cassoc = P.candidate_stats(WX, vol, assoc, X, cand)
                 fc = P.objective(cvol, cassoc)
             else:
-                cWX, cvol, cassoc, fc = WX, vol, assoc, f
+                cvol, cassoc, fc = vol, assoc, f
             # ||X+ - X||_F^2 = 2 * (number of moved rows)
             ok = pending & (
                 (moved == 0) | (fc >= f + delta * trial_tau * moved)
             )
             if ok.any():
                 acc_X = P.select(ok, cand, acc_X)
-                acc_WX = P.select(ok, cWX, acc_WX)
                 acc_vol = P.select(ok, cvol, acc_vol)
                 acc_assoc = P.select(ok, cassoc, acc_assoc)
                 acc_f = np.where(ok, fc, acc_f)
@@ -148,7 +147,9 @@ def solve(
         gain = acc_f - f
         moved_any = acc_moved > 0
         n_iter += active
-        X, WX, vol, assoc = acc_X, acc_WX, acc_vol, acc_assoc
+        if moved_any.any():
+            WX = P.commit(WX, X, acc_X)  # graphs that did not move keep X
+        X, vol, assoc = acc_X, acc_vol, acc_assoc
         rel = gain / np.maximum(np.abs(f), 1e-300)
         for b in np.flatnonzero(active & moved_any):
             paths[b].append(float(acc_f[b]))

@@ -36,19 +36,23 @@ def _cluster_terms(W, labels):
         )
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
+    return _volumes_associations(W, y, K)
+
+
+def _volumes_associations(W, y, K):
+    """``(vol, assoc)`` of labels ``y`` in ``[0, K)``: one pass over W and no
+    nnz-sized temporary (no validation)."""
     degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
     vol = np.bincount(y, weights=degrees, minlength=K)
-    if sp.issparse(W):
-        W = W.tocoo()
-        same = y[W.row] == y[W.col]
-        assoc = np.bincount(
-            y[W.row[same]], weights=W.data[same].astype(np.float64), minlength=K
-        )
+    onehot = sp.csr_matrix(
+        (np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K)
+    )
+    WX = W @ onehot
+    if sp.issparse(WX):
+        own = np.asarray(WX[np.arange(y.size), y], dtype=np.float64).ravel()
     else:
-        onehot = np.zeros((y.size, K))
-        onehot[np.arange(y.size), y] = 1.0
-        assoc = np.einsum("ik,ik->k", W.astype(np.float64) @ onehot, onehot)
-    return vol, assoc
+        own = np.asarray(WX, dtype=np.float64)[np.arange(y.size), y]
+    return vol, np.bincount(y, weights=own, minlength=K)
 
 
 @validate_params(

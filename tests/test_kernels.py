@@ -131,3 +131,31 @@ def test_heaviest_neighbor():
     np.fill_diagonal(R, -1)
     np.testing.assert_array_equal(hs, R.argmax(1))
     np.testing.assert_array_equal(hd, R.argmax(1))
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_candidate_stats_and_apply_moves_match_recompute(dense):
+    W, S = _graph(n=80, seed=8)
+    np.fill_diagonal(W, 0.5)  # self-loops take part in the pair term
+    S = sp.csr_matrix(W)
+    rng = np.random.default_rng(9)
+    old = rng.integers(4, size=80).astype(np.int64)
+    new = old.copy()
+    idx = rng.choice(80, 25, replace=False)
+    new[idx] = rng.integers(4, size=25)
+    d = W.sum(1)
+    WX = W @ _onehot(old, 4)
+    vol, assoc = nk.cluster_stats(WX, old, d, 4)
+    if dense:
+        v2, a2 = nk.candidate_stats_dense(W, d, old, new, WX, vol, assoc)
+    else:
+        v2, a2 = nk.candidate_stats_csr(S.indptr, S.indices, S.data, d, old, new,
+                                        WX, vol, assoc)
+    ref_v, ref_a = nk.cluster_stats(W @ _onehot(new, 4), new, d, 4)
+    np.testing.assert_allclose(v2, ref_v, atol=1e-12)
+    np.testing.assert_allclose(a2, ref_a, atol=1e-10)
+    if dense:
+        nk.apply_moves_dense(W, old, new, WX)
+    else:
+        nk.apply_moves_csr(S.indptr, S.indices, S.data, old, new, WX)
+    np.testing.assert_allclose(WX, W @ _onehot(new, 4), atol=1e-12)
