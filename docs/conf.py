@@ -179,14 +179,58 @@ def _md_to_rst(md, source):
     return "\n".join(out)
 
 
+# The comparison page shows the head-to-head results; every other table (and
+# the machine details) is on the benchmarks page.  Files in this order, with a
+# title for the files that have none; inside a file with subsections, the
+# introduction and the subsections whose title matches HEADLINE are kept.
+COMPARISON_FILES = {
+    "defaults_vs_spectral.md": "Falcon defaults against SpectralClustering",
+    "quality.md": None,
+    "speed.md": None,
+    "tokens.md": None,
+    "segmentation.md": None,
+}
+HEADLINE = re.compile(r"target|against|methods on", re.IGNORECASE)
+
+
+def _headline_sections(md):
+    """The introduction and the headline subsections of a result file."""
+    blocks, current = [], []
+    for line in md.splitlines():
+        if re.match(r"^#{2,}\s", line) and current:
+            blocks.append(current)
+            current = []
+        current.append(line)
+    blocks.append(current)
+    heads = [b for b in blocks if b and re.match(r"^#+\s", b[0])]
+    if len(heads) <= 1:  # no subsections: keep the whole file
+        return md
+    depth = min(len(b[0].split()[0]) for b in heads)
+    kept = []
+    for b in blocks:
+        title = b[0] if b and b[0].startswith("#") else ""
+        level = len(title.split()[0]) if title else 0
+        if not title or level == depth or HEADLINE.search(title):
+            kept.extend(b)
+    return "\n".join(kept)
+
+
 def write_benchmark_summary(results_dir=RESULTS_DIR, out_dir=GENERATED):
-    files = sorted(Path(results_dir).glob("*.md")) if Path(results_dir).is_dir() else []
+    results_dir = Path(results_dir)
+    available = sorted(results_dir.glob("*.md")) if results_dir.is_dir() else []
+    chosen = [results_dir / name for name in COMPARISON_FILES
+              if (results_dir / name).exists()]
+    files = chosen or available  # unknown file names: show them all
     parts = []
     for f in files:
-        parts.append(_md_to_rst(f.read_text(encoding="utf-8"), f.name))
+        md = f.read_text(encoding="utf-8")
+        title = COMPARISON_FILES.get(f.name)
+        if title and not re.match(r"^\s*#", md):
+            md = f"# {title}\n\n{md}"
+        parts.append(_md_to_rst(_headline_sections(md), f.name))
     if (HERE / "benchmarks.rst").exists():
-        parts.append("The :doc:`benchmarks` page has every table with its plots "
-                     "and methodology.\n")
+        parts.append("The :doc:`benchmarks` page has every table, with the plots, "
+                     "the machine details and the methodology.\n")
     if not files:
         parts.append(
             "No benchmark results are recorded yet.  ``python -m benchmarks.run`` "
