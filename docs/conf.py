@@ -108,7 +108,11 @@ html_theme_options = {
     },
 }
 html_css_files = ["custom.css"]
-html_sidebars = {"index": [], "getting_started": [], "user_guide": [], "comparison": []}
+html_sidebars = {
+    # single pages: no section navigation to show
+    "index": [], "getting_started": [], "user_guide": [], "comparison": [],
+    "benchmarks": [],
+}
 html_show_sourcelink = True
 html_last_updated_fmt = None
 
