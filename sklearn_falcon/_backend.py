@@ -323,7 +323,7 @@ class TorchProblem:
     graph when the graphs are held explicitly (dense or sparse ``W``), and
     for matrix-free problems on the rows of ``W``, computed block by block
     on the device and streamed to
-    :func:`sklearn_falcon._kernels_numba_stream.local_move_sweep_rows`.
+    :func:`sklearn_falcon._kernels_numba.local_move_sweep_rows`.
     Either way the sweep is the one of the Numba backend, node for node; the
     ``(n, K)`` state is shared with the tensors on the CPU (zero copy) and
     transferred on CUDA.
@@ -648,7 +648,7 @@ class TorchProblem:
         """One exact local-move sweep per graph, in place, for a matrix-free
         problem: the rows of ``W`` are formed block by block on the device
         and swept on the host in node order; returns moves per graph."""
-        from ._kernels_numba_stream import local_move_sweep_rows
+        from ._kernels_numba import local_move_sweep_rows
 
         torch = self._torch
         Xn, WXn, vn, an = self._host_state(labels, WX, vol, assoc)
