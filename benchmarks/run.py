@@ -175,11 +175,20 @@ def warmup(mode="full"):
 
 # ============================================================ machine info
 def _version(mod):
-    try:
-        m = __import__(mod)
-        return getattr(m, "__version__", "?")
-    except Exception:
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    if find_spec(mod) is None:
         return "not installed"
+    dist = {"sklearn": "scikit-learn", "sklearn_falcon": "sklearn-falcon",
+            "ncut_pytorch": "ncut-pytorch"}.get(mod, mod)
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        try:
+            return getattr(__import__(mod), "__version__", "?")
+        except Exception:
+            return "?"
 
 
 def machine_info():
