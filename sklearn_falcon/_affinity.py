@@ -36,8 +36,24 @@ def check_dtype_kind(X, name="X"):
         )
 
 
+def _is_clean_csr(W):
+    return (
+        W.format == "csr"
+        and W.indices.dtype == np.int32
+        and W.indptr.dtype == np.int32
+        and W.has_canonical_format
+        and not np.any(W.data == 0)
+    )
+
+
 def _clean_csr(W):
-    """CSR copy with sorted int32 indices and no explicit zeros."""
+    """CSR with sorted int32 indices and no explicit zeros.
+
+    A matrix already in that form is returned as is (it is only ever read,
+    so no copy is needed); anything else is converted on a copy.
+    """
+    if sp.issparse(W) and _is_clean_csr(W):
+        return W
     W = sp.csr_matrix(W, copy=True)
     W.sum_duplicates()
     W.eliminate_zeros()
