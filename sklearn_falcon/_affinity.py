@@ -64,6 +64,19 @@ def _clean_csr(W):
     return W
 
 
+def _max_asymmetry(W, block=1024):
+    """``max |W - W.T|``; for dense W in row blocks (no n x n temporary)."""
+    if sp.issparse(W):
+        diff = W - W.T
+        return float(abs(diff).max()) if diff.nnz else 0.0
+    n = W.shape[0]
+    worst = 0.0
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        worst = max(worst, float(np.abs(W[start:stop] - W[:, start:stop].T).max()))
+    return worst
+
+
 def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     """Validate a square, symmetric, nonnegative, finite affinity matrix.
 
@@ -104,8 +117,7 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     scale = float(abs(data).max()) if data.size else 0.0
     if tol is None:
         tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
-    diff = W - W.T
-    asym = float(abs(diff).max()) if (not sp.issparse(diff) or diff.nnz) else 0.0
+    asym = _max_asymmetry(W)
     if asym > tol:
         if symmetric == "raise":
             raise ValueError(
