@@ -5,12 +5,19 @@ a monotone proximal-gradient method: no spectral relaxation and no recursive
 2-way splits.
 """
 
+from ._batch import falcon_batch
 from ._falcon import FalconNCut
 from .metrics import normalized_cut
 
 __version__ = "0.1.0"
 
-__all__ = ["FalconNCut", "ImageSegmenter", "normalized_cut", "__version__"]
+__all__ = [
+    "FalconNCut",
+    "ImageSegmenter",
+    "normalized_cut",
+    "falcon_batch",
+    "__version__",
+]
 
 
 def __getattr__(name):

@@ -206,7 +206,7 @@ def falcon_batch(
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_falcon._batch import falcon_batch
+    >>> from sklearn_falcon import falcon_batch
     >>> rng = np.random.default_rng(0)
     >>> centres = np.array([[5.0, 0.0], [0.0, 5.0]])
     >>> graphs = [centres[rng.integers(2, size=40)] + rng.normal(size=(40, 2))
