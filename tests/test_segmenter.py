@@ -130,3 +130,22 @@ def test_fit_predict_accepts_tensor_batch_and_single_image():
     assert len(seg.fit_predict(batch[0])) == 1
     assert len(seg.fit_predict(imgs[0])) == 1
     np.testing.assert_array_equal(out[1], seg.segment(imgs[1]))
+
+
+def test_init_parameter_is_used_and_validated():
+    import numpy as np
+    import pytest
+
+    from sklearn_falcon import ImageSegmenter
+
+    rng = np.random.default_rng(0)
+    img = np.zeros((48, 64, 3), dtype=np.uint8)
+    img[:, 32:] = 220
+    img = (img + rng.integers(0, 25, img.shape)).astype(np.uint8)
+    for init in ("spectral", "multilevel", "random"):
+        seg = ImageSegmenter(n_segments=2, init=init, refine=None)
+        labels = seg.segment(img)
+        assert labels.shape == (48, 64)
+        assert len(np.unique(labels)) == 2
+    with pytest.raises(ValueError, match="init="):
+        ImageSegmenter(n_segments=2, init="kmeans").segment(img)
