@@ -309,62 +309,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 "init='multilevel' or 'spectral'."
             )
 
-        self._affinity_builder = self._builder()
-        problem = None
-        if backend == "torch" and self.affinity in ("cosine", "rbf"):
-            # matrix-free: W is formed in row blocks on the device, never stored
-            problem = make_problem_from_features(
-                X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
-                device=device,
-            )
-            degrees = problem.degrees_numpy()[0]
-            if np.all(degrees > 0):
-                self._affinity_builder.adopt_fit(X, problem)
-                W = None
-            else:  # isolated samples need the explicit sub-graph: dense path
-                problem = None
-        if problem is None:
-            W = self._affinity_builder.fit_transform(X)
-            degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
-        if not np.any(degrees > 0):
-            raise ValueError(
-                "The affinity matrix is all zeros: no sample has a nonzero degree, so "
-                "the normalized cut is undefined."
-            )
+        W, degrees, problem = self._affinity_graph(X, K, backend, device)
         active = degrees > 0
-        n_active = int(active.sum())
-        if n_active < K:
-            raise ValueError(
-                f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
-                f"than n_clusters={K}."
-            )
         self.isolated_ = np.flatnonzero(~active)
-        if self.isolated_.size:
-            warnings.warn(
-                f"{self.isolated_.size} sample(s) have zero degree (no affinity to any "
-                "sample); they are left out of the solve and given the cluster of "
-                "largest volume.",
-                UserWarning,
-                stacklevel=2,
-            )
-            idx = np.flatnonzero(active)
-            W_act = W[idx][:, idx] if sp.issparse(W) else W[np.ix_(idx, idx)]
-            if sp.issparse(W_act):
-                W_act = W_act.tocsr()
-            d_act = degrees[idx]
-        else:
-            W_act, d_act = W, degrees
-        W_init = d_init = None
-        if problem is None:
-            problem = make_problem(W_act, K, backend=backend, device=device,
-                                   degrees=d_act)
-            W_init, d_init = W_act, d_act
-        elif isinstance(init, str) and init in ("multilevel", "spectral"):
-            # the graph inits need an explicit W: use the kNN graph of X
-            W_init = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
-                                     n_jobs=self.n_jobs).fit_transform(X)
-            d_init = np.asarray(W_init.sum(axis=1), dtype=np.float64).ravel()
-
+        W_act, d_act = self._active_subgraph(W, degrees, active, K)
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
         solver_params = dict(
@@ -372,25 +320,20 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             gamma_backtrack=self.gamma_backtrack, delta=self.delta,
             polish=self.polish, verbose=self.verbose,
         )
-        starts = []
-        hierarchy = None
-        for _ in range(self.n_init if isinstance(init, str) else 1):
-            if not isinstance(init, str):
-                starts.append(init[active])
-            elif init == "multilevel":
-                candidates, hierarchy = multilevel_candidates(
-                    W_init, d_init, K, rng, solver_params=solver_params,
-                    hierarchy=hierarchy,
-                )
-                starts.extend(candidates)
-            elif init == "kmeans":
-                Xa = X[np.flatnonzero(active)] if self.isolated_.size else X
-                starts.append(kmeans_labels(Xa, K, rng))
-            elif init == "spectral":
-                starts.append(spectral_embedding_labels(W_init, d_init, K, rng))
-            else:
-                starts.append(random_labels(n_active, K, rng))
-        del hierarchy, W_init, d_init  # the coarse graphs are not needed any more
+        if problem is None:
+            problem = make_problem(W_act, K, backend=backend, device=device,
+                                   degrees=d_act)
+            starts = self._starts(init, X, W_act, d_act, active, rng, solver_params)
+        elif isinstance(init, str) and init in ("multilevel", "spectral"):
+            # matrix-free: the graph inits need an explicit W, so they run on
+            # the kNN graph of X
+            W_knn = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
+                                    n_jobs=self.n_jobs).fit_transform(X)
+            d_knn = np.asarray(W_knn.sum(axis=1), dtype=np.float64).ravel()
+            starts = self._starts(init, X, W_knn, d_knn, active, rng, solver_params)
+            del W_knn
+        else:
+            starts = self._starts(init, X, None, None, active, rng, solver_params)
         best = None
         for y0 in starts:
             res = solve(problem, fill_empty(y0, K, rng), **solver_params)
@@ -420,6 +363,83 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.n_backtracks_ = int(best.n_backtracks[0])
         self.backend_ = backend
         return self
+
+    def _affinity_graph(self, X, K, backend, device):
+        """``(W, degrees, problem)``: the affinity of X and its degrees.
+
+        On the matrix-free torch path ``W`` is None and ``problem`` is the
+        torch problem that forms W in row blocks; otherwise ``problem`` is
+        None (it is built on the graph of the connected samples).
+        """
+        self._affinity_builder = self._builder()
+        W, problem = None, None
+        if backend == "torch" and self.affinity in ("cosine", "rbf"):
+            problem = make_problem_from_features(
+                X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
+                device=device,
+            )
+            degrees = problem.degrees_numpy()[0]
+            if np.all(degrees > 0):
+                self._affinity_builder.adopt_fit(X, problem)
+            else:  # isolated samples need the explicit sub-graph: dense path
+                problem = None
+        if problem is None:
+            W = self._affinity_builder.fit_transform(X)
+            degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+        return W, degrees, problem
+
+    def _active_subgraph(self, W, degrees, active, K):
+        """Check the degrees and drop zero-degree samples from the solve."""
+        n_samples = degrees.shape[0]
+        n_active = int(active.sum())
+        if n_active == 0:
+            raise ValueError(
+                "The affinity matrix is all zeros: no sample has a nonzero degree, so "
+                "the normalized cut is undefined."
+            )
+        if n_active < K:
+            raise ValueError(
+                f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
+                f"than n_clusters={K}."
+            )
+        if n_active == n_samples:
+            return W, degrees
+        warnings.warn(
+            f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
+            "sample); they are left out of the solve and given the cluster of "
+            "largest volume.",
+            UserWarning,
+            stacklevel=3,
+        )
+        idx = np.flatnonzero(active)
+        if sp.issparse(W):
+            return W[idx][:, idx].tocsr(), degrees[idx]
+        return W[np.ix_(idx, idx)], degrees[idx]
+
+    def _starts(self, init, X, W, degrees, active, rng, solver_params):
+        """Initial label vectors of the connected samples, one per restart
+        (the multilevel scheme may give several per restart)."""
+        K = self.n_clusters
+        if not isinstance(init, str):
+            return [init[active]]
+        n_active = int(active.sum())
+        starts = []
+        hierarchy = None
+        for _ in range(self.n_init):
+            if init == "multilevel":
+                candidates, hierarchy = multilevel_candidates(
+                    W, degrees, K, rng, solver_params=solver_params,
+                    hierarchy=hierarchy,
+                )
+                starts.extend(candidates)
+            elif init == "kmeans":
+                Xa = X if n_active == X.shape[0] else X[np.flatnonzero(active)]
+                starts.append(kmeans_labels(Xa, K, rng))
+            elif init == "spectral":
+                starts.append(spectral_embedding_labels(W, degrees, K, rng))
+            else:
+                starts.append(random_labels(n_active, K, rng))
+        return starts
 
     @property
     def affinity_matrix_(self):
