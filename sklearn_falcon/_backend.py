@@ -201,13 +201,6 @@ class NumbaProblem:
             )
         return nk.cluster_weights_dense(self.W, labels, self.n_clusters)
 
-    def update(self, WX, old, new):
-        if self.sparse:
-            return nk.update_cluster_weights_csr(
-                self.indptr, self.indices, self.data, old, new, WX
-            )
-        return nk.update_cluster_weights_dense(self.W, old, new, WX)
-
     def stats(self, WX, labels):
         return nk.cluster_stats(WX, labels, self.degrees, self.n_clusters)
 
