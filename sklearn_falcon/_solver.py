@@ -157,7 +157,8 @@ def solve(
         done = active & (~moved_any | (rel < tol))
         converged |= done
         active &= ~done
-        # accepted: let tau shrink back towards its initial value
+        # the next iteration starts from the accepted tau (or, with
+        # shrink_tau, from tau / gamma, floored at its initial value)
         if shrink_tau:
             tau_cur = np.where(
                 active, np.maximum(trial_tau / gamma_backtrack, tau0), tau_cur
