@@ -12,6 +12,8 @@ import scipy.sparse as sp
 from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
 from sklearn.neighbors import NearestNeighbors
 
+from . import _kernels_numba as nk
+
 PRECOMPUTED = ("precomputed", "precomputed_nearest_neighbors")
 
 
@@ -64,17 +66,12 @@ def _clean_csr(W):
     return W
 
 
-def _max_asymmetry(W, block=1024):
-    """``max |W - W.T|``; for dense W in row blocks (no n x n temporary)."""
+def _max_asymmetry(W):
+    """``max |W - W.T|``; for dense W in tiles, with no n x n temporary."""
     if sp.issparse(W):
         diff = W - W.T
         return float(abs(diff).max()) if diff.nnz else 0.0
-    n = W.shape[0]
-    worst = 0.0
-    for start in range(0, n, block):
-        stop = min(n, start + block)
-        worst = max(worst, float(np.abs(W[start:stop] - W[:, start:stop].T).max()))
-    return worst
+    return float(nk.max_asymmetry_dense(W))
 
 
 def check_affinity(W, *, name="X", symmetric="warn", tol=None):
@@ -114,7 +111,7 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
             f"The affinity {name} must be nonnegative; found a minimum value of "
             f"{float(data.min()):.6g}."
         )
-    scale = float(abs(data).max()) if data.size else 0.0
+    scale = float(data.max()) if data.size else 0.0  # data >= 0 here
     if tol is None:
         tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
     asym = _max_asymmetry(W)

@@ -1,5 +1,7 @@
 """FalconNCut: discrete K-way normalized-cut clustering."""
 
+import contextlib
+import functools
 import warnings
 from numbers import Integral, Real
 
@@ -9,6 +11,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
+from threadpoolctl import ThreadpoolController
 
 from ._affinity import PRECOMPUTED, AffinityBuilder, check_dtype_kind
 from ._backend import make_problem, make_problem_from_features, resolve_backend
@@ -21,6 +24,12 @@ from ._init import (
 )
 from ._solver import out_of_sample_labels, solve
 from .metrics import _volumes_associations, normalized_cut
+
+@functools.cache
+def _threadpool_controller():
+    """One ThreadpoolController per process (finding the libraries takes ms)."""
+    return ThreadpoolController()
+
 
 _AFFINITIES = {"nearest_neighbors", "rbf", "cosine", "precomputed",
                "precomputed_nearest_neighbors"}
@@ -79,14 +88,17 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             shape (n_samples,), default="multilevel"
         Initial labels:
 
-        - ``"multilevel"``: eigen-free coarsening (heaviest neighbour by
+        - ``"multilevel"``: coarsening (heaviest neighbour by
           ``W_ij / (d_i d_j)``), multi-start solve of the coarsest graph,
           then projection and refinement level by level; candidates from
-          two coarsening depths are refined and the best ``f`` kept.
+          two coarsening depths, and a spectral start on the finest level
+          with at most 100,000 stored entries (where an eigensolve is
+          cheap), are refined and the best ``f`` kept.
         - ``"kmeans"``: k-means++ on the features (not for precomputed
           affinities).
         - ``"spectral"``: leading eigenvectors of ``D^-1/2 W D^-1/2``
-          (lobpcg), discretized by cluster-QR.
+          (ARPACK), discretized by k-means on the row-normalized embedding
+          from cluster-QR and k-means++ seeds (best ``f`` kept).
         - ``"random"``: uniformly random labels (a weak start on real
           graphs; useful for studying the solver).
         - an array of labels in ``[0, n_clusters)``.
@@ -320,25 +332,16 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             gamma_backtrack=self.gamma_backtrack, delta=self.delta,
             polish=self.polish, verbose=self.verbose,
         )
-        if problem is None:
-            problem = make_problem(W_act, K, backend=backend, device=device,
-                                   degrees=d_act)
-            starts = self._starts(init, X, W_act, d_act, active, rng, solver_params)
-        elif isinstance(init, str) and init in ("multilevel", "spectral"):
-            # matrix-free: the graph inits need an explicit W, so they run on
-            # the kNN graph of X
-            W_knn = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
-                                    n_jobs=self.n_jobs).fit_transform(X)
-            d_knn = np.asarray(W_knn.sum(axis=1), dtype=np.float64).ravel()
-            starts = self._starts(init, X, W_knn, d_knn, active, rng, solver_params)
-            del W_knn
-        else:
-            starts = self._starts(init, X, None, None, active, rng, solver_params)
-        best = None
-        for y0 in starts:
-            res = solve(problem, fill_empty(y0, K, rng), **solver_params)
-            if best is None or res.objective[0] > best.objective[0]:
-                best = res
+        # The Numba kernels run on their own (OpenMP) threads; BLAS threads
+        # (eigsh, k-means, dense products in the inits) competing with them
+        # for the same cores slowed a 1,024-token fit 2.3x on 2 cores.  As
+        # sklearn's KMeans does around its OpenMP loops, BLAS runs on one
+        # thread while Falcon solves (torch keeps its own threads).
+        limits = (_threadpool_controller().limit(limits=1, user_api="blas")
+                  if backend == "numba" else contextlib.nullcontext())
+        with limits:
+            best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
+                                        backend, device, rng, solver_params)
 
         labels = np.empty(n_samples, dtype=np.int64)
         labels[active] = best.labels[0]
@@ -363,6 +366,33 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.n_backtracks_ = int(best.n_backtracks[0])
         self.backend_ = backend
         return self
+
+    def _solve(self, problem, init, X, W_act, d_act, active, K, backend, device, rng,
+               solver_params):
+        """Initial labels, then the Falcon solve from each.
+
+        Returns the best result by ``f`` and the problem it was solved on.
+        """
+        if problem is None:
+            problem = make_problem(W_act, K, backend=backend, device=device,
+                                   degrees=d_act)
+            starts = self._starts(init, X, W_act, d_act, active, rng, solver_params)
+        elif isinstance(init, str) and init in ("multilevel", "spectral"):
+            # matrix-free: the graph inits need an explicit W, so they run on
+            # the kNN graph of X
+            W_knn = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
+                                    n_jobs=self.n_jobs).fit_transform(X)
+            d_knn = np.asarray(W_knn.sum(axis=1), dtype=np.float64).ravel()
+            starts = self._starts(init, X, W_knn, d_knn, active, rng, solver_params)
+            del W_knn
+        else:
+            starts = self._starts(init, X, None, None, active, rng, solver_params)
+        best = None
+        for y0 in starts:
+            res = solve(problem, fill_empty(y0, K, rng), **solver_params)
+            if best is None or res.objective[0] > best.objective[0]:
+                best = res
+        return best, problem
 
     def _affinity_graph(self, X, K, backend, device):
         """``(W, degrees, problem)``: the affinity of X and its degrees.

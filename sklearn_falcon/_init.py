@@ -4,16 +4,18 @@ Falcon is a local method: the labels it starts from decide the NCut it
 reaches.  The strategies here return label vectors in which every one of the
 ``n_clusters`` clusters is non-empty.
 
-``"multilevel"`` (the default) is eigen-free and Graclus-like:
+``"multilevel"`` (the default) is Graclus-like:
 
 1. **Coarsen**: every node points at its heaviest neighbour by
    ``W_ij / (d_i d_j)``; the connected components of that forest become the
    nodes of the next level, ``W_c = P' W P`` (self-loops keep the internal
    weight, so ``f`` of a projected labelling is preserved exactly).  Repeat
    until about ``4 K`` nodes remain or coarsening stalls.
-2. **Solve the coarsest graph** with Falcon plus exact local moves from many
-   random starts, and from a spectral labelling of that tiny graph (a cheap
-   safety net: a dense eigendecomposition of a graph of ~``4 K`` nodes).
+2. **Solve a coarse graph** with Falcon plus exact local moves from many
+   random starts.  A spectral labelling of the finest level on which an
+   eigensolve is cheap (at most ``spectral_max_nnz`` stored entries: the
+   input graph itself for small sparse graphs, a coarse level for dense
+   token graphs) is one more start: a safety net, not the method.
 3. **Project and refine** level by level with the same solver.
 
 Several coarsening depths are tried because no depth wins everywhere; the
@@ -52,6 +54,11 @@ def fill_empty(labels, n_clusters, rng):
     return labels
 
 
+def _n_entries(W):
+    """Stored entries of a graph: ``nnz`` (sparse) or ``n**2`` (dense)."""
+    return W.nnz if sp.issparse(W) else W.size
+
+
 def _heaviest_neighbor(W, degrees):
     if sp.issparse(W):
         return nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, degrees)
@@ -76,19 +83,20 @@ def coarsen(W, degrees):
         (np.ones(n, dtype=np.int8), (np.arange(n), target)), shape=(n, n)
     )
     n_comp, mapping = connected_components(forest, directed=False)
-    P = sp.csr_matrix(
-        (np.ones(n, dtype=W.dtype), (np.arange(n), mapping)), shape=(n, n_comp)
-    )
+    mapping = mapping.astype(np.int64)
     if sp.issparse(W):
+        P = sp.csr_matrix(
+            (np.ones(n, dtype=W.dtype), (np.arange(n), mapping)), shape=(n, n_comp)
+        )
         Wc = (P.T @ W @ P).tocsr()
         Wc.sort_indices()
         if Wc.nnz < np.iinfo(np.int32).max:
             Wc.indices = Wc.indices.astype(np.int32, copy=False)
             Wc.indptr = Wc.indptr.astype(np.int32, copy=False)
     else:
-        Wc = np.ascontiguousarray(np.asarray(P.T @ W) @ P)
+        Wc = nk.coarsen_dense(W, mapping, n_comp)
     dc = np.bincount(mapping, weights=degrees, minlength=n_comp)
-    return Wc, dc, mapping.astype(np.int64)
+    return Wc, dc, mapping
 
 
 class Hierarchy:
@@ -169,7 +177,7 @@ def multilevel_candidates(
     n_starts=10,
     depths=(None, 16),
     spectral=True,
-    spectral_max_size=5000,
+    spectral_max_nnz=100_000,
     solver_params=None,
     hierarchy=None,
 ):
@@ -188,10 +196,14 @@ def multilevel_candidates(
         Coarsest sizes to start from, as multiples of ``n_clusters``
         (``None``: the coarsest level of the hierarchy).
     spectral : bool
-        Also start from a spectral labelling of the finest level that has at
-        most ``spectral_max_size`` nodes (a cheap eigensolve there).
-    spectral_max_size : int
-        Largest level on which the spectral start is computed.
+        Also start from a spectral labelling of the finest level whose graph
+        has at most ``spectral_max_nnz`` stored entries (a cheap eigensolve
+        there).
+    spectral_max_nnz : int
+        Largest graph (in stored entries: ``nnz`` for sparse, ``n**2`` for
+        dense) on which the spectral start is computed.  An eigensolve costs
+        about ``nnz`` per iteration, so this bounds its cost; a dense token
+        graph gets its spectral start on a coarse level.
     solver_params : dict
         Parameters of :func:`sklearn_falcon._solver.solve` used for the
         refinement on the coarse levels.
@@ -202,8 +214,8 @@ def multilevel_candidates(
     -------
     candidates : list of ndarray
         Label vectors projected to the finest level (the caller refines them
-        there): the best candidate by ``f`` on level 1 when every start was
-        on a coarse level, else one per start.
+        there): the best by ``f`` on level 1 of the starts made on coarse
+        levels, then one per start made on the finest level.
     hierarchy : Hierarchy
     """
     params = _solver_kwargs(solver_params)
@@ -220,10 +232,11 @@ def multilevel_candidates(
         if (level, "random") not in starts and sizes[level] <= 50_000:
             starts.append((level, "random"))
     if spectral:
-        # the finest level small enough for a cheap eigensolve
-        level = next(lv for lv, s in enumerate(sizes) if s <= spectral_max_size
-                     or lv == len(sizes) - 1)
-        if sizes[level] <= spectral_max_size:
+        # the finest level on which an eigensolve is cheap; from a coarse
+        # level the start is refined down the hierarchy like the random ones
+        nnz = [_n_entries(g[0]) for g in H.graphs]
+        level = next((lv for lv, z in enumerate(nnz) if z <= spectral_max_nnz), None)
+        if level is not None:
             starts.append((level, "spectral"))
     candidates = []
     for level, kind in starts:
@@ -248,10 +261,13 @@ def multilevel_candidates(
         candidates.append((level, f, labels))
     if not candidates:  # the graph did not coarsen and is too large to restart
         return [random_labels(W.shape[0], n_clusters, rng)], H
-    if all(level > 0 for level, _, _ in candidates):
-        # f is preserved exactly by projection, so candidates refined down to
-        # level 1 compare fairly there: only the best goes to the finest level
-        candidates = [max(candidates, key=lambda c: c[1])]
+    # f is preserved exactly by projection, so the candidates refined down to
+    # level 1 compare fairly there: only the best of them goes on to the
+    # finest level, with those that started there
+    coarse = [c for c in candidates if c[0] > 0]
+    candidates = [c for c in candidates if c[0] == 0]
+    if coarse:
+        candidates.insert(0, max(coarse, key=lambda c: c[1]))
     return [c[2][H.maps[0]] if c[0] > 0 else c[2] for c in candidates], H
 
 

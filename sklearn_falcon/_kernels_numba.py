@@ -5,7 +5,10 @@ state, no torch.  ``_kernels_torch.py`` implements the same names with the
 same semantics on ``torch.Tensor``.  Three groups exist only here, because
 they are sequential or in-place CPU work: ``apply_moves_*`` and
 ``candidate_stats_*`` (the copy-free backtracking test), and the
-``local_move_sweep_*`` polish (torch problems call it on the host).
+``local_move_sweep_*`` polish (torch problems call it on the host).  The
+host-side helpers of the multilevel initialization and of the affinity check
+(``heaviest_neighbor_*``, ``coarsen_dense``, ``max_asymmetry_dense``) are
+here too.
 
 Conventions
 -----------
@@ -521,3 +524,36 @@ def heaviest_neighbor_dense(W, degrees):
                 best_j = j
         out[i] = best_j
     return out
+
+
+@_jit
+def coarsen_dense(W, mapping, n_coarse):
+    """``P' W P`` for dense W, with ``P`` the one-hot matrix of ``mapping``.
+
+    ``Wc[a, b] = sum of W[i, j]`` over ``mapping[i] = a``, ``mapping[j] = b``:
+    one pass over W, float64 accumulation, returned in W's dtype.
+    """
+    n = W.shape[0]
+    Wc = np.zeros((n_coarse, n_coarse), dtype=np.float64)
+    for i in range(n):
+        a = mapping[i]
+        for j in range(n):
+            Wc[a, mapping[j]] += W[i, j]
+    return Wc.astype(W.dtype)
+
+
+@_jit
+def max_asymmetry_dense(W):
+    """``max |W - W'|`` of a square dense matrix, in cache-sized tiles."""
+    n = W.shape[0]
+    tile = 64
+    worst = 0.0
+    for bi in range(0, n, tile):
+        for bj in range(bi, n, tile):
+            for i in range(bi, min(bi + tile, n)):
+                for j in range(max(bj, i + 1), min(bj + tile, n)):
+                    d = abs(np.float64(W[i, j]) - np.float64(W[j, i]))
+                    if d > worst:
+                        worst = d
+    return worst
+

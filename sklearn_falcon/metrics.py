@@ -6,6 +6,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
+from . import _kernels_numba as nk
 from ._affinity import check_dtype_kind
 from ._miou import miou
 
@@ -44,14 +45,20 @@ def _volumes_associations(W, y, K):
     nnz-sized temporary (no validation)."""
     degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
     vol = np.bincount(y, weights=degrees, minlength=K)
-    onehot = sp.csr_matrix(
-        (np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K)
-    )
-    WX = W @ onehot
-    if sp.issparse(WX):
-        own = np.asarray(WX[np.arange(y.size), y], dtype=np.float64).ravel()
-    else:
-        own = np.asarray(WX, dtype=np.float64)[np.arange(y.size), y]
+    if sp.issparse(W):
+        onehot = sp.csr_matrix(
+            (np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K)
+        )
+        WX = W @ onehot
+        if sp.issparse(WX):
+            own = np.asarray(WX[np.arange(y.size), y], dtype=np.float64).ravel()
+        else:
+            own = np.asarray(WX, dtype=np.float64)[np.arange(y.size), y]
+    else:  # dense @ sparse one-hot is slow in scipy: one Numba pass over W
+        WX = nk.cluster_weights_dense(
+            np.ascontiguousarray(W), np.asarray(y, dtype=np.int64), K
+        )
+        own = WX[np.arange(y.size), y]
     return vol, np.bincount(y, weights=own, minlength=K)
 
 

@@ -133,6 +133,26 @@ def test_heaviest_neighbor():
     np.testing.assert_array_equal(hd, R.argmax(1))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_coarsen_dense_is_pt_w_p(dtype):
+    W, S = _graph(n=40, seed=3, dtype=dtype)
+    mapping = np.random.default_rng(0).integers(7, size=40).astype(np.int64)
+    P = _onehot(mapping, 7)
+    Wc = nk.coarsen_dense(W, mapping, 7)
+    assert Wc.dtype == dtype and Wc.shape == (7, 7)
+    np.testing.assert_allclose(Wc, P.T @ W.astype(np.float64) @ P, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_asymmetry_dense(dtype):
+    W, _ = _graph(n=150, seed=4, dtype=dtype)  # more than two 64-wide tiles
+    assert nk.max_asymmetry_dense(W) == 0.0
+    A = W.copy()
+    A[3, 140] += 0.25
+    A[100, 7] -= 0.5
+    assert nk.max_asymmetry_dense(A) == pytest.approx(np.abs(A - A.T).max())
+
+
 @pytest.mark.parametrize("dense", [False, True])
 def test_candidate_stats_and_apply_moves_match_recompute(dense):
     W, S = _graph(n=80, seed=8)
