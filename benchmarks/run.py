@@ -1265,6 +1265,11 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
                 (results_dir / "segmentation.md").read_text(),
                 "Image segmentation"))
             found.append(s)
+        if s == "segmentation":  # the same benchmark at other image sizes
+            for md in sorted(results_dir.glob("segmentation_*px.md")):
+                size = md.stem.split("_")[1]
+                parts.append(markdown_to_rst(
+                    md.read_text(), f"Image segmentation, {size} images"))
     for png in results_dir.glob("*.png"):
         shutil.copy2(png, static / png.name)
     if not found:
