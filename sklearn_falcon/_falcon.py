@@ -25,6 +25,7 @@ from ._init import (
 from ._solver import out_of_sample_labels, solve
 from .metrics import _volumes_associations, normalized_cut
 
+
 @functools.cache
 def _threadpool_controller():
     """One ThreadpoolController per process (finding the libraries takes ms)."""

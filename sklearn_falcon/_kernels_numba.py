@@ -556,4 +556,3 @@ def max_asymmetry_dense(W):
                     if d > worst:
                         worst = d
     return worst
-
