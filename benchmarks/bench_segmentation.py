@@ -283,7 +283,7 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
 
 
 def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
-           custom=False, repeat=1):
+           repeat, custom=False):
     import platform
 
     out_dir = Path(out_dir) if out_dir is not None else RESULTS.parent
