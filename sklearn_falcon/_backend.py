@@ -93,12 +93,13 @@ def resolve_backend(backend="auto", device="auto"):
     if backend == "auto":
         if device == "cpu":
             return "numba", "cpu"
+        if device == "auto" and not _may_have_cuda():
+            # importing torch costs seconds (and finding it 0.3 ms a fit):
+            # skip both where no GPU can exist
+            return "numba", "cpu"
         if not torch_available():
             if device.startswith("cuda"):
                 _import_torch()
-            return "numba", "cpu"
-        if device == "auto" and not _may_have_cuda():
-            # importing torch costs seconds: skip it where no GPU can exist
             return "numba", "cpu"
         torch = _import_torch()
         if device == "auto":
@@ -126,8 +127,9 @@ def _may_have_cuda():
     ``CUDA_VISIBLE_DEVICES``; elsewhere (e.g. Windows) answer True and let
     torch decide.
     """
-    if "torch" in sys.modules:
-        return bool(sys.modules["torch"].cuda.is_available())
+    torch = sys.modules.get("torch")
+    if torch is not None:  # None: an import of torch was blocked
+        return bool(torch.cuda.is_available())
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
     if sys.platform.startswith("linux"):
@@ -150,6 +152,11 @@ def _check_cuda(torch, device):
             f"device={device!r} was requested but only {count} CUDA device(s) exist."
         )
     return device
+
+
+# Largest graph (stored entries: nnz, or n**2 when dense) solved by the
+# compiled loop; see NumbaProblem.compiled_loop.
+COMPILED_LOOP_MAX_ENTRIES = 20_000_000
 
 
 class NumbaProblem:
@@ -231,6 +238,38 @@ class NumbaProblem:
 
     def select(self, mask, a, b):
         return a if bool(mask[0]) else b
+
+    @property
+    def compiled_loop(self):
+        """The whole proximal loop as one Numba call, or None.
+
+        After the first pass over ``W``, an iteration only reads the rows of
+        the nodes that move, so the Python loop's per-iteration overhead (a
+        dozen small calls) outweighs the work even on fairly large graphs:
+        the compiled loop, on serial kernels, made dense token fits 1.4x
+        faster at 2,116 and 4,096 tokens (4.5M and 16.8M entries) than the
+        Python loop on the parallel kernels.  It is offered while the
+        per-step ``(n, K)`` work is below the parallel threshold and ``W``
+        has at most ``COMPILED_LOOP_MAX_ENTRIES`` stored entries; larger
+        problems keep the Python loop and the parallel kernels.
+        """
+        size = self.data.shape[0] if self.sparse else self.W.size
+        n = self.degrees.shape[0]
+        if (n * self.n_clusters >= nk._PARALLEL_MIN
+                or size > COMPILED_LOOP_MAX_ENTRIES):
+            return None
+        return self._run_compiled
+
+    def _run_compiled(self, labels, tau, **params):
+        labels = np.ascontiguousarray(np.asarray(labels).reshape(-1), dtype=np.int64)
+        args = (self.degrees, labels, self.n_clusters, int(params["max_iter"]),
+                float(params["tol"]), float(tau), float(params["gamma_backtrack"]),
+                float(params["delta"]), bool(params["polish"]),
+                int(params["max_polish"]), int(params["max_backtrack"]),
+                bool(params["shrink_tau"]))
+        if self.sparse:
+            return nk.falcon_loop_csr(self.indptr, self.indices, self.data, *args)
+        return nk.falcon_loop_dense(self.W, *args)
 
     def polish(self, labels, WX, vol, assoc):
         """One exact local-move sweep, in place; returns moves per graph."""

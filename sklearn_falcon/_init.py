@@ -26,7 +26,6 @@ is kept.
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import eigh, qr, svd
-from scipy.sparse.csgraph import connected_components
 
 from . import _kernels_numba as nk
 from ._backend import NumbaProblem
@@ -78,12 +77,7 @@ def coarsen(W, degrees):
         Coarse node of each fine node.
     """
     n = W.shape[0]
-    target = _heaviest_neighbor(W, degrees)
-    forest = sp.csr_matrix(
-        (np.ones(n, dtype=np.int8), (np.arange(n), target)), shape=(n, n)
-    )
-    n_comp, mapping = connected_components(forest, directed=False)
-    mapping = mapping.astype(np.int64)
+    n_comp, mapping = nk.forest_components(_heaviest_neighbor(W, degrees))
     if sp.issparse(W):
         P = sp.csr_matrix(
             (np.ones(n, dtype=W.dtype), (np.arange(n), mapping)), shape=(n, n_comp)

@@ -51,12 +51,6 @@ def _row_weights_csr(i, indptr, indices, data, labels, WX):
         WX[i, labels[indices[p]]] += data[p]
 
 
-@_jit
-def _row_weights_dense(i, W, labels, WX):
-    for j in range(W.shape[1]):
-        WX[i, labels[j]] += W[i, j]
-
-
 @_pjit
 def _cluster_weights_csr_par(indptr, indices, data, labels, n_clusters):
     WX = np.zeros((indptr.shape[0] - 1, n_clusters), dtype=np.float64)
@@ -73,20 +67,39 @@ def _cluster_weights_csr_ser(indptr, indices, data, labels, n_clusters):
     return WX
 
 
+# Dense W @ onehot(labels) by rows of W (W is symmetric, so row j is column
+# j): row j is added to the accumulator row of its cluster, a contiguous,
+# vectorizable add.  The row-by-row form ``WX[i, labels[j]] += W[i, j]`` is a
+# chain of dependent adds wherever neighbouring nodes share a label (image
+# tokens do), and measured 4-10x slower at 400-1,024 nodes.
+_DENSE_BLOCK = 256
+
+
+@_jit
+def _add_rows_by_label(W, labels, acc, i0, i1):
+    for j in range(W.shape[0]):
+        a = labels[j]
+        for i in range(i0, i1):
+            acc[a, i] += W[j, i]
+
+
 @_pjit
 def _cluster_weights_dense_par(W, labels, n_clusters):
-    WX = np.zeros((W.shape[0], n_clusters), dtype=np.float64)
-    for i in prange(W.shape[0]):
-        _row_weights_dense(i, W, labels, WX)
-    return WX
+    n = W.shape[0]
+    acc = np.zeros((n_clusters, n), dtype=np.float64)
+    n_blocks = (n + _DENSE_BLOCK - 1) // _DENSE_BLOCK
+    for blk in prange(n_blocks):
+        i0 = blk * _DENSE_BLOCK
+        _add_rows_by_label(W, labels, acc, i0, min(i0 + _DENSE_BLOCK, n))
+    return np.ascontiguousarray(acc.T)
 
 
 @_jit
 def _cluster_weights_dense_ser(W, labels, n_clusters):
-    WX = np.zeros((W.shape[0], n_clusters), dtype=np.float64)
-    for i in range(W.shape[0]):
-        _row_weights_dense(i, W, labels, WX)
-    return WX
+    n = W.shape[0]
+    acc = np.zeros((n_clusters, n), dtype=np.float64)
+    _add_rows_by_label(W, labels, acc, 0, n)
+    return np.ascontiguousarray(acc.T)
 
 
 def cluster_weights_csr(indptr, indices, data, labels, n_clusters):
@@ -128,9 +141,30 @@ def apply_moves_csr(indptr, indices, data, old_labels, new_labels, WX):
 
 
 @_jit
+def _n_moved(old_labels, new_labels):
+    m = 0
+    for i in range(old_labels.shape[0]):
+        if old_labels[i] != new_labels[i]:
+            m += 1
+    return m
+
+
+@_jit
+def _many_moved(old_labels, new_labels):
+    """Whether more than a quarter of the nodes move.  On a dense graph the
+    incremental updates then cost more than a fresh contiguous pass over W
+    (measured at 400, 1,024 and 4,096 nodes)."""
+    return 4 * _n_moved(old_labels, new_labels) > old_labels.shape[0]
+
+
+@_jit
 def apply_moves_dense(W, old_labels, new_labels, WX):
-    """Dense twin of :func:`apply_moves_csr`."""
+    """Dense twin of :func:`apply_moves_csr`; recomputes ``WX`` in one pass
+    over W when more than a quarter of the nodes move."""
     n = W.shape[0]
+    if _many_moved(old_labels, new_labels):
+        WX[:, :] = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
+        return
     for j in range(old_labels.shape[0]):
         a = old_labels[j]
         b = new_labels[j]
@@ -200,7 +234,12 @@ def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, 
 
 @_jit
 def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
-    """Dense twin of :func:`candidate_stats_csr`."""
+    """Dense twin of :func:`candidate_stats_csr`; from a fresh pass over W
+    when more than a quarter of the nodes move (the pair term is quadratic in
+    the number of moved nodes)."""
+    if _many_moved(old_labels, new_labels):
+        fresh = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
+        return cluster_stats(fresh, new_labels, degrees, WX.shape[1])
     vol2 = vol.copy()
     assoc2 = assoc.copy()
     moved = np.flatnonzero(old_labels != new_labels)
@@ -486,6 +525,121 @@ def local_move_sweep_dense(W, degrees, labels, WX, vol, assoc):
     return local_move_sweep_rows(W, 0, degrees, labels, WX, vol, assoc, counts)
 
 
+# ------------------------------------------------------- the fused loop
+@_jit
+def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
+                 max_iter, tol, tau0, gamma_backtrack, delta, polish, max_polish,
+                 max_backtrack, shrink_tau):
+    """The proximal loop of :func:`sklearn_falcon._solver.solve` for one
+    graph, compiled: same steps, same acceptance test, same stopping rules,
+    same polish, so the same labels and objective path (tested).
+
+    ``dense`` selects the graph held in ``W`` (dense) or in ``indptr``,
+    ``indices``, ``data`` (CSR); the other one is an empty placeholder.
+    Serial kernels only: it is meant for graphs below the parallel threshold,
+    where the Python loop's per-iteration overhead dominates the work.
+    ``labels`` is copied; ``tau0`` is already in absolute score units.
+    """
+    X = labels.copy()
+    if dense:
+        WX = _cluster_weights_dense_ser(W, X, n_clusters)
+    else:
+        WX = _cluster_weights_csr_ser(indptr, indices, data, X, n_clusters)
+    vol, assoc = cluster_stats(WX, X, degrees, n_clusters)
+    f = objective(vol, assoc)
+    path = np.empty(max_iter + max_polish + 1, dtype=np.float64)
+    path[0] = f
+    n_path = 1
+    tau_cur = tau0
+    n_iter = 0
+    n_back = 0
+    converged = False
+    for _ in range(max_iter):
+        trial_tau = tau_cur
+        acc_X, acc_vol, acc_assoc, acc_f, acc_moved = X, vol, assoc, f, 0
+        for _b in range(max_backtrack):
+            new = _argmax_with_inertia_ser(WX, degrees, vol, assoc, X, trial_tau)
+            cand, moved = _guard_empty(X, new, n_clusters)
+            if moved > 0:
+                if dense:
+                    cvol, cassoc = candidate_stats_dense(W, degrees, X, cand, WX,
+                                                         vol, assoc)
+                else:
+                    cvol, cassoc = candidate_stats_csr(indptr, indices, data, degrees,
+                                                       X, cand, WX, vol, assoc)
+                fc = objective(cvol, cassoc)
+            else:
+                cvol, cassoc, fc = vol, assoc, f
+            # ||X+ - X||_F^2 = 2 * (number of moved rows)
+            if moved == 0 or fc >= f + delta * trial_tau * moved:
+                acc_X, acc_vol, acc_assoc, acc_f, acc_moved = (cand, cvol, cassoc,
+                                                               fc, moved)
+                break
+            n_back += 1
+            trial_tau *= gamma_backtrack
+        # still rejected after max_backtrack: X is kept (no move)
+        gain = acc_f - f
+        n_iter += 1
+        if acc_moved > 0:
+            if dense:
+                apply_moves_dense(W, X, acc_X, WX)
+            else:
+                apply_moves_csr(indptr, indices, data, X, acc_X, WX)
+            path[n_path] = acc_f
+            n_path += 1
+        X, vol, assoc = acc_X, acc_vol, acc_assoc
+        rel = gain / max(abs(f), 1e-300)
+        f = acc_f
+        if acc_moved == 0 or rel < tol:
+            converged = True
+            break
+        if shrink_tau:
+            tau_cur = max(trial_tau / gamma_backtrack, tau0)
+        else:
+            tau_cur = trial_tau
+    n_polish = 0
+    if polish:
+        for _ in range(max_polish):
+            if dense:
+                m = local_move_sweep_dense(W, degrees, X, WX, vol, assoc)
+            else:
+                m = local_move_sweep_csr(indptr, indices, data, degrees, X, WX, vol,
+                                         assoc)
+            if m == 0:
+                break
+            f = objective(vol, assoc)
+            path[n_path] = f
+            n_path += 1
+            n_polish += 1
+        f = objective(vol, assoc)
+    return X, f, path[:n_path].copy(), n_iter, n_back, n_polish, converged, tau_cur
+
+
+def falcon_loop_dense(W, degrees, labels, n_clusters, max_iter, tol, tau0,
+                      gamma_backtrack, delta, polish, max_polish, max_backtrack,
+                      shrink_tau):
+    """Falcon's whole proximal loop (and polish) on a dense graph, compiled.
+
+    Returns ``(labels, f, objective_path, n_iter, n_backtracks, n_polish,
+    converged, tau)``; see :func:`_falcon_loop`.
+    """
+    empty_i = np.zeros(1, dtype=np.int64)
+    return _falcon_loop(True, W, empty_i, empty_i[:0], np.zeros(0, dtype=W.dtype),
+                        degrees, labels, n_clusters, max_iter, tol, tau0,
+                        gamma_backtrack, delta, polish, max_polish, max_backtrack,
+                        shrink_tau)
+
+
+def falcon_loop_csr(indptr, indices, data, degrees, labels, n_clusters, max_iter, tol,
+                    tau0, gamma_backtrack, delta, polish, max_polish, max_backtrack,
+                    shrink_tau):
+    """CSR twin of :func:`falcon_loop_dense`."""
+    return _falcon_loop(False, np.zeros((0, 0), dtype=data.dtype), indptr, indices,
+                        data, degrees, labels, n_clusters, max_iter, tol, tau0,
+                        gamma_backtrack, delta, polish, max_polish, max_backtrack,
+                        shrink_tau)
+
+
 @_jit
 def heaviest_neighbor_csr(indptr, indices, data, degrees):
     """For each node, the neighbour ``j != i`` maximizing ``W_ij / (d_i d_j)``
@@ -508,38 +662,138 @@ def heaviest_neighbor_csr(indptr, indices, data, degrees):
 
 
 @_jit
+def _argmax4(x):
+    """Index of a maximum of ``x`` (-1 if all are ``-inf``; not necessarily
+    the first of tied maxima), from four independent running maxima: one
+    running maximum is a chain of dependent compares, 3-4x slower."""
+    m = x.shape[0]
+    t0 = t1 = t2 = t3 = -np.inf
+    a0 = a1 = a2 = a3 = -1
+    j = 0
+    while j + 4 <= m:
+        if x[j] > t0:
+            t0, a0 = x[j], j
+        if x[j + 1] > t1:
+            t1, a1 = x[j + 1], j + 1
+        if x[j + 2] > t2:
+            t2, a2 = x[j + 2], j + 2
+        if x[j + 3] > t3:
+            t3, a3 = x[j + 3], j + 3
+        j += 4
+    while j < m:
+        if x[j] > t0:
+            t0, a0 = x[j], j
+        j += 1
+    if t1 > t0:
+        t0, a0 = t1, a1
+    if t3 > t2:
+        t2, a2 = t3, a3
+    return a2 if t2 > t0 else a0
+
+
+@_jit
 def heaviest_neighbor_dense(W, degrees):
-    """Dense twin of :func:`heaviest_neighbor_csr`."""
+    """Dense twin of :func:`heaviest_neighbor_csr` (ties: smallest index).
+
+    Each row is first scored with the inverse degrees, in a branch-free pass
+    that vectorizes, and its maximum located; only if other entries lie
+    within rounding of it are the exact ratios ``W_ij / d_j`` compared, so
+    the answer is the one of the exact division, at a third of its cost.
+    """
     n = W.shape[0]
     out = np.empty(n, dtype=np.int64)
+    inv = np.zeros(n, dtype=np.float64)
+    for j in range(n):
+        if degrees[j] > 0.0:
+            inv[j] = 1.0 / degrees[j]
+    score = np.empty(n, dtype=np.float64)
     for i in range(n):
+        for j in range(n):
+            w = np.float64(W[i, j])
+            score[j] = w * inv[j] if w > 0.0 else -1.0
+        score[i] = -1.0
+        top_j = _argmax4(score)
+        if score[top_j] <= 0.0:
+            out[i] = i
+            continue
+        # |w * (1/d) - w / d| is a few ulps: 1e-12 relative is a safe margin
+        cut = score[top_j] * (1.0 - 1e-12)
+        n_near = 0
+        for j in range(n):
+            n_near += score[j] >= cut
+        if n_near == 1:
+            out[i] = top_j
+            continue
         best = -1.0
         best_j = i
         for j in range(n):
-            if j == i or degrees[j] <= 0.0 or W[i, j] <= 0.0:
-                continue
-            s = W[i, j] / degrees[j]
-            if s > best:
-                best = s
-                best_j = j
+            if score[j] >= cut:
+                s = np.float64(W[i, j]) / degrees[j]
+                if s > best:
+                    best = s
+                    best_j = j
         out[i] = best_j
     return out
+
+
+@_jit
+def forest_components(target):
+    """Connected components of the graph with edges ``i -- target[i]``.
+
+    Returns ``(n_components, mapping)``; components are numbered in the
+    order of their smallest node, as :func:`scipy.sparse.csgraph.
+    connected_components` numbers them.  Union-find with path halving.
+    """
+    n = target.shape[0]
+    parent = np.arange(n)
+    for i in range(n):
+        a = i
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        b = target[i]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            if a < b:
+                parent[b] = a
+            else:
+                parent[a] = b
+    mapping = np.empty(n, dtype=np.int64)
+    root_label = np.full(n, -1, dtype=np.int64)
+    n_comp = 0
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        if root_label[r] < 0:
+            root_label[r] = n_comp
+            n_comp += 1
+        mapping[i] = root_label[r]
+    return n_comp, mapping
 
 
 @_jit
 def coarsen_dense(W, mapping, n_coarse):
     """``P' W P`` for dense W, with ``P`` the one-hot matrix of ``mapping``.
 
-    ``Wc[a, b] = sum of W[i, j]`` over ``mapping[i] = a``, ``mapping[j] = b``:
-    one pass over W, float64 accumulation, returned in W's dtype.
+    ``Wc[a, b] = sum of W[i, j]`` over ``mapping[i] = a``, ``mapping[j] = b``,
+    in float64, returned in W's dtype.  Both reductions add whole rows
+    (``P' W``, then the rows of its transpose), which vectorizes; adding
+    entry by entry chains dependent adds where neighbours share a coarse
+    node.
     """
     n = W.shape[0]
-    Wc = np.zeros((n_coarse, n_coarse), dtype=np.float64)
+    PtW = np.zeros((n_coarse, n), dtype=np.float64)
+    _add_rows_by_label(W, mapping, PtW, 0, n)
+    WtP = np.ascontiguousarray(PtW.T)  # (n, n_coarse): (P' W)'
+    WcT = np.zeros((n_coarse, n_coarse), dtype=np.float64)
     for i in range(n):
-        a = mapping[i]
-        for j in range(n):
-            Wc[a, mapping[j]] += W[i, j]
-    return Wc.astype(W.dtype)
+        b = mapping[i]
+        for a in range(n_coarse):
+            WcT[b, a] += WtP[i, a]
+    return np.ascontiguousarray(WcT.T).astype(W.dtype)
 
 
 @_jit

@@ -54,6 +54,7 @@ def solve(
     max_backtrack=64,
     shrink_tau=False,
     verbose=0,
+    compiled=True,
 ):
     """Run Falcon's monotone proximal-gradient loop from ``labels``.
 
@@ -87,6 +88,12 @@ def solve(
         at its initial value); by default the accepted ``tau`` is kept.
     verbose : int
         Print one line per iteration when > 0.
+    compiled : bool
+        Let a problem that offers this loop compiled (``compiled_loop``: a
+        :class:`~sklearn_falcon._backend.NumbaProblem` below the parallel
+        threshold) run it in one call; it takes the same steps and gives
+        the same result (tested).  The Python loop runs when False, when
+        ``verbose > 0`` or when the problem offers none.
 
     Returns
     -------
@@ -94,6 +101,25 @@ def solve(
     """
     P = problem
     B = P.n_graphs
+    loop = getattr(P, "compiled_loop", None) if compiled and not verbose else None
+    if loop is not None:
+        scale = float(np.asarray(P.score_scale, dtype=np.float64).reshape(-1)[0])
+        tau0 = float(np.asarray(tau, dtype=np.float64).reshape(-1)[0]) * scale
+        labels, f, path, n_iter, n_back, n_polish, converged, tau_end = loop(
+            labels, tau0, max_iter=max_iter, tol=tol, gamma_backtrack=gamma_backtrack,
+            delta=delta, polish=polish and hasattr(P, "polish"), max_polish=max_polish,
+            max_backtrack=max_backtrack, shrink_tau=shrink_tau,
+        )
+        return SolveResult(
+            labels=labels.reshape(1, -1),
+            objective=np.array([f]),
+            objective_path=[path],
+            n_iter=np.array([n_iter], dtype=np.int64),
+            n_backtracks=np.array([n_back], dtype=np.int64),
+            n_polish=np.array([n_polish], dtype=np.int64),
+            converged=np.array([converged]),
+            tau=np.array([tau_end / scale]),
+        )
     X = P.from_labels(labels)
     WX = P.weights(X)
     vol, assoc = P.stats(WX, X)

@@ -122,15 +122,57 @@ def test_local_move_sweep_is_exact_and_monotone(dense):
     assert nk.objective(vol, assoc) > f0
 
 
-def test_heaviest_neighbor():
-    W, S = _graph(n=30, seed=7)
+def _heaviest_reference(W, d):
+    R = np.where(W > 0, W / d[None, :], -1.0)
+    np.fill_diagonal(R, -1)
+    ref = R.argmax(1)  # the first maximum: ties go to the smallest index
+    return np.where(R.max(1) > 0, ref, np.arange(W.shape[0]))
+
+
+@pytest.mark.parametrize("n", [30, 37])
+def test_heaviest_neighbor(n):
+    W, S = _graph(n=n, seed=7)
     d = W.sum(1)
     hs = nk.heaviest_neighbor_csr(S.indptr, S.indices, S.data, d)
     hd = nk.heaviest_neighbor_dense(W, d)
-    R = W / d[None, :]
-    np.fill_diagonal(R, -1)
-    np.testing.assert_array_equal(hs, R.argmax(1))
-    np.testing.assert_array_equal(hd, R.argmax(1))
+    np.testing.assert_array_equal(hs, _heaviest_reference(W, d))
+    np.testing.assert_array_equal(hd, _heaviest_reference(W, d))
+
+
+def test_heaviest_neighbor_ties_and_near_ties():
+    # integer weights and equal degrees: many exact ties, which must go to the
+    # smallest index; entries that differ only in the last bits of W_ij / d_j
+    # (where W_ij * (1 / d_j) may round the other way) must follow the division
+    rng = np.random.default_rng(3)
+    A = rng.integers(0, 3, size=(41, 41)).astype(np.float64)
+    W = A + A.T
+    d = W.sum(1)
+    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
+                                  _heaviest_reference(W, d))
+    W = np.ones((9, 9))
+    d = np.full(9, 3.0)
+    d[5] = 3.0 * (1 - 2**-52)  # W / d[5] is one ulp above the others
+    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
+                                  _heaviest_reference(W, d))
+    assert nk.heaviest_neighbor_dense(W, d)[0] == 5
+    # an isolated node points at itself
+    W = np.zeros((3, 3))
+    W[0, 1] = W[1, 0] = 1.0
+    d = W.sum(1)
+    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d), [1, 0, 2])
+
+
+def test_forest_components_numbers_like_scipy():
+    from scipy.sparse.csgraph import connected_components
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 17, 300):
+        target = rng.integers(n, size=n).astype(np.int64)
+        forest = sp.csr_matrix((np.ones(n), (np.arange(n), target)), shape=(n, n))
+        n_ref, ref = connected_components(forest, directed=False)
+        n_comp, mapping = nk.forest_components(target)
+        assert n_comp == n_ref
+        np.testing.assert_array_equal(mapping, ref)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -153,16 +195,17 @@ def test_max_asymmetry_dense(dtype):
     assert nk.max_asymmetry_dense(A) == pytest.approx(np.abs(A - A.T).max())
 
 
+@pytest.mark.parametrize("n_moved", [15, 60])  # below / above a quarter of n
 @pytest.mark.parametrize("dense", [False, True])
-def test_candidate_stats_and_apply_moves_match_recompute(dense):
+def test_candidate_stats_and_apply_moves_match_recompute(dense, n_moved):
     W, S = _graph(n=80, seed=8)
     np.fill_diagonal(W, 0.5)  # self-loops take part in the pair term
     S = sp.csr_matrix(W)
     rng = np.random.default_rng(9)
     old = rng.integers(4, size=80).astype(np.int64)
     new = old.copy()
-    idx = rng.choice(80, 25, replace=False)
-    new[idx] = rng.integers(4, size=25)
+    idx = rng.choice(80, n_moved, replace=False)
+    new[idx] = (old[idx] + rng.integers(1, 4, size=n_moved)) % 4
     d = W.sum(1)
     WX = W @ _onehot(old, 4)
     vol, assoc = nk.cluster_stats(WX, old, d, 4)
