@@ -278,12 +278,13 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
         ))
     _write(rows, quick=quick, out_dir=out_dir, n_images=n_images, size=size,
            n_tokens=F0.shape[0] * F0.shape[1], feat_time=feat_time / n_images,
-           true_k=float(np.mean([d[2] for d in data])), custom=custom, repeat=repeat)
+           true_k=float(np.mean([d[2] for d in data])), custom=custom, repeat=repeat,
+           seed=seed)
     return rows
 
 
 def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
-           repeat, custom=False):
+           repeat, seed, custom=False):
     import platform
 
     out_dir = Path(out_dir) if out_dir is not None else RESULTS.parent
@@ -322,7 +323,8 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
         f"{__import__('os').cpu_count()} CPUs (shared; read ratios, not absolutes). "
         "Command: `python -m benchmarks.bench_segmentation" + (" --quick" if quick else "")
         + (f" --size {size} --n-images {n_images}" if custom else "")
-        + (f" --repeat {repeat}" if repeat != 3 else "") + "`",
+        + (f" --repeat {repeat}" if repeat != 3 else "")
+        + (f" --seed {seed}" if seed != 0 else "") + "`",
         "",
         "| method | mIoU | mIoU +PAMR | NCut | segments | time / image (s) | failures |",
         "|---|---|---|---|---|---|---|",

@@ -2,13 +2,17 @@
 
 Every function here is a function on arrays: no validation, no estimator
 state, no torch.  ``_kernels_torch.py`` implements the same names with the
-same semantics on ``torch.Tensor``.  Three groups exist only here, because
+same semantics on ``torch.Tensor``.  Four groups exist only here, because
 they are sequential or in-place CPU work: ``apply_moves_*`` and
-``candidate_stats_*`` (the copy-free backtracking test), and the
-``local_move_sweep_*`` polish (torch problems call it on the host).  The
-host-side helpers of the multilevel initialization and of the affinity check
-(``heaviest_neighbor_*``, ``coarsen_dense``, ``max_asymmetry_dense``) are
-here too.
+``candidate_stats_*`` (the copy-free backtracking test), the
+``local_move_sweep_*`` polish (torch problems call it on the host), and
+``falcon_loop_*``, the proximal loop of :func:`sklearn_falcon._solver.solve`
+compiled for one graph (it calls the kernels above, so it takes the same
+steps; a batched torch problem keeps the Python loop, whose overhead is
+small next to its batched kernels).  The host-side helpers of the multilevel
+initialization and of the affinity check (``heaviest_neighbor_*``,
+``forest_components``, ``coarsen_dense``, ``max_asymmetry_dense``) are here
+too.
 
 Conventions
 -----------
@@ -536,8 +540,9 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
 
     ``dense`` selects the graph held in ``W`` (dense) or in ``indptr``,
     ``indices``, ``data`` (CSR); the other one is an empty placeholder.
-    Serial kernels only: it is meant for graphs below the parallel threshold,
-    where the Python loop's per-iteration overhead dominates the work.
+    Serial kernels only: :attr:`sklearn_falcon._backend.NumbaProblem.
+    compiled_loop` says on which graphs it beats the Python loop on the
+    parallel kernels.
     ``labels`` is copied; ``tau0`` is already in absolute score units.
     """
     X = labels.copy()

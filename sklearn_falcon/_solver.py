@@ -18,6 +18,14 @@ Everything array-related is delegated to a *problem* object from
 :mod:`sklearn_falcon._backend` (one graph on Numba, or a batch of graphs on
 torch); the loop itself handles only small per-graph NumPy vectors, so the
 same code drives every backend and every batch size.
+
+For one graph on the CPU that overhead (a dozen small calls an iteration)
+outweighed the work: on 400-token graphs the loop took twice as long as its
+kernels.  :class:`~sklearn_falcon._backend.NumbaProblem` therefore also
+offers this loop compiled (``_kernels_numba.falcon_loop_*``, built from the
+same kernels); :func:`solve` hands it the whole run, and
+``tests/test_solver.py`` checks that both loops give the same labels, path,
+iteration and backtrack counts, bit for bit.
 """
 
 from dataclasses import dataclass, field
