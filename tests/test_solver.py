@@ -77,3 +77,20 @@ def test_verbose_runs_the_python_loop(capsys):
     assert "[Falcon] iter" in capsys.readouterr().out
     b = solve(P, y)
     np.testing.assert_array_equal(a.labels, b.labels)
+
+
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf"])
+def test_estimator_is_the_same_with_the_python_loop(monkeypatch, affinity):
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import FalconNCut
+
+    X, _ = make_blobs(n_samples=300, centers=4, random_state=0)
+    est = FalconNCut(n_clusters=4, affinity=affinity, gamma=0.1, random_state=0)
+    a = est.fit(X)
+    labels, path, n_iter = a.labels_.copy(), a.objective_path_.copy(), a.n_iter_
+    monkeypatch.setattr(NumbaProblem, "compiled_loop", property(lambda self: None))
+    b = est.fit(X)
+    np.testing.assert_array_equal(b.labels_, labels)
+    np.testing.assert_array_equal(b.objective_path_, path)
+    assert b.n_iter_ == n_iter
