@@ -76,17 +76,13 @@ def coarsen(W, degrees):
     mapping : ndarray of shape (n,)
         Coarse node of each fine node.
     """
-    n = W.shape[0]
     n_comp, mapping = nk.forest_components(_heaviest_neighbor(W, degrees))
     if sp.issparse(W):
-        P = sp.csr_matrix(
-            (np.ones(n, dtype=W.dtype), (np.arange(n), mapping)), shape=(n, n_comp)
-        )
-        Wc = (P.T @ W @ P).tocsr()
-        Wc.sort_indices()
-        if Wc.nnz < np.iinfo(np.int32).max:
-            Wc.indices = Wc.indices.astype(np.int32, copy=False)
-            Wc.indptr = Wc.indptr.astype(np.int32, copy=False)
+        indptr, indices, data = nk.coarsen_csr(W.indptr, W.indices, W.data, mapping,
+                                               n_comp)
+        if indices.shape[0] < np.iinfo(np.int32).max:
+            indptr, indices = indptr.astype(np.int32), indices.astype(np.int32)
+        Wc = sp.csr_matrix((data, indices, indptr), shape=(n_comp, n_comp))
     else:
         Wc = nk.coarsen_dense(W, mapping, n_comp)
     dc = np.bincount(mapping, weights=degrees, minlength=n_comp)

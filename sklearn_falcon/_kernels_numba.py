@@ -780,6 +780,51 @@ def forest_components(target):
 
 
 @_jit
+def coarsen_csr(indptr, indices, data, mapping, n_coarse):
+    """``P' W P`` for CSR W, with ``P`` the one-hot matrix of ``mapping``.
+
+    One pass over the nonzeros, grouped by coarse row, with a marker array
+    (no sparse-sparse products and no transposes; scipy's ``P.T @ W @ P``
+    took 40% of a 20,000-node fit).  Returns ``(indptr, indices, data)`` of
+    the coarse CSR matrix, its column indices in order of first appearance
+    (not sorted); sums are accumulated in float64 and returned in W's
+    dtype.
+    """
+    n = indptr.shape[0] - 1
+    # fine nodes grouped by coarse node (counting sort)
+    start = np.zeros(n_coarse + 1, dtype=np.int64)
+    for i in range(n):
+        start[mapping[i] + 1] += 1
+    for a in range(n_coarse):
+        start[a + 1] += start[a]
+    fill = start[:-1].copy()
+    members = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        members[fill[mapping[i]]] = i
+        fill[mapping[i]] += 1
+    out_ptr = np.zeros(n_coarse + 1, dtype=np.int64)
+    out_idx = np.empty(indices.shape[0], dtype=np.int64)
+    acc = np.empty(indices.shape[0], dtype=np.float64)
+    slot = np.full(n_coarse, -1, dtype=np.int64)  # position of b in this row
+    nnz = 0
+    for a in range(n_coarse):
+        row0 = nnz
+        for t in range(start[a], start[a + 1]):
+            i = members[t]
+            for p in range(indptr[i], indptr[i + 1]):
+                b = mapping[indices[p]]
+                if slot[b] < row0:
+                    slot[b] = nnz
+                    out_idx[nnz] = b
+                    acc[nnz] = data[p]
+                    nnz += 1
+                else:
+                    acc[slot[b]] += data[p]
+        out_ptr[a + 1] = nnz
+    return out_ptr, out_idx[:nnz].copy(), acc[:nnz].astype(data.dtype)
+
+
+@_jit
 def coarsen_dense(W, mapping, n_coarse):
     """``P' W P`` for dense W, with ``P`` the one-hot matrix of ``mapping``.
 

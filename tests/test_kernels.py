@@ -186,6 +186,22 @@ def test_coarsen_dense_is_pt_w_p(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_coarsen_csr_is_pt_w_p(dtype):
+    W, S = _graph(n=50, seed=5, dtype=dtype)
+    np.fill_diagonal(W, 0.3)  # self-loops become part of the coarse diagonal
+    S = sp.csr_matrix(W)
+    mapping = np.random.default_rng(1).integers(9, size=50).astype(np.int64)
+    indptr, indices, data = nk.coarsen_csr(S.indptr, S.indices, S.data, mapping, 9)
+    Wc = sp.csr_matrix((data, indices, indptr), shape=(9, 9))
+    assert data.dtype == dtype
+    # one stored entry per coarse pair that has fine weight
+    assert Wc.nnz == len({(a, b) for a, b in zip(*(mapping[x] for x in S.nonzero()))})
+    P = _onehot(mapping, 9)
+    np.testing.assert_allclose(Wc.toarray(), P.T @ W.astype(np.float64) @ P, rtol=1e-5)
+    np.testing.assert_allclose(Wc.toarray(), nk.coarsen_dense(W, mapping, 9), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_asymmetry_dense(dtype):
     W, _ = _graph(n=150, seed=4, dtype=dtype)  # more than two 64-wide tiles
     assert nk.max_asymmetry_dense(W) == 0.0
