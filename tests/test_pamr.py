@@ -52,3 +52,68 @@ def test_pamr_validation():
         pamr(img, np.zeros((8, 8), int), n_iter=-1)
     with pytest.raises(ValueError, match="dilations"):
         pamr(img, np.zeros((8, 8), int), dilations=(0,))
+
+
+def _reference_pamr(img, lab, n_iter, dilations):
+    """PAMR written from its definition with NumPy, in float64."""
+    img = np.asarray(img, dtype=np.float64)
+    h, w, _ = img.shape
+    offs = [(dy, dx) for d in dilations for dy in (-d, 0, d) for dx in (-d, 0, d)
+            if dy or dx]
+    rows, cols = np.arange(h)[:, None], np.arange(w)[None, :]
+
+    def shifted(a, dy, dx):  # a(y + dy, x + dx), clamped to the border
+        return a[np.clip(rows + dy, 0, h - 1), np.clip(cols + dx, 0, w - 1)]
+
+    nb = np.stack([shifted(img, dy, dx) for dy, dx in offs])  # (P, H, W, C)
+    spread = np.concatenate([nb, np.repeat(img[None], len(dilations), axis=0)])
+    std = spread.std(axis=0, ddof=1)
+    logits = -(np.abs(nb - img) / (1e-8 + 0.1 * std)).mean(axis=-1)
+    aff = np.exp(logits - logits.max(axis=0))
+    aff /= aff.sum(axis=0)
+    uniq, inv = np.unique(lab, return_inverse=True)
+    m = np.eye(len(uniq))[inv.reshape(h, w)]
+    for _ in range(n_iter):
+        m = sum(a[..., None] * shifted(m, dy, dx) for a, (dy, dx) in zip(aff, offs))
+    return aff, m, uniq
+
+
+@pytest.mark.parametrize("shape, dilations", [((23, 31), (1, 2, 4)), ((9, 40), (1, 3, 12)),
+                                              ((1, 7), (1,)), ((30, 5), (2, 8, 24))])
+def test_pamr_matches_numpy_reference(shape, dilations):
+    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+
+    rng = np.random.default_rng(sum(shape))
+    img = rng.integers(0, 256, shape + (3,), dtype=np.uint8)
+    lab = rng.integers(0, 4, shape)
+    ref_aff, ref_m, uniq = _reference_pamr(img, lab, 4, dilations)
+    dil = np.asarray(dilations, dtype=np.int64)
+    offs = _offsets(dilations)
+    aff = _affinities(np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64),
+                      offs, dil)
+    np.testing.assert_allclose(aff, ref_aff, rtol=1e-5, atol=1e-7)
+    mask = np.ascontiguousarray(np.moveaxis(np.eye(len(uniq), dtype=np.float32)[
+        np.searchsorted(uniq, lab)], 2, 0))
+    m = _propagate(mask, aff, offs, 4)
+    np.testing.assert_allclose(np.moveaxis(m, 0, 2), ref_m, rtol=1e-4, atol=1e-6)
+    # labels agree wherever the reference's top two scores are not a near-tie
+    out = pamr(img, lab, n_iter=4, dilations=dilations)
+    top2 = np.sort(ref_m, axis=2)[..., -2:]
+    clear = top2[..., 1] - top2[..., 0] > 1e-4
+    np.testing.assert_array_equal(out[clear], uniq[ref_m.argmax(axis=2)][clear])
+
+
+def test_pamr_same_result_on_any_thread_count():
+    import numba
+
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, (57, 43, 3), dtype=np.uint8)
+    lab = rng.integers(0, 5, (57, 43))
+    many = pamr(img, lab)
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one = pamr(img, lab)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one, many)

@@ -10,7 +10,9 @@ ids already present: the number of segments can never increase.
 import numbers
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
+
+from .._kernels_numba import _CACHE
 
 __all__ = ["pamr"]
 
@@ -25,67 +27,126 @@ def _offsets(dilations):
     return np.asarray(offs, dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=_CACHE, nogil=True)
+def _clamped_span(x_shift, w):  # pragma: no cover - compiled
+    """``(x0, x1)``: for ``x < x0`` the column ``x + x_shift`` is left of a row
+    of ``w`` pixels, for ``x >= x1`` right of it, and inside in between."""
+    x0 = min(max(-x_shift, 0), w)
+    return x0, max(min(w - x_shift, w), x0)
+
+
+@njit(cache=_CACHE, nogil=True, parallel=True)
 def _affinities(img, offs, dilations):  # pragma: no cover - compiled
-    h, w, c = img.shape
+    """Softmax weights ``(P, H, W)`` of each pixel's ``P`` dilated neighbours.
+
+    ``img`` is channel-first ``(C, H, W)``.  Weights are
+    ``softmax_q(-mean_c |I_c(x + o_q) - I_c(x)| / (1e-8 + 0.1 std_c(x)))``
+    with ``std_c(x)`` the spread of channel ``c`` over the centre and its
+    neighbours (the centre counted once per dilation); neighbours outside
+    the image are clamped to the border.  Rows are computed independently,
+    element by element along the row (which vectorizes), so the result does
+    not depend on the number of threads.
+    """
+    c, h, w = img.shape
     p = offs.shape[0]
     nd = dilations.shape[0]
-    aff = np.empty((h, w, p), dtype=np.float32)
-    std = np.empty(c, dtype=np.float64)
-    vals = np.empty(p, dtype=np.float64)
+    aff = np.empty((p, h, w), dtype=np.float32)
     n_std = p + nd  # the 8 neighbours and the centre, per dilation
-    for y in range(h):
-        for x in range(w):
+    for y in prange(h):
+        nb = np.empty((p, c, w), dtype=np.float64)  # neighbour q of each pixel
+        for q in range(p):
+            yy = min(max(y + offs[q, 0], 0), h - 1)
+            dx = offs[q, 1]
+            x0, x1 = _clamped_span(dx, w)
             for ch in range(c):
-                centre = img[y, x, ch]
-                s = nd * centre
-                s2 = nd * centre * centre
-                for q in range(p):
-                    yy = min(max(y + offs[q, 0], 0), h - 1)
-                    xx = min(max(x + offs[q, 1], 0), w - 1)
-                    v = img[yy, xx, ch]
-                    s += v
-                    s2 += v * v
-                m = s / n_std
-                var = (s2 - n_std * m * m) / (n_std - 1)
-                std[ch] = np.sqrt(max(var, 0.0))
-            vmax = -np.inf
+                row = img[ch, yy]
+                dst = nb[q, ch]
+                for x in range(x0):
+                    dst[x] = row[0]
+                dst[x0:x1] = row[x0 + dx:x1 + dx]
+                for x in range(x1, w):
+                    dst[x] = row[w - 1]
+        std = np.empty((c, w), dtype=np.float64)
+        s = np.empty(w, dtype=np.float64)
+        s2 = np.empty(w, dtype=np.float64)
+        for ch in range(c):
+            centre = img[ch, y]
+            for x in range(w):
+                s[x] = nd * centre[x]
+                s2[x] = nd * centre[x] * centre[x]
             for q in range(p):
-                yy = min(max(y + offs[q, 0], 0), h - 1)
-                xx = min(max(x + offs[q, 1], 0), w - 1)
-                acc = 0.0
-                for ch in range(c):
-                    acc -= abs(img[yy, xx, ch] - img[y, x, ch]) / (1e-8 + 0.1 * std[ch])
-                acc /= c
-                vals[q] = acc
-                if acc > vmax:
-                    vmax = acc
-            tot = 0.0
-            for q in range(p):
-                vals[q] = np.exp(vals[q] - vmax)
-                tot += vals[q]
-            for q in range(p):
-                aff[y, x, q] = vals[q] / tot
+                v = nb[q, ch]
+                for x in range(w):
+                    s[x] += v[x]
+                    s2[x] += v[x] * v[x]
+            sd = std[ch]
+            for x in range(w):
+                m = s[x] / n_std
+                sd[x] = np.sqrt(max((s2[x] - n_std * m * m) / (n_std - 1), 0.0))
+        vals = np.zeros((p, w), dtype=np.float64)
+        vmax = np.full(w, -np.inf)
+        for q in range(p):
+            acc = vals[q]
+            for ch in range(c):
+                v = nb[q, ch]
+                centre = img[ch, y]
+                sd = std[ch]
+                for x in range(w):
+                    acc[x] -= abs(v[x] - centre[x]) / (1e-8 + 0.1 * sd[x])
+            for x in range(w):
+                acc[x] /= c
+                vmax[x] = max(vmax[x], acc[x])
+        tot = np.zeros(w, dtype=np.float64)
+        for q in range(p):
+            acc = vals[q]
+            for x in range(w):
+                acc[x] = np.exp(acc[x] - vmax[x])
+                tot[x] += acc[x]
+        for q in range(p):
+            acc = vals[q]
+            out = aff[q, y]
+            for x in range(w):
+                out[x] = acc[x] / tot[x]
     return aff
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=_CACHE, nogil=True, parallel=True)
 def _propagate(mask, aff, offs, n_iter):  # pragma: no cover - compiled
-    h, w, k = mask.shape
+    """``n_iter`` steps of ``m(x) <- sum_q aff_q(x) m(x + offset_q)`` on ``(K, H, W)``.
+
+    Neighbours outside the image are clamped to the border.  Each row is
+    computed from the previous step only, one offset at a time along
+    contiguous runs of the row (the interior needs no clamping), so every
+    pixel sums its neighbours in the same order on any number of threads.
+    """
+    k, h, w = mask.shape
     p = offs.shape[0]
     cur = mask.copy()
     nxt = np.empty_like(mask)
     for _ in range(n_iter):
-        for y in range(h):
-            for x in range(w):
+        for y in prange(h):
+            for j in range(k):
+                for x in range(w):
+                    nxt[j, y, x] = 0.0
+            for q in range(p):
+                yy = min(max(y + offs[q, 0], 0), h - 1)
+                dx = offs[q, 1]
+                x0, x1 = _clamped_span(dx, w)
+                a = aff[q, y]
+                a_in = a[x0:x1]
                 for j in range(k):
-                    nxt[y, x, j] = 0.0
-                for q in range(p):
-                    yy = min(max(y + offs[q, 0], 0), h - 1)
-                    xx = min(max(x + offs[q, 1], 0), w - 1)
-                    a = aff[y, x, q]
-                    for j in range(k):
-                        nxt[y, x, j] += a * cur[yy, xx, j]
+                    out = nxt[j, y]
+                    src = cur[j, yy]
+                    for x in range(x0):
+                        out[x] += a[x] * src[0]
+                    # the interior as aligned slices: unit-stride, no index
+                    # arithmetic, so the loop vectorizes
+                    out_in = out[x0:x1]
+                    src_in = src[x0 + dx:x1 + dx]
+                    for i in range(x1 - x0):
+                        out_in[i] += a_in[i] * src_in[i]
+                    for x in range(x1, w):
+                        out[x] += a[x] * src[w - 1]
         cur, nxt = nxt, cur
     return cur
 
@@ -136,8 +197,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24)):
         return lab.copy()
     h, w = lab.shape
     offs = _offsets(dil.tolist())
-    aff = _affinities(np.ascontiguousarray(img, dtype=np.float64), offs, dil)
-    mask = np.zeros((h, w, len(uniq)), dtype=np.float32)
-    mask.reshape(-1, len(uniq))[np.arange(h * w), inv.reshape(-1)] = 1.0
-    out = _propagate(mask, aff, offs, int(n_iter))
-    return uniq[np.argmax(out, axis=2)].astype(lab.dtype, copy=False)
+    aff = _affinities(np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64), offs, dil)
+    mask = np.zeros((len(uniq), h * w), dtype=np.float32)
+    mask[inv.reshape(-1), np.arange(h * w)] = 1.0
+    out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
+    return uniq[np.argmax(out, axis=0)].astype(lab.dtype, copy=False)
