@@ -76,7 +76,7 @@ def _cluster_weights_csr_ser(indptr, indices, data, labels, n_clusters):
 # vectorizable add.  The row-by-row form ``WX[i, labels[j]] += W[i, j]`` is a
 # chain of dependent adds wherever neighbouring nodes share a label (image
 # tokens do), and measured 4-10x slower at 400-1,024 nodes.
-_DENSE_BLOCK = 256
+_DENSE_BLOCK = 256  # rows of WX per task of the parallel incremental update
 
 
 @_jit
@@ -87,20 +87,88 @@ def _add_rows_by_label(W, labels, acc, i0, i1):
             acc[a, i] += W[j, i]
 
 
-@_pjit
-def _cluster_weights_dense_par(W, labels, n_clusters):
+@_jit
+def _add_row_range_by_label(W, labels, acc, j0, j1):
+    for j in range(j0, j1):
+        a = labels[j]
+        for i in range(W.shape[1]):
+            acc[a, i] += W[j, i]
+
+
+# The parallel pass splits the rows of W into a fixed number of contiguous
+# chunks, each streamed into its own (K, n) partial sum, then adds the
+# partials in chunk order.  The chunking depends on (n, K) only, never on the
+# thread count, and the serial twin (for the compiled loop) does the same
+# arithmetic in one thread: the result is the same on any number of threads
+# and in both loops.  (Column blocks, which read each row in 2 KB pieces
+# 128 KB apart at 16,384 nodes, ran 2.4x slower than the serial pass on 2
+# cores.)  The partial sums are capped at _DENSE_PARTIAL_BYTES.
+# Below _DENSE_PAR_MIN entries (the compiled loop's limit, _backend.
+# COMPILED_LOOP_MAX_ENTRIES) the pass is one plain serial pass: the chunk
+# partials cost the single-threaded compiled loop up to 2x at 1,024 nodes.
+_DENSE_CHUNKS = 16
+_DENSE_PARTIAL_BYTES = 64 << 20
+_DENSE_PAR_MIN = 20_000_000
+
+
+@_jit
+def _dense_chunks(n, n_clusters):
+    """Row chunks of the dense pass for an ``n``-node W (1: one plain pass)."""
+    if n * n <= _DENSE_PAR_MIN:
+        return 1
+    return max(1, min(_DENSE_CHUNKS, _DENSE_PARTIAL_BYTES // (8 * n_clusters * n)))
+
+
+@_jit
+def _chunk_partial(W, labels, part, c, n_chunks):
     n = W.shape[0]
-    acc = np.zeros((n_clusters, n), dtype=np.float64)
+    _add_row_range_by_label(W, labels, part[c], c * n // n_chunks,
+                            (c + 1) * n // n_chunks)
+
+
+@_jit
+def _sum_partials(part, WX, i0, i1):
+    for i in range(i0, i1):
+        for k in range(part.shape[1]):
+            acc = 0.0
+            for c in range(part.shape[0]):
+                acc += part[c, k, i]
+            WX[i, k] = acc
+
+
+@_pjit
+def _cluster_weights_dense_par(W, labels, n_clusters, n_chunks):
+    n = W.shape[0]
+    part = np.zeros((n_chunks, n_clusters, n), dtype=np.float64)
+    for c in prange(n_chunks):
+        _chunk_partial(W, labels, part, c, n_chunks)
+    WX = np.empty((n, n_clusters), dtype=np.float64)
     n_blocks = (n + _DENSE_BLOCK - 1) // _DENSE_BLOCK
     for blk in prange(n_blocks):
         i0 = blk * _DENSE_BLOCK
-        _add_rows_by_label(W, labels, acc, i0, min(i0 + _DENSE_BLOCK, n))
-    return np.ascontiguousarray(acc.T)
+        _sum_partials(part, WX, i0, min(i0 + _DENSE_BLOCK, n))
+    return WX
+
+
+@_jit
+def _cluster_weights_dense_chunked(W, labels, n_clusters, n_chunks):
+    """Serial twin of :func:`_cluster_weights_dense_par` (same sums)."""
+    n = W.shape[0]
+    part = np.zeros((n_chunks, n_clusters, n), dtype=np.float64)
+    for c in range(n_chunks):
+        _chunk_partial(W, labels, part, c, n_chunks)
+    WX = np.empty((n, n_clusters), dtype=np.float64)
+    _sum_partials(part, WX, 0, n)
+    return WX
 
 
 @_jit
 def _cluster_weights_dense_ser(W, labels, n_clusters):
+    """The dense pass in one thread: the same result as the parallel one."""
     n = W.shape[0]
+    n_chunks = _dense_chunks(n, n_clusters)
+    if n_chunks > 1:
+        return _cluster_weights_dense_chunked(W, labels, n_clusters, n_chunks)
     acc = np.zeros((n_clusters, n), dtype=np.float64)
     _add_rows_by_label(W, labels, acc, 0, n)
     return np.ascontiguousarray(acc.T)
@@ -118,9 +186,16 @@ def cluster_weights_csr(indptr, indices, data, labels, n_clusters):
 
 
 def cluster_weights_dense(W, labels, n_clusters):
-    """Weight from each node to each cluster, ``W @ onehot(labels)``, for dense W."""
-    if W.size >= _PARALLEL_MIN:
-        return _cluster_weights_dense_par(W, labels, n_clusters)
+    """Weight from each node to each cluster, ``W @ onehot(labels)``, for dense W
+    (symmetric, as everywhere here: it is computed as ``W' @ onehot``).
+
+    Above ``_DENSE_PAR_MIN`` entries the rows of W are summed in parallel
+    chunks; the serial kernel of the compiled loop sums the same chunks in
+    the same order, so both give the same result on any number of threads.
+    """
+    n_chunks = _dense_chunks(W.shape[0], n_clusters)
+    if n_chunks > 1:
+        return _cluster_weights_dense_par(W, labels, n_clusters, n_chunks)
     return _cluster_weights_dense_ser(W, labels, n_clusters)
 
 
@@ -162,21 +237,53 @@ def _many_moved(old_labels, new_labels):
 
 
 @_jit
-def apply_moves_dense(W, old_labels, new_labels, WX):
-    """Dense twin of :func:`apply_moves_csr`; recomputes ``WX`` in one pass
-    over W when more than a quarter of the nodes move."""
+def _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, i0, i1):
+    for j in moved:
+        a = old_labels[j]
+        b = new_labels[j]
+        for i in range(i0, i1):
+            w = W[j, i]
+            WX[i, a] -= w
+            WX[i, b] += w
+
+
+@_pjit
+def _apply_moves_dense_par(W, old_labels, new_labels, moved, WX):
+    # blocks of rows of WX: each entry still takes the moves in node order
     n = W.shape[0]
+    n_blocks = (n + _DENSE_BLOCK - 1) // _DENSE_BLOCK
+    for blk in prange(n_blocks):
+        i0 = blk * _DENSE_BLOCK
+        _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, i0,
+                                 min(i0 + _DENSE_BLOCK, n))
+
+
+@_jit
+def _apply_moves_dense_ser(W, old_labels, new_labels, WX):
     if _many_moved(old_labels, new_labels):
         WX[:, :] = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
         return
-    for j in range(old_labels.shape[0]):
-        a = old_labels[j]
-        b = new_labels[j]
-        if a != b:
-            for i in range(n):
-                w = W[j, i]
-                WX[i, a] -= w
-                WX[i, b] += w
+    moved = np.flatnonzero(old_labels != new_labels)
+    _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, 0, W.shape[0])
+
+
+def apply_moves_dense(W, old_labels, new_labels, WX):
+    """Dense twin of :func:`apply_moves_csr`; recomputes ``WX`` in one pass
+    over W when more than a quarter of the nodes move.
+
+    Large updates run in parallel (over blocks of rows of ``WX``, or over
+    the chunks of the fresh pass); every entry of ``WX`` is summed in the
+    same order as by the serial kernel of the compiled loop, so the result
+    does not depend on the number of threads.
+    """
+    if _many_moved(old_labels, new_labels):
+        WX[:, :] = cluster_weights_dense(W, new_labels, WX.shape[1])
+        return
+    moved = np.flatnonzero(old_labels != new_labels)
+    if moved.shape[0] * W.shape[0] >= _PARALLEL_MIN:
+        _apply_moves_dense_par(W, old_labels, new_labels, moved, WX)
+    else:
+        _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, 0, W.shape[0])
 
 
 def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX):
@@ -237,13 +344,16 @@ def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, 
 
 
 @_jit
-def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
-    """Dense twin of :func:`candidate_stats_csr`; from a fresh pass over W
-    when more than a quarter of the nodes move (the pair term is quadratic in
-    the number of moved nodes)."""
+def _candidate_stats_dense_ser(W, degrees, old_labels, new_labels, WX, vol, assoc):
     if _many_moved(old_labels, new_labels):
         fresh = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
         return cluster_stats(fresh, new_labels, degrees, WX.shape[1])
+    return _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol,
+                                        assoc)
+
+
+@_jit
+def _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol, assoc):
     vol2 = vol.copy()
     assoc2 = assoc.copy()
     moved = np.flatnonzero(old_labels != new_labels)
@@ -257,6 +367,17 @@ def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
         for i in moved:
             _pair_delta(assoc2, W[j, i], a, b, old_labels[i], new_labels[i])
     return vol2, assoc2
+
+
+def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
+    """Dense twin of :func:`candidate_stats_csr`; from a fresh pass over W
+    (in parallel when W is large) when more than a quarter of the nodes move:
+    the pair term is quadratic in the number of moved nodes."""
+    if _many_moved(old_labels, new_labels):
+        fresh = cluster_weights_dense(W, new_labels, WX.shape[1])
+        return cluster_stats(fresh, new_labels, degrees, WX.shape[1])
+    return _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol,
+                                        assoc)
 
 
 @_jit
@@ -540,9 +661,11 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
 
     ``dense`` selects the graph held in ``W`` (dense) or in ``indptr``,
     ``indices``, ``data`` (CSR); the other one is an empty placeholder.
-    Serial kernels only: :attr:`sklearn_falcon._backend.NumbaProblem.
-    compiled_loop` says on which graphs it beats the Python loop on the
-    parallel kernels.
+    Serial kernels only (they sum in the same order as the parallel ones,
+    so both loops give the same result; and a cached serial function that
+    calls a parallel one can crash when loaded from Numba's cache, numba
+    issue #8578): :attr:`sklearn_falcon._backend.NumbaProblem.compiled_loop`
+    says on which graphs it beats the Python loop on the parallel kernels.
     ``labels`` is copied; ``tau0`` is already in absolute score units.
     """
     X = labels.copy()
@@ -567,8 +690,8 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
             cand, moved = _guard_empty(X, new, n_clusters)
             if moved > 0:
                 if dense:
-                    cvol, cassoc = candidate_stats_dense(W, degrees, X, cand, WX,
-                                                         vol, assoc)
+                    cvol, cassoc = _candidate_stats_dense_ser(W, degrees, X, cand,
+                                                              WX, vol, assoc)
                 else:
                     cvol, cassoc = candidate_stats_csr(indptr, indices, data, degrees,
                                                        X, cand, WX, vol, assoc)
@@ -587,7 +710,7 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
         n_iter += 1
         if acc_moved > 0:
             if dense:
-                apply_moves_dense(W, X, acc_X, WX)
+                _apply_moves_dense_ser(W, X, acc_X, WX)
             else:
                 apply_moves_csr(indptr, indices, data, X, acc_X, WX)
             path[n_path] = acc_f

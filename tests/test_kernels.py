@@ -238,3 +238,51 @@ def test_candidate_stats_and_apply_moves_match_recompute(dense, n_moved):
     else:
         nk.apply_moves_csr(S.indptr, S.indices, S.data, old, new, WX)
     np.testing.assert_allclose(WX, W @ _onehot(new, 4), atol=1e-12)
+
+
+@pytest.mark.parametrize("n_chunks", [2, 3, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunked_dense_pass_is_the_same_in_parallel_and_serial(n_chunks, dtype):
+    import numba
+
+    W, _ = _graph(n=701, seed=11, density=0.5, dtype=dtype)
+    labels = np.random.default_rng(12).integers(6, size=701).astype(np.int64)
+    par = nk._cluster_weights_dense_par(W, labels, 6, n_chunks)
+    np.testing.assert_array_equal(
+        par, nk._cluster_weights_dense_chunked(W, labels, 6, n_chunks))
+    np.testing.assert_allclose(par, W.astype(np.float64).T @ _onehot(labels, 6),
+                               rtol=1e-12)
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one = nk._cluster_weights_dense_par(W, labels, 6, n_chunks)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(one, par)
+
+
+def test_dense_chunks():
+    assert nk._dense_chunks(1000, 8) == 1  # the compiled loop's sizes: one pass
+    assert nk._dense_chunks(4472, 8) == 1
+    assert nk._dense_chunks(16384, 8) == nk._DENSE_CHUNKS
+    # the partial sums stay under their cap
+    n, K = 50_000, 500
+    c = nk._dense_chunks(n, K)
+    assert c >= 1 and (c == 1 or c * 8 * K * n <= nk._DENSE_PARTIAL_BYTES)
+
+
+def test_parallel_dense_moves_match_serial(monkeypatch):
+    W, _ = _graph(n=300, seed=13)
+    rng = np.random.default_rng(14)
+    old = rng.integers(5, size=300).astype(np.int64)
+    new = old.copy()
+    idx = rng.choice(300, 40, replace=False)  # below a quarter: incremental
+    new[idx] = (old[idx] + 1) % 5
+    WX = W @ _onehot(old, 5)
+    serial = WX.copy()
+    nk._apply_moves_dense_ser(W, old, new, serial)
+    monkeypatch.setattr(nk, "_PARALLEL_MIN", 0)  # the Python dispatcher's threshold
+    parallel = WX.copy()
+    nk.apply_moves_dense(W, old, new, parallel)
+    np.testing.assert_array_equal(parallel, serial)
+    np.testing.assert_allclose(parallel, W @ _onehot(new, 5), atol=1e-12)
