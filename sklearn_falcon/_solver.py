@@ -100,8 +100,9 @@ def solve(
         Let a problem that offers this loop compiled (``compiled_loop``: a
         :class:`~sklearn_falcon._backend.NumbaProblem` of at most
         ``COMPILED_LOOP_MAX_ENTRIES`` stored entries) run it in one call; it
-        takes the same steps and gives the same result (tested).  The Python loop runs when False, when
-        ``verbose > 0`` or when the problem offers none.
+        takes the same steps and gives the same result (tested).  The Python
+        loop runs when False, when ``verbose > 0`` or when the problem offers
+        none.
 
     Returns
     -------

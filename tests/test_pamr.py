@@ -78,8 +78,9 @@ def _reference_pamr(img, lab, n_iter, dilations):
     return aff, m, uniq
 
 
-@pytest.mark.parametrize("shape, dilations", [((23, 31), (1, 2, 4)), ((9, 40), (1, 3, 12)),
-                                              ((1, 7), (1,)), ((30, 5), (2, 8, 24))])
+@pytest.mark.parametrize("shape, dilations", [
+    ((23, 31), (1, 2, 4)), ((9, 40), (1, 3, 12)), ((1, 7), (1,)), ((30, 5), (2, 8, 24)),
+])
 def test_pamr_matches_numpy_reference(shape, dilations):
     from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
 

@@ -197,7 +197,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24)):
         return lab.copy()
     h, w = lab.shape
     offs = _offsets(dil.tolist())
-    aff = _affinities(np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64), offs, dil)
+    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    aff = _affinities(planes, offs, dil)
     mask = np.zeros((len(uniq), h * w), dtype=np.float32)
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0
     out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
