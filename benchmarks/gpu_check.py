@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py               # full run (< 5 min on an H200)
     python benchmarks/gpu_check.py --cpu-only    # no CUDA rows, plus CPU memory
     python benchmarks/gpu_check.py --quick       # small sizes (smoke test)
+    python benchmarks/gpu_check.py --sections segment   # ImageSegmenter rows only
 
 It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
 ``$OUT`` is set, or to ``--out``):
@@ -16,13 +17,19 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    (host-to-device copy, degrees), *solve* the proximal loop.  The dense
    ``W`` rows use the ``n x n`` matrix (its construction on the host is
    listed apart); the *matrix-free* rows compute ``W`` from the features in
-   row blocks and never store it.  ``|dNCut|`` is the difference to the
+   row blocks and never store it.  *abs. dNCut* is the absolute difference to the
    Numba NCut from the same init; peak GPU memory is
    ``torch.cuda.max_memory_allocated`` over setup and solve.
 2. **Batched throughput** (images per second) of ``B = 32`` token graphs of
    4,096 tokens solved in one batched matrix-free call, against a loop of
    single solves.
-3. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+3. **ImageSegmenter per image**, by stage (ViT features, affinity, Falcon,
+   upsampling + PAMR), with the ViT and Falcon on the CPU and on CUDA, for
+   ``vit_small_patch8_224`` built with ``pretrained=False`` at 224 and 448
+   pixels (784 and 3,136 tokens): a timing of the pipeline, not of segment
+   quality; the CUDA rows give the agreement (ARI) of their token labels
+   with the CPU run's.
+4. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
    sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
@@ -148,8 +155,8 @@ def fmt(v, spec):
 
 
 def fit_table(rows):
-    out = ["| graph | method | setup s | solve s | fit s | iters | NCut | |dNCut| vs "
-           "Numba | monotone | peak GPU MiB | note |",
+    out = ["| graph | method | setup s | solve s | fit s | iters | NCut "
+           "| abs. dNCut vs Numba | monotone | peak GPU MiB | note |",
            "|---|---|---:|---:|---:|---:|---:|---:|:-:|---:|---|"]
     for r in rows:
         out.append(
@@ -317,6 +324,96 @@ def batch_section(bench, B, n, cuda, cpu_batch):
     return "\n".join(out)
 
 
+def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
+    """Per-image time of :class:`ImageSegmenter` on ViT tokens, by stage.
+
+    The ViTs are built with ``pretrained=False`` (no weights can be fetched
+    on the benchmark machines), so the rows time the pipeline; they say
+    nothing of segment quality.  For each device the first image is a
+    warm-up; the table gives the median over ``n_images`` others.  The
+    *agree* column is the adjusted Rand index between the token labels of
+    the CPU and the CUDA run of the same image (same weights).  Rows that
+    would start after ``budget`` seconds of this section are skipped.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks.bench_segmentation import make_textured_image
+    from sklearn_falcon.image import (
+        ImageSegmenter,
+        cosine_power_affinity as image_affinity,
+        load_image,
+        pamr,
+        prototype_upsample,
+    )
+
+    if bench.torch is None:
+        return "torch not installed: section skipped"
+    torch = bench.torch
+    images = [make_textured_image(320, 6, random_state=s)[0]
+              for s in range(n_images + 1)]
+    rows, tokens, start = [], {}, time.perf_counter()
+    for model in models:
+        for res in resolutions:
+            for dev in ["cpu"] + (["cuda"] if cuda else []):
+                row = dict(model=model, res=res, device=dev)
+                rows.append(row)
+                if time.perf_counter() - start > budget:
+                    row["error"] = "skipped (time budget)"
+                    continue
+                try:
+                    torch.manual_seed(0)  # same random weights on every device
+                    seg = ImageSegmenter(model=model, pretrained=False, n_segments=6,
+                                         resolution=res, device=dev, refine="pamr",
+                                         random_state=0)
+                    stages = {"extract": [], "affinity": [], "falcon": [],
+                              "upsample+pamr": []}
+                    for i, img in enumerate(images):
+                        rgb = load_image(img)
+                        t0 = time.perf_counter()
+                        feats = seg.extract_features(rgb)
+                        bench.sync(dev)
+                        t1 = time.perf_counter()
+                        W = image_affinity(feats, power=seg._power())
+                        t2 = time.perf_counter()
+                        tok = seg.cluster_tokens(W)
+                        bench.sync(dev)
+                        t3 = time.perf_counter()
+                        lab = prototype_upsample(feats, tok.reshape(feats.shape[:2]),
+                                                 rgb.shape[:2])
+                        pamr(rgb, lab, n_iter=seg.pamr_iter)
+                        t4 = time.perf_counter()
+                        if i == 0:
+                            continue  # warm-up (JIT, cuDNN autotune, allocator)
+                        times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+                        for key, dt in zip(stages, times):
+                            stages[key].append(dt)
+                        tokens.setdefault((model, res, i), {})[dev] = tok
+                    row.update({k: float(np.median(v)) for k, v in stages.items()})
+                    row["n"] = int(W.shape[0])
+                    if dev != "cpu":
+                        row["agree"] = float(np.mean([
+                            adjusted_rand_score(v["cpu"], v[dev])
+                            for (m, r, _), v in tokens.items()
+                            if m == model and r == res and "cpu" in v]))
+                except Exception as exc:  # e.g. CUDA OOM: report it, go on
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                print(row, flush=True)
+    out = ["| model | input | tokens | device | extract s | affinity s | Falcon s "
+           "| upsample + PAMR s | total s | agree (ARI vs CPU) |",
+           "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['model']} | {r['res']} | | {r['device']} | {r['error']} "
+                       "| | | | | |")
+            continue
+        total = r["extract"] + r["affinity"] + r["falcon"] + r["upsample+pamr"]
+        agree = f"{r['agree']:.3f}" if "agree" in r else ""
+        out.append(f"| {r['model']} | {r['res']} | {r['n']:,} | {r['device']} | "
+                   f"{r['extract']:.4f} | {r['affinity']:.4f} | {r['falcon']:.4f} | "
+                   f"{r['upsample+pamr']:.4f} | {total:.4f} | {agree} |")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------- memory
 class _RSSSampler:
     """Largest resident set size seen while active, sampled every 0.5 ms from
@@ -433,6 +530,13 @@ def main(argv=None):
                     help="images of the CPU batched/loop rows")
     ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
                     help="largest token graph of the torch-cpu matrix-free row")
+    ap.add_argument("--sections", default="fit,batch,segment",
+                    help="comma-separated sections to run: fit, batch, segment")
+    ap.add_argument("--segment-models", default="vit_small_patch8_224",
+                    help="timm ViTs of the ImageSegmenter section, comma separated "
+                         "('' skips it)")
+    ap.add_argument("--segment-res", default=None,
+                    help="ViT input sizes of that section (default 224,448)")
     ap.add_argument("--budget", type=float, default=270.0,
                     help="seconds after which remaining rows are skipped")
     ap.add_argument("--out", default=None, help="also write the tables here")
@@ -465,23 +569,38 @@ def main(argv=None):
             with open(args.out, "w") as fh:
                 fh.write(text + "\n")
         return 0
+    sections = {x for x in args.sections.split(",") if x}
+    unknown = sections - {"fit", "batch", "segment"}
+    if unknown:
+        ap.error(f"unknown --sections {sorted(unknown)}; "
+                 "choose among fit, batch, segment")
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
-    try:
-        warm_up(bench, cuda)
-    except Exception as exc:  # the timed rows will show the error again
-        print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
-    token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
-    print(fit_table(bench.rows), flush=True)
-    if knn_n:
-        knn_section(bench, knn_n, cuda)
-        print(fit_table(bench.rows[-4:]), flush=True)
-    parts = [f"# Falcon torch backend check\n\n{info}\n",
-             "## Time per fit (one solve from the same init, polish=False)\n",
-             fit_table(bench.rows)]
-    batch = batch_section(bench, args.batch, batch_n, cuda, args.cpu_batch)
-    parts += ["\n## Batched throughput\n", batch]
+    parts = [f"# Falcon torch backend check\n\n{info}\n"]
+    if sections & {"fit", "batch"}:
+        try:
+            warm_up(bench, cuda)
+        except Exception as exc:  # the timed rows will show the error again
+            print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
+    if "fit" in sections:
+        token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
+        print(fit_table(bench.rows), flush=True)
+        if knn_n:
+            knn_section(bench, knn_n, cuda)
+            print(fit_table(bench.rows[-4:]), flush=True)
+        parts += ["## Time per fit (one solve from the same init, polish=False)\n",
+                  fit_table(bench.rows)]
+    if "batch" in sections:
+        batch = batch_section(bench, args.batch, batch_n, cuda, args.cpu_batch)
+        parts += ["\n## Batched throughput\n", batch]
+    models = [m for m in args.segment_models.split(",") if m]
+    if "segment" in sections and models:
+        res = ([112, 224] if args.quick else [224, 448]) if args.segment_res is None \
+            else [int(r) for r in args.segment_res.split(",")]
+        parts += ["\n## ImageSegmenter on ViT tokens (random weights), "
+                  "median s per image\n",
+                  segment_section(bench, models, res, cuda)]
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
         parts += ["\n## Peak CPU memory of the matrix-free path\n",

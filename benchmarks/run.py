@@ -1270,6 +1270,9 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
                 size = md.stem.split("_")[1]
                 parts.append(markdown_to_rst(
                     md.read_text(), f"Image segmentation, {size} images"))
+    gpu = results_dir / "gpu_check.md"
+    if gpu.exists():  # benchmarks/gpu_check.py, run by hand on a CUDA machine
+        parts.append(markdown_to_rst(gpu.read_text(), "GPU check of the torch backend"))
     for png in results_dir.glob("*.png"):
         shutil.copy2(png, static / png.name)
     if not found:

@@ -149,3 +149,26 @@ def test_init_parameter_is_used_and_validated():
         assert len(np.unique(labels)) == 2
     with pytest.raises(ValueError, match="init="):
         ImageSegmenter(n_segments=2, init="kmeans").segment(img)
+
+
+def test_cuda_segment():
+    """The whole pipeline on CUDA: the ViT and Falcon's torch backend."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    from timm.models.vision_transformer import VisionTransformer
+
+    img, mask = _quadrants(64, 96)
+    colour = ImageSegmenter(n_segments=4, device="cuda").segment(img)
+    assert miou(colour, mask) > 0.95
+    cpu = ImageSegmenter(n_segments=4).segment(img)
+    assert miou(colour, cpu) > 0.99  # as on the CPU
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    seg = ImageSegmenter(model=vit, n_segments=3, resolution=(48, 64), device="cuda")
+    lab = seg.segment(img)
+    assert next(vit.parameters()).device.type == "cuda"
+    assert lab.shape == (64, 96) and 1 <= len(np.unique(lab)) <= 3
+    assert seg.fit_predict([img, img])[1].shape == (64, 96)
