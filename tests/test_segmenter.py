@@ -169,6 +169,41 @@ def test_cuda_segment():
                             num_heads=2, num_classes=0, dynamic_img_size=True)
     seg = ImageSegmenter(model=vit, n_segments=3, resolution=(48, 64), device="cuda")
     lab = seg.segment(img)
-    assert next(vit.parameters()).device.type == "cuda"
+    assert next(vit.parameters()).device.type == "cpu"  # the caller's module stays
     assert lab.shape == (64, 96) and 1 <= len(np.unique(lab)) <= 3
     assert seg.fit_predict([img, img])[1].shape == (64, 96)
+
+
+def test_caller_module_is_not_modified(tmp_path):
+    """Checkpoint loading, eval mode and device moves happen on a copy."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+
+    def vit():
+        return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                                 num_heads=2, num_classes=0, dynamic_img_size=True)
+
+    torch.manual_seed(0)
+    other = vit()
+    path = tmp_path / "other.pth"
+    torch.save(other.state_dict(), path)
+    torch.manual_seed(1)
+    mine = vit()  # in training mode, weights unlike the checkpoint's
+    before = {k: v.clone() for k, v in mine.state_dict().items()}
+    img, _ = _quadrants(40, 56)
+    seg = ImageSegmenter(model=mine, checkpoint_path=path, n_segments=2, refine=None,
+                         resolution=(32, 48), feature="key")
+    with_ckpt = seg.segment(img)
+    assert mine.training
+    for k, v in mine.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    # the checkpoint was used: the same labels as the checkpoint's own module
+    np.testing.assert_array_equal(
+        with_ckpt, ImageSegmenter(model=other.eval(), n_segments=2, refine=None,
+                                  resolution=(32, 48), feature="key").segment(img))
+    # a module already in eval mode on the device is used without a copy
+    from sklearn_falcon.image import TimmFeatures
+
+    assert TimmFeatures(other, resolution=32).model is other
+    assert TimmFeatures(mine, resolution=32).model is not mine

@@ -8,6 +8,7 @@ float32 token grid, and a ``patch_size`` attribute:
   imported only when it is built.
 """
 
+import copy
 import numbers
 import os
 from pathlib import Path
@@ -283,6 +284,13 @@ def _load_state_dict(path, torch):
     return out
 
 
+def _on_device(tensor, device):
+    """Whether ``tensor`` lives on ``device`` (``cuda`` matches any index)."""
+    return tensor.device.type == device.type and (
+        device.index is None or tensor.device.index == device.index
+    )
+
+
 class TimmFeatures:
     """Patch tokens (or attention keys) of a timm Vision Transformer.
 
@@ -311,6 +319,13 @@ class TimmFeatures:
         Models built without ``dynamic_img_size`` get their fixed input size.
     device : str, default="cpu"
         Torch device, or ``"auto"`` (CUDA if available).
+
+    Notes
+    -----
+    A module passed as ``model`` is never modified: when it must be
+    changed (a ``checkpoint_path`` to load, training mode, another device)
+    the extractor works on a deep copy; a module already in eval mode on
+    ``device`` is used as is, without a copy.
 
     Examples
     --------
@@ -361,6 +376,17 @@ class TimmFeatures:
                 f"Model {type(net).__name__} is not a timm-style Vision Transformer "
                 "(needs 'patch_embed' and 'blocks')."
             )
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
+        if net is model and (
+            checkpoint_path is not None
+            or net.training
+            or any(not _on_device(p, device) for p in net.parameters())
+        ):
+            # The caller's module is never changed (weights, mode, device):
+            # a private copy is loaded, switched to eval mode and moved.
+            net = copy.deepcopy(net)
         if checkpoint_path is not None:
             state = _load_state_dict(checkpoint_path, torch)
             try:
@@ -384,9 +410,7 @@ class TimmFeatures:
             raise ValueError(
                 f"layer must be an integer in [{-n_blocks}, {n_blocks - 1}]; got {layer!r}."
             )
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = device
         self.model = net.eval().to(self.device)
         self.layer = int(layer) % n_blocks
         self.feature = feature

@@ -132,7 +132,9 @@ class ImageSegmenter(BaseEstimator):
     ----------
     model : str or torch.nn.Module, default="color"
         ``"color"`` for the offline extractor, a timm model name (e.g.
-        ``"vit_small_patch8_224.dino"``) or a timm ViT module.
+        ``"vit_small_patch8_224.dino"``) or a timm ViT module.  A module is
+        never modified: loading ``checkpoint_path``, eval mode and the move
+        to ``device`` happen on a copy when they would change it.
     n_segments : int or "auto", default=6
         Number of segments K, or ``"auto"``: Falcon over-segments with
         ``auto_range[1]`` clusters and the count is chosen eigen-free by
