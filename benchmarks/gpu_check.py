@@ -28,7 +28,8 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    ``vit_small_patch8_224`` built with ``pretrained=False`` at 224 and 448
    pixels (784 and 3,136 tokens): a timing of the pipeline, not of segment
    quality; the CUDA rows give the agreement (ARI) of their token labels
-   with the CPU run's.
+   with the CPU run's.  As in ``ImageSegmenter``, PAMR runs on CUDA in the
+   CUDA rows (torch kernels) and on Numba in the CPU rows.
 4. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
@@ -380,7 +381,8 @@ def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
                         t3 = time.perf_counter()
                         lab = prototype_upsample(feats, tok.reshape(feats.shape[:2]),
                                                  rgb.shape[:2])
-                        pamr(rgb, lab, n_iter=seg.pamr_iter)
+                        pamr(rgb, lab, n_iter=seg.pamr_iter, device=seg._pamr_device())
+                        bench.sync(dev)
                         t4 = time.perf_counter()
                         if i == 0:
                             continue  # warm-up (JIT, cuDNN autotune, allocator)

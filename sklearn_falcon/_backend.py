@@ -35,14 +35,14 @@ def torch_available():
         return False
 
 
-def _import_torch():
+def _import_torch(what="backend='torch'", instead="backend='numba'"):
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - exercised by simulation
         raise ImportError(
-            "backend='torch' requires PyTorch, which is not installed. Install it "
+            f"{what} requires PyTorch, which is not installed. Install it "
             "with `pip install sklearn-falcon[torch]` (or `pip install torch`), or "
-            "use backend='numba'."
+            f"use {instead}."
         ) from exc
     return torch
 
@@ -152,6 +152,27 @@ def _check_cuda(torch, device):
             f"device={device!r} was requested but only {count} CUDA device(s) exist."
         )
     return device
+
+
+def pamr_torch(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
+    """PAMR with the torch kernels on ``device``: the NumPy <-> torch boundary
+    of :func:`sklearn_falcon.image.pamr`.
+
+    ``planes`` is the ``(C, H, W)`` float64 image, ``inv`` the ``(H, W)``
+    int64 label indices in ``[0, n_labels)``; returns the refined ``(H, W)``
+    label indices as a NumPy array.
+    """
+    torch = _import_torch(f"pamr(device={device!r})", "device=None")
+    from .image import _pamr_torch as pk
+
+    dev = _torch_device(torch, device)
+    img = torch.from_numpy(planes).to(dev)
+    mask = torch.nn.functional.one_hot(torch.from_numpy(inv).to(dev), n_labels)
+    mask = mask.permute(2, 0, 1).to(torch.float32).contiguous()
+    offs = [(int(dy), int(dx)) for dy, dx in offsets]
+    aff = pk._affinities(img, offs, int(n_dilations))
+    out = pk._propagate(mask, aff, offs, int(n_iter))
+    return out.argmax(dim=0).cpu().numpy()
 
 
 # Largest graph (stored entries: nnz, or n**2 when dense) solved by the

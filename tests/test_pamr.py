@@ -118,3 +118,82 @@ def test_pamr_same_result_on_any_thread_count():
     finally:
         numba.set_num_threads(before)
     np.testing.assert_array_equal(one, many)
+
+
+@pytest.mark.parametrize("shape, dilations",
+                         [((23, 31), (1, 2, 4)), ((40, 9), (1, 3, 12))])
+def test_torch_kernels_match_numba(shape, dilations):
+    torch = pytest.importorskip("torch")
+    from sklearn_falcon.image import _pamr_torch as pk
+    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+
+    rng = np.random.default_rng(sum(shape))
+    img = rng.integers(0, 256, shape + (3,), dtype=np.uint8)
+    lab = rng.integers(0, 4, shape)
+    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    offs = _offsets(dilations)
+    aff = _affinities(planes, offs, np.asarray(dilations, dtype=np.int64))
+    offs_list = [tuple(map(int, o)) for o in offs]
+    aff_t = pk._affinities(torch.from_numpy(planes), offs_list, len(dilations))
+    assert aff_t.dtype == torch.float32 and aff_t.shape == aff.shape
+    np.testing.assert_allclose(aff_t.numpy(), aff, rtol=1e-5, atol=1e-7)
+    mask = np.ascontiguousarray(np.moveaxis(np.eye(4, dtype=np.float32)[lab], 2, 0))
+    ref = _propagate(mask, aff, offs, 5)
+    out = pk._propagate(torch.from_numpy(mask), torch.from_numpy(aff), offs_list, 5)
+    # the same kernel arithmetic on the same weights: equal to the last bit or so
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_pamr_on_a_torch_device_matches_numba():
+    pytest.importorskip("torch")
+    img = np.zeros((24, 30, 3), np.uint8)
+    img[:, 15:] = (250, 240, 10)
+    img[12:, :8] = (20, 20, 200)
+    lab = np.zeros((24, 30), np.int64)
+    lab[:, 12:] = 5  # boundary three pixels too far left
+    lab[14:, :6] = 9
+    out = pamr(img, lab, device="cpu")
+    np.testing.assert_array_equal(out, pamr(img, lab))
+    assert out.dtype == lab.dtype and set(np.unique(out)) <= {0, 5, 9}
+    assert (out[:, 15:] == 5).all()
+    with pytest.raises(ValueError, match="device"):
+        pamr(img, lab, device="gpu")
+
+
+def test_pamr_device_without_torch_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    img = np.zeros((8, 8, 3), np.uint8)
+    lab = np.zeros((8, 8), int)
+    lab[4:] = 1
+    with pytest.raises(ImportError, match=r"pamr\(device='cuda'\) requires PyTorch"):
+        pamr(img, lab, device="cuda")
+
+
+def test_pamr_on_cuda_matches_numba():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    from sklearn_falcon.image import _pamr_torch as pk
+    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+
+    rng = np.random.default_rng(7)
+    img = rng.integers(0, 256, (37, 45, 3), dtype=np.uint8)
+    lab = rng.integers(0, 4, (37, 45))
+    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    dil = (1, 2, 4, 8)
+    offs = _offsets(dil)
+    aff = _affinities(planes, offs, np.asarray(dil, dtype=np.int64))
+    offs_list = [tuple(map(int, o)) for o in offs]
+    aff_t = pk._affinities(torch.from_numpy(planes).cuda(), offs_list, len(dil))
+    np.testing.assert_allclose(aff_t.cpu().numpy(), aff, rtol=1e-5, atol=1e-7)
+    mask = np.ascontiguousarray(np.moveaxis(np.eye(4, dtype=np.float32)[lab], 2, 0))
+    out = pk._propagate(torch.from_numpy(mask).cuda(), aff_t, offs_list, 5)
+    np.testing.assert_allclose(out.cpu().numpy(), _propagate(mask, aff, offs, 5),
+                               rtol=1e-4, atol=1e-6)
+    clean = np.zeros((24, 30, 3), np.uint8)
+    clean[:, 15:] = (250, 240, 10)
+    lab2 = np.zeros((24, 30), np.int64)
+    lab2[:, 12:] = 1
+    np.testing.assert_array_equal(pamr(clean, lab2, device="cuda"), pamr(clean, lab2))

@@ -207,3 +207,10 @@ def test_caller_module_is_not_modified(tmp_path):
 
     assert TimmFeatures(other, resolution=32).model is other
     assert TimmFeatures(mine, resolution=32).model is not mine
+
+
+def test_pamr_runs_where_falcon_runs():
+    assert ImageSegmenter(device="cpu")._pamr_device() is None  # Numba
+    torch = pytest.importorskip("torch")
+    expected = "cuda" if torch.cuda.is_available() else None
+    assert ImageSegmenter(device="auto")._pamr_device() == expected

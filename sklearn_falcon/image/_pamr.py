@@ -151,7 +151,7 @@ def _propagate(mask, aff, offs, n_iter):  # pragma: no cover - compiled
     return cur
 
 
-def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24)):
+def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=None):
     """Refine a label map with PAMR using the image colours.
 
     Parameters
@@ -165,6 +165,11 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24)):
         Number of propagation steps.
     dilations : tuple of int, default=(1, 2, 4, 8, 12, 24)
         Dilations of the 3x3 neighbourhoods (the PAMR paper's values).
+    device : str, default=None
+        ``None``: the Numba kernels, on the CPU.  A torch device
+        (``"cuda"``, ``"cuda:N"``, ``"cpu"`` or ``"auto"``): the torch twins
+        of the kernels on that device (needs torch); the same refinement up
+        to float rounding.
 
     Returns
     -------
@@ -198,6 +203,12 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24)):
     h, w = lab.shape
     offs = _offsets(dil.tolist())
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    if device is not None:
+        from .._backend import pamr_torch
+
+        idx = pamr_torch(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
+                         int(n_iter), device)
+        return uniq[idx].astype(lab.dtype, copy=False)
     aff = _affinities(planes, offs, dil)
     mask = np.zeros((len(uniq), h * w), dtype=np.float32)
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0

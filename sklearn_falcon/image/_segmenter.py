@@ -177,7 +177,8 @@ class ImageSegmenter(BaseEstimator):
         about the same time (0.006 s against 0.005 s).
     device : str, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
-        picks CUDA when available).
+        picks CUDA when available).  On CUDA, PAMR runs there too (its torch
+        kernels); on the CPU it runs on Numba.
     random_state : int or None, default=0
         Seed of Falcon's initialization; a fixed seed makes results
         reproducible and identical across parallel backends.
@@ -299,6 +300,13 @@ class ImageSegmenter(BaseEstimator):
                 f"init={self.init!r}."
             )
 
+    def _pamr_device(self):
+        """The CUDA device that PAMR runs on, as Falcon does, or None (Numba)."""
+        from .._backend import resolve_backend
+
+        backend, device = resolve_backend("auto", str(self.device))
+        return device if backend == "torch" else None
+
     def _power(self):
         if self.power is not None:
             return float(self.power)
@@ -381,7 +389,7 @@ class ImageSegmenter(BaseEstimator):
         tok = self.cluster_tokens(W).reshape(gh, gw)
         labels = prototype_upsample(feats, tok, rgb.shape[:2])
         if self.refine == "pamr" and self.pamr_iter > 0:
-            labels = pamr(rgb, labels, n_iter=self.pamr_iter)
+            labels = pamr(rgb, labels, n_iter=self.pamr_iter, device=self._pamr_device())
         _, labels = np.unique(labels, return_inverse=True)
         return labels.reshape(rgb.shape[:2]).astype(np.int64)
 
