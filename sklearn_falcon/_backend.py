@@ -167,7 +167,8 @@ def pamr_torch(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
 
     dev = _torch_device(torch, device)
     img = torch.from_numpy(planes).to(dev)
-    mask = torch.nn.functional.one_hot(torch.from_numpy(inv).to(dev), n_labels)
+    inv = torch.from_numpy(np.asarray(inv, dtype=np.int64)).to(dev)
+    mask = torch.nn.functional.one_hot(inv, n_labels)
     mask = mask.permute(2, 0, 1).to(torch.float32).contiguous()
     offs = [(int(dy), int(dx)) for dy, dx in offsets]
     aff = pk._affinities(img, offs, int(n_dilations))
