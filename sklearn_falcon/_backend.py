@@ -177,8 +177,10 @@ def pamr_torch(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
 
 
 # Largest graph (stored entries: nnz, or n**2 when dense) solved by the
-# compiled loop; see NumbaProblem.compiled_loop.
-COMPILED_LOOP_MAX_ENTRIES = 20_000_000
+# compiled loop; see NumbaProblem.compiled_loop.  The same limit as the dense
+# pass's parallel threshold, so that the compiled loop only ever needs the
+# plain serial pass over a dense W.
+COMPILED_LOOP_MAX_ENTRIES = nk._DENSE_PAR_MIN
 
 
 class NumbaProblem:

@@ -78,23 +78,31 @@ def _reference_pamr(img, lab, n_iter, dilations):
     return aff, m, uniq
 
 
+def _kernel_inputs(img, lab, dilations):
+    """Channel-first image, offsets, Numba weights and one-hot ``(K, H, W)`` masks."""
+    from sklearn_falcon.image._pamr import _affinities, _offsets
+
+    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    offs = _offsets(dilations)
+    aff = _affinities(planes, offs, np.asarray(dilations, dtype=np.int64))
+    uniq = np.unique(lab)
+    mask = np.ascontiguousarray(np.moveaxis(np.eye(len(uniq), dtype=np.float32)[
+        np.searchsorted(uniq, lab)], 2, 0))
+    return planes, offs, aff, mask
+
+
 @pytest.mark.parametrize("shape, dilations", [
     ((23, 31), (1, 2, 4)), ((9, 40), (1, 3, 12)), ((1, 7), (1,)), ((30, 5), (2, 8, 24)),
 ])
 def test_pamr_matches_numpy_reference(shape, dilations):
-    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+    from sklearn_falcon.image._pamr import _propagate
 
     rng = np.random.default_rng(sum(shape))
     img = rng.integers(0, 256, shape + (3,), dtype=np.uint8)
     lab = rng.integers(0, 4, shape)
     ref_aff, ref_m, uniq = _reference_pamr(img, lab, 4, dilations)
-    dil = np.asarray(dilations, dtype=np.int64)
-    offs = _offsets(dilations)
-    aff = _affinities(np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64),
-                      offs, dil)
+    _, offs, aff, mask = _kernel_inputs(img, lab, dilations)
     np.testing.assert_allclose(aff, ref_aff, rtol=1e-5, atol=1e-7)
-    mask = np.ascontiguousarray(np.moveaxis(np.eye(len(uniq), dtype=np.float32)[
-        np.searchsorted(uniq, lab)], 2, 0))
     m = _propagate(mask, aff, offs, 4)
     np.testing.assert_allclose(np.moveaxis(m, 0, 2), ref_m, rtol=1e-4, atol=1e-6)
     # labels agree wherever the reference's top two scores are not a near-tie
@@ -125,19 +133,16 @@ def test_pamr_same_result_on_any_thread_count():
 def test_torch_kernels_match_numba(shape, dilations):
     torch = pytest.importorskip("torch")
     from sklearn_falcon.image import _pamr_torch as pk
-    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+    from sklearn_falcon.image._pamr import _propagate
 
     rng = np.random.default_rng(sum(shape))
     img = rng.integers(0, 256, shape + (3,), dtype=np.uint8)
     lab = rng.integers(0, 4, shape)
-    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
-    offs = _offsets(dilations)
-    aff = _affinities(planes, offs, np.asarray(dilations, dtype=np.int64))
+    planes, offs, aff, mask = _kernel_inputs(img, lab, dilations)
     offs_list = [tuple(map(int, o)) for o in offs]
     aff_t = pk._affinities(torch.from_numpy(planes), offs_list, len(dilations))
     assert aff_t.dtype == torch.float32 and aff_t.shape == aff.shape
     np.testing.assert_allclose(aff_t.numpy(), aff, rtol=1e-5, atol=1e-7)
-    mask = np.ascontiguousarray(np.moveaxis(np.eye(4, dtype=np.float32)[lab], 2, 0))
     ref = _propagate(mask, aff, offs, 5)
     out = pk._propagate(torch.from_numpy(mask), torch.from_numpy(aff), offs_list, 5)
     # the same kernel arithmetic on the same weights: equal to the last bit or so
@@ -176,19 +181,16 @@ def test_pamr_on_cuda_matches_numba():
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available")
     from sklearn_falcon.image import _pamr_torch as pk
-    from sklearn_falcon.image._pamr import _affinities, _offsets, _propagate
+    from sklearn_falcon.image._pamr import _propagate
 
     rng = np.random.default_rng(7)
     img = rng.integers(0, 256, (37, 45, 3), dtype=np.uint8)
     lab = rng.integers(0, 4, (37, 45))
-    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     dil = (1, 2, 4, 8)
-    offs = _offsets(dil)
-    aff = _affinities(planes, offs, np.asarray(dil, dtype=np.int64))
+    planes, offs, aff, mask = _kernel_inputs(img, lab, dil)
     offs_list = [tuple(map(int, o)) for o in offs]
     aff_t = pk._affinities(torch.from_numpy(planes).cuda(), offs_list, len(dil))
     np.testing.assert_allclose(aff_t.cpu().numpy(), aff, rtol=1e-5, atol=1e-7)
-    mask = np.ascontiguousarray(np.moveaxis(np.eye(4, dtype=np.float32)[lab], 2, 0))
     out = pk._propagate(torch.from_numpy(mask).cuda(), aff_t, offs_list, 5)
     np.testing.assert_allclose(out.cpu().numpy(), _propagate(mask, aff, offs, 5),
                                rtol=1e-4, atol=1e-6)
