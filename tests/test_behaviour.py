@@ -1,0 +1,43 @@
+"""The pinned fixed-seed results of ``tests/behaviour_cases.py`` still hold.
+
+A failure here means a change altered the labels, ``ncut_`` or the
+iterations of some fit.  If that was the intent, regenerate the file with
+``python tests/behaviour_cases.py --write`` and explain the change in the
+commit; otherwise it is a regression.
+"""
+
+import json
+
+import pytest
+
+import behaviour_cases as bc
+
+PINNED = json.loads(bc.DATA.read_text())
+CASES = bc.cases()
+
+
+def _close(a, b):
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-14)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def test_every_case_is_pinned():
+    """New cases need a regenerated file; pinned cases must still run (torch
+    cases are skipped without torch)."""
+    missing = sorted(set(CASES) - set(PINNED))
+    assert not missing, f"cases without a pinned result: {missing}"
+    gone = sorted(k for k in set(PINNED) - set(CASES) if not k.startswith(
+        ("torch/", "batch/torch/")))
+    assert not gone, f"pinned cases that no longer exist: {gone}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_pinned_result(name):
+    got = CASES[name]()
+    want = PINNED[name]
+    assert _close(got, want), f"{name}: got {got}, pinned {want}"
