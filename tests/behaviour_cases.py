@@ -126,6 +126,24 @@ def cases():
                 return _record_estimator(est.fit(X), X[::7])
             out[f"blobs400/{affinity}/{init}"] = run
 
+    # large enough for the Python loop on the parallel kernels (n K >= 1e6
+    # for CSR, > 2e7 entries for dense W)
+    def run_large_sbm():
+        from benchmarks.graphs import sbm_graph
+
+        W, _ = sbm_graph(120_000, 10, avg_degree=10, seed=1)
+        est = FalconNCut(10, affinity="precomputed", random_state=0)
+        return _record_estimator(est.fit(W))
+    out["large/sbm120k"] = run_large_sbm
+
+    def run_large_dense():
+        from benchmarks.graphs import token_features
+
+        F4, _ = token_features(n_tokens=4600, n_groups=6, dim=32, rank=8, seed=2)
+        est = FalconNCut(6, affinity="cosine", power=3.0, random_state=0)
+        return _record_estimator(est.fit(F4))
+    out["large/tokens4600"] = run_large_dense
+
     def run_callable():
         est = FalconNCut(4, affinity=laplacian_kernel, random_state=0)
         return _record_estimator(est.fit(X), X[::7])
