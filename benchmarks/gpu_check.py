@@ -61,11 +61,9 @@ from benchmarks.graphs import (  # noqa: E402
     knn_graph_million,
     token_features,
 )
-from sklearn_falcon._backend import (  # noqa: E402
-    NumbaProblem,
-    TorchProblem,
-)
-from sklearn_falcon._solver import solve  # noqa: E402
+from sklearn_falcon._backends._numba import NumbaProblem  # noqa: E402
+from sklearn_falcon._backends._torch import TorchProblem  # noqa: E402
+from sklearn_falcon._solver import SolverOptions, solve  # noqa: E402
 
 POWER = 10.0
 K_TOKENS = 8
@@ -131,7 +129,7 @@ class Bench:
             self.sync(device)
             setup = time.perf_counter() - t
             t = time.perf_counter()
-            res = solve(P, y0, polish=False, max_iter=100)
+            res = solve(P, y0, SolverOptions(polish=False, max_iter=100))
             self.sync(device)
             run = time.perf_counter() - t
         except Exception as exc:  # report the failure and go on with the rest
@@ -175,7 +173,7 @@ def warm_up(bench, cuda):
     kernel runs: random starts move many nodes, noisy planted ones few)."""
     import scipy.sparse as sp
 
-    from sklearn_falcon._init import random_labels
+    from sklearn_falcon._inits import random_labels
 
     # sizes above the Numba kernels' parallel threshold (1e6 entries), so
     # that their parallel variants are compiled here as well
@@ -187,21 +185,19 @@ def warm_up(bench, cuda):
              random_labels(1100, 4, np.random.default_rng(0))]
     for y0 in inits:
         for G in (W, Ws):
-            solve(NumbaProblem(G, 4), y0, polish=False)
-    solve(NumbaProblem(Wk, 20), noisy_init(yk, 20), polish=False)
+            solve(NumbaProblem(G, 4), y0, SolverOptions(polish=False))
+    solve(NumbaProblem(Wk, 20), noisy_init(yk, 20), SolverOptions(polish=False))
     if bench.torch is None:
         return
     for dev in ["cpu"] + (["cuda"] if cuda else []):
         for dt in ("float32", "float64"):
             for y0 in inits[:2]:
-                solve(TorchProblem.from_affinity(W, 4, device=dev, dtype=dt), y0,
-                      polish=False)
-                solve(TorchProblem.from_affinity(Ws, 4, device=dev, dtype=dt), y0,
-                      polish=False)
+                solve(TorchProblem.from_affinity(W, 4, device=dev, dtype=dt), y0, SolverOptions(polish=False))
+                solve(TorchProblem.from_affinity(Ws, 4, device=dev, dtype=dt), y0, SolverOptions(polish=False))
                 solve(TorchProblem.from_features(F, 4, power=POWER, device=dev,
-                                                 dtype=dt), y0, polish=False)
+                                                 dtype=dt), y0, SolverOptions(polish=False))
             solve(TorchProblem.from_affinity(Wk, 20, device=dev, dtype=dt),
-                  noisy_init(yk, 20), polish=False)
+                  noisy_init(yk, 20), SolverOptions(polish=False))
         bench.sync(dev)
 
 
@@ -466,12 +462,12 @@ def _memory_child(n, mode, dtype):
         Fs, ys = token_features(128, K_TOKENS, dim=DIM, seed=1)
         solve(TorchProblem.from_affinity(cosine_power_affinity(Fs, POWER), K_TOKENS,
                                          device="cpu", dtype=dtype),
-              noisy_init(ys, K_TOKENS), polish=False, max_iter=2)
+              noisy_init(ys, K_TOKENS), SolverOptions(polish=False, max_iter=2))
     else:
         Fs, ys = token_features(128, K_TOKENS, dim=DIM, seed=1)
         solve(TorchProblem.from_features(Fs, K_TOKENS, power=POWER, device="cpu",
                                          dtype=dtype),
-              noisy_init(ys, K_TOKENS), polish=False, max_iter=2)
+              noisy_init(ys, K_TOKENS), SolverOptions(polish=False, max_iter=2))
     t = time.perf_counter()
     with _RSSSampler() as rss:
         if mode == "dense":
@@ -480,7 +476,7 @@ def _memory_child(n, mode, dtype):
         else:
             P = TorchProblem.from_features(F, K_TOKENS, power=POWER, device="cpu",
                                            dtype=dtype)
-        res = solve(P, y0, polish=False, max_iter=3)
+        res = solve(P, y0, SolverOptions(polish=False, max_iter=3))
     dt = time.perf_counter() - t
     print(json.dumps(dict(n=n, mode=mode, dtype=dtype, base=rss.base, peak=rss.peak,
                           growth=rss.peak - rss.base, seconds=dt,

@@ -830,10 +830,10 @@ def suite_million(mode, out_dir):
 def _matrix_free_fit(F, K, power, seed=0):
     """Falcon on the matrix-free torch cosine affinity of F (CPU).
 
-    Uses ``sklearn_falcon._batch.falcon_batch`` (one graph) with a k-means
+    Uses ``sklearn_falcon.falcon_batch`` (one graph) with a k-means
     start on the features; the n x n affinity is never stored.
     """
-    from sklearn_falcon._batch import falcon_batch
+    from sklearn_falcon import falcon_batch
 
     r = falcon_batch([F], K, affinity="cosine", power=power, init="kmeans",
                      backend="torch", device="cpu", random_state=seed)
@@ -885,12 +885,11 @@ def _torch_matrix_free():
     except Exception:
         return False, "torch is not installed"
     try:
-        from sklearn_falcon._batch import falcon_batch  # noqa: F401
-        import sklearn_falcon._backend as B
+        from sklearn_falcon._backends import BACKENDS
     except Exception as exc:  # pragma: no cover
         return False, f"sklearn_falcon has no matrix-free path ({exc})"
-    if not hasattr(B, "make_problem_from_features"):
-        return False, "sklearn_falcon._backend has no make_problem_from_features"
+    if "cosine" not in BACKENDS["torch"].matrix_free_affinities:
+        return False, "the torch backend has no matrix-free cosine affinity"
     return True, ("sklearn_falcon._batch.falcon_batch(affinity='cosine', "
                   "backend='torch', device='cpu'), k-means start")
 
@@ -1066,12 +1065,12 @@ def _copy_time(nbytes, repeats=7):
 def _iteration_time(W, K, seed=0):
     """Time of one proximal iteration and of one O(nnz) W.X pass.
 
-    Uses Falcon's internal problem object (``sklearn_falcon._backend``)
+    Uses Falcon's internal problem object (``sklearn_falcon._backends``)
     from random labels with polishing off, so that the initialisation and
     the final local-move sweeps are excluded.
     """
-    from sklearn_falcon._backend import make_problem
-    from sklearn_falcon._solver import solve
+    from sklearn_falcon._backends import make_problem
+    from sklearn_falcon._solver import SolverOptions, solve
 
     d = np.asarray(W.sum(axis=1)).ravel()
     prob = make_problem(W, K, backend="numba", degrees=d)
@@ -1086,9 +1085,9 @@ def _iteration_time(W, K, seed=0):
         prob.weights(Xl)
         ts.append(time.perf_counter() - t0)
     t_pass = float(np.median(ts))
-    solve(prob, y0, max_iter=2, polish=False)  # compile
+    solve(prob, y0, SolverOptions(max_iter=2, polish=False))  # compile
     t0 = time.perf_counter()
-    r = solve(prob, y0, max_iter=30, polish=False, tol=0.0)
+    r = solve(prob, y0, SolverOptions(max_iter=30, polish=False, tol=0.0))
     t_solve = time.perf_counter() - t0
     steps = int(r.n_iter[0]) + int(r.n_backtracks[0])
     return t_pass, t_solve / max(steps, 1), int(r.n_iter[0]), int(

@@ -2,10 +2,10 @@
 
 :func:`falcon_batch` pads ``B`` graphs to a common size and runs the
 backend-independent loop :func:`sklearn_falcon._solver.solve` once on a
-batched :class:`sklearn_falcon._backend.TorchProblem`: every iteration is a
-handful of batched tensor operations for all graphs, with a per-graph
-``tau``, acceptance test and stopping rule.  Feature graphs
-(``affinity="cosine"`` or ``"rbf"``) are matrix-free: their ``n x n``
+batched problem (the torch backend): every iteration is a handful of
+batched tensor operations for all graphs, with a per-graph ``tau``,
+acceptance test and stopping rule.  Feature graphs with an affinity the
+backend forms in row blocks (cosine, rbf) are matrix-free: their ``n x n``
 affinities are never stored.
 """
 
@@ -14,15 +14,22 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils import check_array, check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
-from ._affinity import AffinityBuilder, check_affinity, check_dtype_kind
-from ._backend import NumbaProblem, TorchProblem, resolve_backend
-from ._init import fill_empty, kmeans_labels, random_labels
-from ._solver import solve
+from ._affinity import (
+    AFFINITIES,
+    PRECOMPUTED,
+    check_affinity,
+    check_dtype_kind,
+    make_affinity,
+)
+from ._backends import BACKENDS, resolve_backend
+from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
+from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
+from ._threads import fit_threads
 
 __all__ = ["BatchResult", "falcon_batch"]
-
-_AFFINITIES = ("cosine", "rbf", "precomputed")
 
 
 @dataclass
@@ -70,22 +77,20 @@ def _check_graphs(graphs, affinity):
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
         raise ValueError(
             "graphs must be a non-empty list of feature matrices (or of affinity "
-            "matrices for affinity='precomputed'), or a 3-D array; got "
+            "matrices for a precomputed affinity), or a 3-D array; got "
             f"{type(graphs).__name__}."
         )
     out = []
     for b, G in enumerate(graphs):
         name = f"graphs[{b}]"
         check_dtype_kind(G, name=name)
+        G = check_array(G, accept_sparse=("csr", "csc", "coo"),
+                        dtype=(np.float64, np.float32), input_name=name,
+                        ensure_min_samples=1)
         if affinity == "precomputed":
-            G = check_array(G, accept_sparse=("csr", "csc", "coo"),
-                            dtype=(np.float64, np.float32), input_name=name)
             G = check_affinity(G, name=name)
-        else:
-            G = check_array(G, dtype=(np.float64, np.float32), input_name=name,
-                            ensure_min_samples=1)
         out.append(G)
-    if affinity != "precomputed" and len({G.shape[1] for G in out}) != 1:
+    if affinity not in PRECOMPUTED and len({G.shape[1] for G in out}) != 1:
         raise ValueError(
             "All feature matrices must have the same number of features; got "
             f"{sorted({G.shape[1] for G in out})}."
@@ -93,26 +98,12 @@ def _check_graphs(graphs, affinity):
     return out
 
 
-def _init_labels(init, graphs, sizes, n_clusters, affinity, rng):
-    B = len(graphs)
-    if isinstance(init, str):
-        if init == "random":
-            return [random_labels(n, n_clusters, rng) for n in sizes]
-        if init == "kmeans":
-            if affinity == "precomputed":
-                raise ValueError(
-                    "init='kmeans' needs features, but affinity='precomputed'; use "
-                    "init='random' or pass initial labels."
-                )
-            return [kmeans_labels(G, n_clusters, rng) for G in graphs]
-        raise ValueError(
-            f"init must be 'random', 'kmeans' or a list of label arrays; got "
-            f"init={init!r}."
-        )
+def _check_init_arrays(init, sizes, n_clusters):
     init = list(init)
-    if len(init) != B:
+    if len(init) != len(sizes):
         raise ValueError(
-            f"init must hold one label array per graph ({B}); got {len(init)}."
+            f"init must hold one label array per graph ({len(sizes)}); got "
+            f"{len(init)}."
         )
     out = []
     for b, (y, n) in enumerate(zip(init, sizes)):
@@ -124,10 +115,47 @@ def _init_labels(init, graphs, sizes, n_clusters, affinity, rng):
                 f"init[{b}] must be integer labels in [0, n_clusters={n_clusters}) of "
                 f"shape ({n},); got shape={y.shape}, dtype={y.dtype}."
             )
-        out.append(fill_empty(y.astype(np.int64), n_clusters, rng))
+        out.append(y.astype(np.int64))
     return out
 
 
+def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
+    """The start of one graph: the candidate of highest ``f`` among those of
+    one restart of ``init`` (computed on ``W``, or on the kNN graph of the
+    features ``G`` when ``W`` is not held)."""
+    ctx = InitContext(n_clusters, rng, options, X=G, degrees=degrees)
+    if INITS[init].needs_graph:
+        if W is None:
+            W = make_affinity("nearest_neighbors", n_neighbors=n_neighbors).fit(G)
+            degrees = degrees_of(W)
+        ctx.W, ctx.degrees = W, degrees
+    candidates = [fill_empty(y, n_clusters, rng) for y in make_starts(init, ctx)]
+    if len(candidates) == 1:
+        return candidates[0]
+    return max(candidates, key=lambda y: objective_of(
+        *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
+
+
+@validate_params(
+    {
+        "graphs": ["array-like", list, tuple],
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "affinity": [StrOptions(set(AFFINITIES))],
+        "power": [Interval(Real, 0, None, closed="neither")],
+        "gamma": [Interval(Real, 0, None, closed="neither")],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions(set(INITS)), list, tuple],
+        "random_state": ["random_state"],
+        **SOLVER_CONSTRAINTS,
+        "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
+        "backend": [StrOptions({"auto"} | set(BACKENDS))],
+        "device": [str],
+        "dtype": "no_validation",
+        "block_elems": [Interval(Integral, 1, None, closed="left"), None],
+        "verbose": ["verbose"],
+    },
+    prefer_skip_nested_validation=True,
+)
 def falcon_batch(
     graphs,
     n_clusters,
@@ -135,6 +163,7 @@ def falcon_batch(
     affinity="cosine",
     power=1.0,
     gamma=1.0,
+    n_neighbors=10,
     init="random",
     random_state=None,
     max_iter=100,
@@ -162,22 +191,31 @@ def falcon_batch(
     ----------
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
-        affinity ``(n_b, n_b)`` (dense or sparse) per graph when
-        ``affinity="precomputed"``.
+        affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
+        precomputed affinity.
     n_clusters : int
         Number of clusters ``K`` of every graph.
-    affinity : {"cosine", "rbf", "precomputed"}, default="cosine"
-        ``"cosine"``: ``clip((S - min S) / (max S - min S), 0, 1) ** power``
-        of the cosine similarities ``S`` of each graph; ``"rbf"``:
-        ``exp(-gamma ||x - y||^2)``.  Both are the dense affinities of
-        :class:`~sklearn_falcon.FalconNCut`, computed matrix-free on torch.
+    affinity : str, default="cosine"
+        Any affinity of :class:`~sklearn_falcon.FalconNCut` but a callable,
+        with the same definition: ``"cosine"`` is
+        ``clip((S - min S) / (max S - min S), 0, 1) ** power`` of the cosine
+        similarities ``S`` of each graph, ``"rbf"`` is
+        ``exp(-gamma ||x - y||^2)``; on the torch backend both are computed
+        matrix-free.  The other affinities are built on the host, one graph
+        at a time.
     power : float, default=1.0
         Sharpening exponent of the cosine affinity.
     gamma : float, default=1.0
         Coefficient of the rbf affinity.
-    init : {"random", "kmeans"} or list of array-like, default="random"
-        Initial labels: uniformly random, k-means++ on each feature matrix,
-        or one label array per graph.
+    n_neighbors : int, default=10
+        Neighbours of the kNN affinities, and of the kNN graph on which the
+        graph initializations start a matrix-free graph.
+    init : {"multilevel", "kmeans", "spectral", "random"} or list of \\
+            array-like, default="random"
+        Initial labels of each graph, as in
+        :class:`~sklearn_falcon.FalconNCut` (of the candidates of
+        ``"multilevel"``, the one of highest ``f`` is the start), or one
+        label array per graph.
     random_state : int, RandomState instance or None, default=None
         Seed of the initialization.
     max_iter, tol, tau, gamma_backtrack, delta, polish, verbose
@@ -187,9 +225,9 @@ def falcon_batch(
         the host (for matrix-free graphs, on rows of ``W`` streamed block by
         block from the device).
     backend : {"auto", "torch", "numba"}, default="auto"
-        ``"auto"``: torch when it is installed, else Numba.  The Numba
-        backend solves the graphs one after another (building dense ``W``
-        for feature graphs).
+        ``"auto"``: the first batched backend available (torch), else
+        Numba.  The Numba backend solves the graphs one after another
+        (building dense ``W`` for feature graphs).
     device : str, default="auto"
         Torch device: ``"auto"`` (CUDA when available), ``"cpu"``,
         ``"cuda"`` or ``"cuda:N"``.
@@ -218,22 +256,9 @@ def falcon_batch(
     >>> all(bool(np.all(np.diff(p) >= 0)) for p in res.objective_path)
     True
     """
-    if affinity not in _AFFINITIES:
-        raise ValueError(
-            f"affinity must be one of {_AFFINITIES}; got affinity={affinity!r}."
-        )
-    if not isinstance(n_clusters, Integral) or n_clusters < 1:
-        raise ValueError(f"n_clusters must be an integer >= 1; got {n_clusters!r}.")
-    for name, value, low in (("power", power, 0.0), ("gamma", gamma, 0.0)):
-        if not isinstance(value, Real) or not value > low:
-            raise ValueError(f"{name} must be a float > {low}; got {name}={value!r}.")
     tau_arr = np.asarray(tau, dtype=np.float64)
     if not np.all(tau_arr > 0):
         raise ValueError(f"tau must be > 0; got tau={tau!r}.")
-    if backend not in ("auto", "torch", "numba"):
-        raise ValueError(
-            f"backend must be 'auto', 'torch' or 'numba'; got backend={backend!r}."
-        )
     graphs = _check_graphs(graphs, affinity)
     B = len(graphs)
     if tau_arr.ndim and tau_arr.shape != (B,):
@@ -247,55 +272,81 @@ def falcon_batch(
             f"n_clusters={n_clusters} must be <= the size of every graph; the "
             f"smallest has {min(sizes)} nodes."
         )
-    if backend == "auto":
-        from ._backend import torch_available
-
-        backend = "torch" if torch_available() else "numba"
-    backend, device = resolve_backend(backend, device)
+    if isinstance(init, str):
+        if INITS[init].needs_features and affinity in PRECOMPUTED:
+            raise ValueError(
+                f"init={init!r} needs features, but affinity={affinity!r}; use "
+                "init='random' or pass initial labels."
+            )
+    else:
+        init = _check_init_arrays(init, sizes, n_clusters)
+    backend, device = resolve_backend(backend, device, batched=True)
+    spec = BACKENDS[backend]
     rng = np.random.default_rng(
         check_random_state(random_state).randint(np.iinfo(np.int32).max))
-    y0 = _init_labels(init, graphs, sizes, n_clusters, affinity, rng)
-    params = dict(max_iter=max_iter, tol=tol, gamma_backtrack=gamma_backtrack,
-                  delta=delta, polish=polish, verbose=verbose)
-
-    if backend == "numba":
-        results, degrees = [], []
-        for b, G in enumerate(graphs):
-            W = G if affinity == "precomputed" else AffinityBuilder(
-                affinity, gamma=gamma, power=power).fit_transform(G)
-            P = NumbaProblem(W, n_clusters)
-            degrees.append(P.degrees)
-            t = float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b])
-            results.append(solve(P, y0[b], tau=t, **params))
-        labels = [r.labels[0] for r in results]
-        f = np.array([r.objective[0] for r in results])
-        paths = [r.objective_path[0] for r in results]
-        n_iter = np.array([r.n_iter[0] for r in results])
-        n_back = np.array([r.n_backtracks[0] for r in results])
-        conv = np.array([r.converged[0] for r in results])
-        tau_out = np.array([r.tau[0] for r in results])
+    options = SolverOptions(max_iter=max_iter, tol=tol, tau=tau_arr,
+                            gamma_backtrack=gamma_backtrack, delta=delta,
+                            polish=polish, verbose=verbose)
+    matrix_free = spec.batched and affinity in spec.matrix_free_affinities
+    if matrix_free:
+        Ws = [None] * B
+    elif affinity == "precomputed":
+        Ws = graphs  # validated by _check_graphs
     else:
-        if affinity == "precomputed":
-            P = TorchProblem.from_affinity(graphs, n_clusters, device=device,
-                                           dtype=dtype)
-        else:
-            P = TorchProblem.from_features(
-                graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
-                device=device, dtype=dtype, block_elems=block_elems)
-        res = solve(P, y0, tau=tau_arr, **params)
-        labels = P.labels_list(res.labels)
-        degrees = P.degrees_numpy()
-        f, paths = res.objective, res.objective_path
-        n_iter, n_back = res.n_iter, res.n_backtracks
-        conv, tau_out = res.converged, res.tau
-    n_live = np.array([
-        np.count_nonzero(np.bincount(y, weights=d, minlength=n_clusters) > 0)
-        for y, d in zip(labels, degrees)
+        Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
+                            power=power).fit(G) for G in graphs]
+
+    with fit_threads(None, limit_blas=spec.limit_blas):
+        if spec.batched:
+            if matrix_free:
+                P = spec.make_problem_from_features(
+                    graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
+                    device=device, dtype=dtype, block_elems=block_elems)
+            else:
+                P = spec.make_problem(Ws, n_clusters, device=device, dtype=dtype)
+            degrees = P.degrees_numpy()
+            y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,
+                         options)
+            res = solve(P, y0, options)
+            labels = P.labels_list(res.labels)
+            f, paths = res.objective, res.objective_path
+            n_iter, n_back = res.n_iter, res.n_backtracks
+            conv, tau_out = res.converged, res.tau
+        else:  # one graph at a time
+            problems = [spec.make_problem(W, n_clusters) for W in Ws]
+            degrees = [P.degrees for P in problems]
+            y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,
+                         options)
+            results = [
+                solve(P, y0[b], options.replace(
+                    tau=float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b])))
+                for b, P in enumerate(problems)
+            ]
+            labels = [r.labels[0] for r in results]
+            f = np.array([r.objective[0] for r in results])
+            paths = [r.objective_path[0] for r in results]
+            n_iter = np.array([r.n_iter[0] for r in results])
+            n_back = np.array([r.n_backtracks[0] for r in results])
+            conv = np.array([r.converged[0] for r in results])
+            tau_out = np.array([r.tau[0] for r in results])
+    ncut = np.array([
+        ncut_from_objective(np.bincount(y, weights=d, minlength=n_clusters), fb)
+        for y, d, fb in zip(labels, degrees, f)
     ])
     return BatchResult(
-        labels=labels, ncut=n_live - np.asarray(f, dtype=np.float64),
-        objective=np.asarray(f, dtype=np.float64), objective_path=paths,
-        n_iter=np.asarray(n_iter), n_backtracks=np.asarray(n_back),
-        converged=np.asarray(conv), tau=np.asarray(tau_out), backend=backend,
-        device=str(device),
+        labels=labels, ncut=ncut, objective=np.asarray(f, dtype=np.float64),
+        objective_path=paths, n_iter=np.asarray(n_iter),
+        n_backtracks=np.asarray(n_back), converged=np.asarray(conv),
+        tau=np.asarray(tau_out), backend=backend, device=str(device),
     )
+
+
+def _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng, options):
+    """One start per graph: label arrays as given, or from ``init`` (its
+    coarse refinements with the graph's own ``tau``)."""
+    if not isinstance(init, str):
+        return [fill_empty(y, n_clusters, rng) for y in init]
+    taus = np.broadcast_to(np.asarray(options.tau, dtype=np.float64), (len(graphs),))
+    return [_start(init, G, W, d, n_clusters, n_neighbors, rng,
+                   options.replace(tau=float(t)))
+            for G, W, d, t in zip(graphs, Ws, degrees, taus)]

@@ -1,7 +1,5 @@
 """FalconNCut: discrete K-way normalized-cut clustering."""
 
-import contextlib
-import functools
 import warnings
 from numbers import Integral, Real
 
@@ -11,29 +9,13 @@ from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
-from threadpoolctl import ThreadpoolController
 
-from ._affinity import PRECOMPUTED, AffinityBuilder, check_dtype_kind
-from ._backend import make_problem, make_problem_from_features, resolve_backend
-from ._init import (
-    fill_empty,
-    kmeans_labels,
-    multilevel_candidates,
-    random_labels,
-    spectral_embedding_labels,
-)
-from ._solver import out_of_sample_labels, solve
-from .metrics import _volumes_associations, normalized_cut
-
-
-@functools.cache
-def _threadpool_controller():
-    """One ThreadpoolController per process (finding the libraries takes ms)."""
-    return ThreadpoolController()
-
-
-_AFFINITIES = {"nearest_neighbors", "rbf", "cosine", "precomputed",
-               "precomputed_nearest_neighbors"}
+from ._affinity import AFFINITIES, PRECOMPUTED, check_dtype_kind, make_affinity
+from ._backends import BACKENDS, resolve_backend
+from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
+from ._stats import cluster_statistics, degrees_of, ncut_from_objective, ncut_of
+from ._threads import fit_threads
 
 
 class FalconNCut(ClusterMixin, BaseEstimator):
@@ -211,20 +193,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "affinity": [StrOptions(_AFFINITIES), callable],
+        "affinity": [StrOptions(set(AFFINITIES)), callable],
         "n_neighbors": [Interval(Integral, 1, None, closed="left")],
         "gamma": [Interval(Real, 0, None, closed="left")],
         "power": [Interval(Real, 0, None, closed="neither")],
-        "init": [StrOptions({"multilevel", "kmeans", "spectral", "random"}),
-                 "array-like"],
+        "init": [StrOptions(set(INITS)), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
-        "max_iter": [Interval(Integral, 0, None, closed="left")],
-        "tol": [Interval(Real, 0, None, closed="left")],
-        "tau": [Interval(Real, 0, None, closed="neither")],
-        "gamma_backtrack": [Interval(Real, 1, None, closed="neither")],
-        "delta": [Interval(Real, 0, None, closed="left")],
-        "polish": ["boolean"],
-        "backend": [StrOptions({"auto", "numba", "torch"})],
+        **SOLVER_CONSTRAINTS,
+        "backend": [StrOptions({"auto"} | set(BACKENDS))],
         "device": [str],
         "n_jobs": [Integral, None],
         "random_state": ["random_state"],
@@ -273,11 +249,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def _builder(self):
-        return AffinityBuilder(
-            self.affinity, n_neighbors=self.n_neighbors, gamma=self.gamma,
-            power=self.power, n_jobs=self.n_jobs,
-        )
+    def _make_affinity(self):
+        return make_affinity(self.affinity, n_neighbors=self.n_neighbors,
+                             gamma=self.gamma, power=self.power, n_jobs=self.n_jobs)
 
     def _validate_X(self, X, reset):
         check_dtype_kind(X, name="X")
@@ -316,11 +290,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         init = self.init
         if not isinstance(init, str):
             init = self._check_init_labels(init, n_samples)
-        elif init == "kmeans" and self.affinity in PRECOMPUTED:
+        elif INITS[init].needs_features and self.affinity in PRECOMPUTED:
             raise ValueError(
-                f"init='kmeans' needs features, but affinity={self.affinity!r}; use "
+                f"init={init!r} needs features, but affinity={self.affinity!r}; use "
                 "init='multilevel' or 'spectral'."
             )
+        options = SolverOptions.from_params(self.get_params(deep=False))
 
         W, degrees, problem = self._affinity_graph(X, K, backend, device)
         active = degrees > 0
@@ -328,69 +303,57 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         W_act, d_act = self._active_subgraph(W, degrees, active, K)
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
-        solver_params = dict(
-            max_iter=self.max_iter, tol=self.tol, tau=self.tau,
-            gamma_backtrack=self.gamma_backtrack, delta=self.delta,
-            polish=self.polish, verbose=self.verbose,
-        )
-        # The Numba kernels run on their own (OpenMP) threads; BLAS threads
-        # (eigsh, k-means, dense products in the inits) competing with them
-        # for the same cores slowed a 1,024-token fit 2.3x on 2 cores.  As
-        # sklearn's KMeans does around its OpenMP loops, BLAS runs on one
-        # thread while Falcon solves (torch keeps its own threads).
-        limits = (_threadpool_controller().limit(limits=1, user_api="blas")
-                  if backend == "numba" else contextlib.nullcontext())
-        with limits:
+        with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
-                                        backend, device, rng, solver_params)
+                                        backend, device, rng, options)
 
         labels = np.empty(n_samples, dtype=np.int64)
         labels[active] = best.labels[0]
         vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
         if self.isolated_.size:
             labels[~active] = int(np.argmax(vol))
-        path = best.objective_path[0]
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol
         if W is None:  # matrix-free: the statistics come from the device
             self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
-            self.ncut_ = float(np.count_nonzero(vol > 0) - best.objective[0])
+            self.ncut_ = ncut_from_objective(vol, best.objective[0])
         else:
-            assoc = _volumes_associations(W, labels, K)[1]
-            self.cluster_associations_ = assoc
-            pos = vol > 0
             # exact, from one pass over W (not the solver's running sums)
-            self.ncut_ = float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
-        self.objective_path_ = path
+            self.cluster_associations_ = cluster_statistics(W, labels, K, degrees)[1]
+            self.ncut_ = ncut_of(vol, self.cluster_associations_)
+        self.objective_path_ = best.objective_path[0]
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])
         self.backend_ = backend
         return self
 
     def _solve(self, problem, init, X, W_act, d_act, active, K, backend, device, rng,
-               solver_params):
+               options):
         """Initial labels, then the Falcon solve from each.
 
         Returns the best result by ``f`` and the problem it was solved on.
         """
-        if problem is None:
-            problem = make_problem(W_act, K, backend=backend, device=device,
-                                   degrees=d_act)
-            starts = self._starts(init, X, W_act, d_act, active, rng, solver_params)
-        elif isinstance(init, str) and init in ("multilevel", "spectral"):
-            # matrix-free: the graph inits need an explicit W, so they run on
-            # the kNN graph of X
-            W_knn = AffinityBuilder("nearest_neighbors", n_neighbors=self.n_neighbors,
-                                    n_jobs=self.n_jobs).fit_transform(X)
-            d_knn = np.asarray(W_knn.sum(axis=1), dtype=np.float64).ravel()
-            starts = self._starts(init, X, W_knn, d_knn, active, rng, solver_params)
-            del W_knn
+        matrix_free = problem is not None
+        if not matrix_free:
+            problem = BACKENDS[backend].make_problem(W_act, K, device=device,
+                                                     degrees=d_act)
+        if not isinstance(init, str):
+            starts = [init[active]]
         else:
-            starts = self._starts(init, X, None, None, active, rng, solver_params)
+            ctx = InitContext(K, rng, options, W=W_act, degrees=d_act)
+            if INITS[init].needs_features:
+                ctx.X = X if active.all() else X[np.flatnonzero(active)]
+            if matrix_free and INITS[init].needs_graph:
+                # the graph inits need an explicit W: the kNN graph of X
+                ctx.W = make_affinity("nearest_neighbors", n_neighbors=self.n_neighbors,
+                                      n_jobs=self.n_jobs).fit(X)
+                ctx.degrees = degrees_of(ctx.W)
+            starts = make_starts(init, ctx, self.n_init)
+            del ctx
         best = None
         for y0 in starts:
-            res = solve(problem, fill_empty(y0, K, rng), **solver_params)
+            res = solve(problem, fill_empty(y0, K, rng), options)
             if best is None or res.objective[0] > best.objective[0]:
                 best = res
         return best, problem
@@ -398,25 +361,27 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     def _affinity_graph(self, X, K, backend, device):
         """``(W, degrees, problem)``: the affinity of X and its degrees.
 
-        On the matrix-free torch path ``W`` is None and ``problem`` is the
-        torch problem that forms W in row blocks; otherwise ``problem`` is
-        None (it is built on the graph of the connected samples).
+        On the matrix-free path (a backend that forms this affinity in row
+        blocks) ``W`` is None and ``problem`` is the backend's problem that
+        forms it; otherwise ``problem`` is None (it is built on the graph of
+        the connected samples).
         """
-        self._affinity_builder = self._builder()
+        self._affinity = self._make_affinity()
+        spec = BACKENDS[backend]
         W, problem = None, None
-        if backend == "torch" and self.affinity in ("cosine", "rbf"):
-            problem = make_problem_from_features(
+        if self.affinity in spec.matrix_free_affinities:
+            problem = spec.make_problem_from_features(
                 X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
                 device=device,
             )
             degrees = problem.degrees_numpy()[0]
             if np.all(degrees > 0):
-                self._affinity_builder.adopt_fit(X, problem)
+                self._affinity.adopt(X, problem)
             else:  # isolated samples need the explicit sub-graph: dense path
                 problem = None
         if problem is None:
-            W = self._affinity_builder.fit_transform(X)
-            degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+            W = self._affinity.fit(X)
+            degrees = degrees_of(W)
         return W, degrees, problem
 
     def _active_subgraph(self, W, degrees, active, K):
@@ -447,31 +412,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return W[idx][:, idx].tocsr(), degrees[idx]
         return W[np.ix_(idx, idx)], degrees[idx]
 
-    def _starts(self, init, X, W, degrees, active, rng, solver_params):
-        """Initial label vectors of the connected samples, one per restart
-        (the multilevel scheme may give several per restart)."""
-        K = self.n_clusters
-        if not isinstance(init, str):
-            return [init[active]]
-        n_active = int(active.sum())
-        starts = []
-        hierarchy = None
-        for _ in range(self.n_init):
-            if init == "multilevel":
-                candidates, hierarchy = multilevel_candidates(
-                    W, degrees, K, rng, solver_params=solver_params,
-                    hierarchy=hierarchy,
-                )
-                starts.extend(candidates)
-            elif init == "kmeans":
-                Xa = X if n_active == X.shape[0] else X[np.flatnonzero(active)]
-                starts.append(kmeans_labels(Xa, K, rng))
-            elif init == "spectral":
-                starts.append(spectral_embedding_labels(W, degrees, K, rng))
-            else:
-                starts.append(random_labels(n_active, K, rng))
-        return starts
-
     @property
     def affinity_matrix_(self):
         """The symmetric affinity ``W`` that was clustered.
@@ -488,16 +428,16 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
         W = self._affinity_matrix
         if W is None:
-            W = self._affinity_builder.recompute()
+            W = self._affinity.recompute()
         return W
 
     def _check_init_labels(self, init, n_samples):
         y0 = np.asarray(init)
+        names = ", ".join(repr(name) for name in INITS)
         if y0.shape != (n_samples,):
             raise ValueError(
-                f"init must be 'multilevel', 'kmeans', 'spectral', 'random' or an array "
-                f"of shape (n_samples,)=({n_samples},); got an array of shape "
-                f"{y0.shape}."
+                f"init must be one of {names} or an array of shape "
+                f"(n_samples,)=({n_samples},); got an array of shape {y0.shape}."
             )
         if not np.issubdtype(y0.dtype, np.integer) or (
             y0.size and (y0.min() < 0 or y0.max() >= self.n_clusters)
@@ -530,7 +470,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
-        A = self._affinity_builder.cross(X)
+        A = self._affinity.cross(X)
         return out_of_sample_labels(
             A, self.labels_, self.cluster_volumes_, self.cluster_associations_
         )
@@ -566,8 +506,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Xv = self._validate_X(X, reset=False)
         if Xv.shape[0] < 2:
             return 0.0
-        W = self._builder().fit_transform(Xv)
-        return -normalized_cut(W, labels)
+        W = self._make_affinity().fit(Xv)
+        K = int(labels.max()) + 1
+        return -ncut_of(*cluster_statistics(W, labels, K))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -6,9 +6,9 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from . import _kernels_numba as nk
 from ._affinity import check_dtype_kind
 from ._miou import miou
+from ._stats import cluster_statistics, ncut_of, objective_of
 
 __all__ = ["normalized_cut", "normalized_association", "miou"]
 
@@ -37,29 +37,7 @@ def _cluster_terms(W, labels):
         )
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
-    return _volumes_associations(W, y, K)
-
-
-def _volumes_associations(W, y, K):
-    """``(vol, assoc)`` of labels ``y`` in ``[0, K)``: one pass over W and no
-    nnz-sized temporary (no validation)."""
-    degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
-    vol = np.bincount(y, weights=degrees, minlength=K)
-    if sp.issparse(W):
-        onehot = sp.csr_matrix(
-            (np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K)
-        )
-        WX = W @ onehot
-        if sp.issparse(WX):
-            own = np.asarray(WX[np.arange(y.size), y], dtype=np.float64).ravel()
-        else:
-            own = np.asarray(WX, dtype=np.float64)[np.arange(y.size), y]
-    else:  # dense @ sparse one-hot is slow in scipy: one Numba pass over W
-        WX = nk.cluster_weights_dense(
-            np.ascontiguousarray(W), np.asarray(y, dtype=np.int64), K
-        )
-        own = WX[np.arange(y.size), y]
-    return vol, np.bincount(y, weights=own, minlength=K)
+    return cluster_statistics(W, y, K)
 
 
 @validate_params(
@@ -100,9 +78,7 @@ def normalized_cut(W, labels):
     >>> round(normalized_cut(W, [0, 1, 0, 1]), 4)
     1.8182
     """
-    vol, assoc = _cluster_terms(W, labels)
-    pos = vol > 0
-    return float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
+    return ncut_of(*_cluster_terms(W, labels))
 
 
 @validate_params(
@@ -131,6 +107,4 @@ def normalized_association(W, labels):
     >>> normalized_association(W, [0, 0])
     1.0
     """
-    vol, assoc = _cluster_terms(W, labels)
-    pos = vol > 0
-    return float(np.sum(assoc[pos] / vol[pos]))
+    return objective_of(*_cluster_terms(W, labels))

@@ -208,7 +208,7 @@ def test_score_is_negative_ncut(blobs):
     X, _ = blobs
     est = FalconNCut(4, random_state=0).fit(X)
     s = est.score(X)
-    assert s == pytest.approx(-normalized_cut(est._builder().fit_transform(X),
+    assert s == pytest.approx(-normalized_cut(est._make_affinity().fit(X),
                                               est.predict(X)))
     assert s <= 0
 

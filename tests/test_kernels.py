@@ -1,17 +1,12 @@
-"""The Numba kernels against plain NumPy references."""
+"""The Numba solver kernels against plain NumPy references."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from shared import random_graph as _graph
 
-from sklearn_falcon import _kernels_numba as nk
-
-
-def _graph(n=60, seed=0, density=0.2, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    A = rng.random((n, n)) * (rng.random((n, n)) < density)
-    W = (A + A.T).astype(dtype)
-    return W, sp.csr_matrix(W)
+from sklearn_falcon._backends._numba import _kernels as nk
+from sklearn_falcon._backends._numba import _polish as npol
 
 
 def _onehot(labels, K):
@@ -42,30 +37,38 @@ def test_parallel_and_serial_paths_agree(monkeypatch):
     W, S = _graph(n=300, density=0.1)
     labels = np.random.default_rng(2).integers(5, size=300).astype(np.int64)
     serial = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 5)
-    monkeypatch.setattr(nk, "_PARALLEL_MIN", 0)
+    monkeypatch.setattr(nk, "PARALLEL_MIN", 0)
     parallel = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 5)
     np.testing.assert_allclose(serial, parallel)
     d = W.sum(1)
     vol, assoc = nk.cluster_stats(serial, labels, d, 5)
     a, _ = nk.proximal_step(serial, d, vol, assoc, labels, 0.01)
-    monkeypatch.setattr(nk, "_PARALLEL_MIN", 10**12)
+    monkeypatch.setattr(nk, "PARALLEL_MIN", 10**12)
     b, _ = nk.proximal_step(serial, d, vol, assoc, labels, 0.01)
     np.testing.assert_array_equal(a, b)
 
 
-def test_update_cluster_weights_matches_recompute():
+def test_apply_moves_matches_recompute():
     W, S = _graph()
     rng = np.random.default_rng(3)
     old = rng.integers(3, size=W.shape[0]).astype(np.int64)
     new = old.copy()
     new[rng.choice(W.shape[0], 10, replace=False)] = rng.integers(3, size=10)
     WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, old, 3)
-    WX0 = WX.copy()
-    up = nk.update_cluster_weights_csr(S.indptr, S.indices, S.data, old, new, WX)
+    up = WX.copy()
+    nk.apply_moves_csr(S.indptr, S.indices, S.data, old, new, up)
     np.testing.assert_allclose(up, W @ _onehot(new, 3), atol=1e-12)
-    np.testing.assert_array_equal(WX, WX0)  # input not modified
-    upd = nk.update_cluster_weights_dense(W, old, new, WX)
+    upd = WX.copy()
+    nk.apply_moves_dense(W, old, new, upd)
     np.testing.assert_allclose(upd, up, atol=1e-12)
+
+
+def test_own_cluster_weights_are_the_diagonal_of_the_pass():
+    W, S = _graph(n=90, seed=2)
+    labels = np.random.default_rng(5).integers(4, size=90).astype(np.int64)
+    WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 4)
+    own = nk.own_cluster_weights_csr(S.indptr, S.indices, S.data, labels)
+    np.testing.assert_array_equal(own, WX[np.arange(90), labels])  # same sums
 
 
 def test_score_matrix_and_step():
@@ -109,9 +112,9 @@ def test_local_move_sweep_is_exact_and_monotone(dense):
     vol, assoc = nk.cluster_stats(WX, labels, d, 4)
     f0 = nk.objective(vol, assoc)
     if dense:
-        moves = nk.local_move_sweep_dense(W, d, labels, WX, vol, assoc)
+        moves = npol.local_move_sweep_dense(W, d, labels, WX, vol, assoc)
     else:
-        moves = nk.local_move_sweep_csr(S.indptr, S.indices, S.data, d, labels, WX,
+        moves = npol.local_move_sweep_csr(S.indptr, S.indices, S.data, d, labels, WX,
                                         vol, assoc)
     assert moves > 0
     # incremental state equals a recomputation
@@ -120,95 +123,6 @@ def test_local_move_sweep_is_exact_and_monotone(dense):
     np.testing.assert_allclose(vol, v2)
     np.testing.assert_allclose(assoc, a2, atol=1e-10)
     assert nk.objective(vol, assoc) > f0
-
-
-def _heaviest_reference(W, d):
-    R = np.where(W > 0, W / d[None, :], -1.0)
-    np.fill_diagonal(R, -1)
-    ref = R.argmax(1)  # the first maximum: ties go to the smallest index
-    return np.where(R.max(1) > 0, ref, np.arange(W.shape[0]))
-
-
-@pytest.mark.parametrize("n", [30, 37])
-def test_heaviest_neighbor(n):
-    W, S = _graph(n=n, seed=7)
-    d = W.sum(1)
-    hs = nk.heaviest_neighbor_csr(S.indptr, S.indices, S.data, d)
-    hd = nk.heaviest_neighbor_dense(W, d)
-    np.testing.assert_array_equal(hs, _heaviest_reference(W, d))
-    np.testing.assert_array_equal(hd, _heaviest_reference(W, d))
-
-
-def test_heaviest_neighbor_ties_and_near_ties():
-    # integer weights and equal degrees: many exact ties, which must go to the
-    # smallest index; entries that differ only in the last bits of W_ij / d_j
-    # (where W_ij * (1 / d_j) may round the other way) must follow the division
-    rng = np.random.default_rng(3)
-    A = rng.integers(0, 3, size=(41, 41)).astype(np.float64)
-    W = A + A.T
-    d = W.sum(1)
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
-                                  _heaviest_reference(W, d))
-    W = np.ones((9, 9))
-    d = np.full(9, 3.0)
-    d[5] = 3.0 * (1 - 2**-52)  # W / d[5] is one ulp above the others
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
-                                  _heaviest_reference(W, d))
-    assert nk.heaviest_neighbor_dense(W, d)[0] == 5
-    # an isolated node points at itself
-    W = np.zeros((3, 3))
-    W[0, 1] = W[1, 0] = 1.0
-    d = W.sum(1)
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d), [1, 0, 2])
-
-
-def test_forest_components_numbers_like_scipy():
-    from scipy.sparse.csgraph import connected_components
-
-    rng = np.random.default_rng(5)
-    for n in (1, 2, 17, 300):
-        target = rng.integers(n, size=n).astype(np.int64)
-        forest = sp.csr_matrix((np.ones(n), (np.arange(n), target)), shape=(n, n))
-        n_ref, ref = connected_components(forest, directed=False)
-        n_comp, mapping = nk.forest_components(target)
-        assert n_comp == n_ref
-        np.testing.assert_array_equal(mapping, ref)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_coarsen_dense_is_pt_w_p(dtype):
-    W, S = _graph(n=40, seed=3, dtype=dtype)
-    mapping = np.random.default_rng(0).integers(7, size=40).astype(np.int64)
-    P = _onehot(mapping, 7)
-    Wc = nk.coarsen_dense(W, mapping, 7)
-    assert Wc.dtype == dtype and Wc.shape == (7, 7)
-    np.testing.assert_allclose(Wc, P.T @ W.astype(np.float64) @ P, rtol=1e-5)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_coarsen_csr_is_pt_w_p(dtype):
-    W, S = _graph(n=50, seed=5, dtype=dtype)
-    np.fill_diagonal(W, 0.3)  # self-loops become part of the coarse diagonal
-    S = sp.csr_matrix(W)
-    mapping = np.random.default_rng(1).integers(9, size=50).astype(np.int64)
-    indptr, indices, data = nk.coarsen_csr(S.indptr, S.indices, S.data, mapping, 9)
-    Wc = sp.csr_matrix((data, indices, indptr), shape=(9, 9))
-    assert data.dtype == dtype
-    # one stored entry per coarse pair that has fine weight
-    assert Wc.nnz == len({(a, b) for a, b in zip(*(mapping[x] for x in S.nonzero()))})
-    P = _onehot(mapping, 9)
-    np.testing.assert_allclose(Wc.toarray(), P.T @ W.astype(np.float64) @ P, rtol=1e-5)
-    np.testing.assert_allclose(Wc.toarray(), nk.coarsen_dense(W, mapping, 9), rtol=1e-5)
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_max_asymmetry_dense(dtype):
-    W, _ = _graph(n=150, seed=4, dtype=dtype)  # more than two 64-wide tiles
-    assert nk.max_asymmetry_dense(W) == 0.0
-    A = W.copy()
-    A[3, 140] += 0.25
-    A[100, 7] -= 0.5
-    assert nk.max_asymmetry_dense(A) == pytest.approx(np.abs(A - A.T).max())
 
 
 @pytest.mark.parametrize("n_moved", [15, 60])  # below / above a quarter of n
@@ -281,7 +195,7 @@ def test_parallel_dense_moves_match_serial(monkeypatch):
     WX = W @ _onehot(old, 5)
     serial = WX.copy()
     nk._apply_moves_dense_ser(W, old, new, serial)
-    monkeypatch.setattr(nk, "_PARALLEL_MIN", 0)  # the Python dispatcher's threshold
+    monkeypatch.setattr(nk, "PARALLEL_MIN", 0)  # the Python dispatcher's threshold
     parallel = WX.copy()
     nk.apply_moves_dense(W, old, new, parallel)
     np.testing.assert_array_equal(parallel, serial)

@@ -142,13 +142,19 @@ def test_init_parameter_is_used_and_validated():
     img = np.zeros((48, 64, 3), dtype=np.uint8)
     img[:, 32:] = 220
     img = (img + rng.integers(0, 25, img.shape)).astype(np.uint8)
-    for init in ("spectral", "multilevel", "random"):
+    from sklearn_falcon._inits import INITS
+
+    for init in INITS:  # every init of the registry, k-means on the tokens
         seg = ImageSegmenter(n_segments=2, init=init, refine=None)
         labels = seg.segment(img)
         assert labels.shape == (48, 64)
         assert len(np.unique(labels)) == 2
-    with pytest.raises(ValueError, match="init="):
-        ImageSegmenter(n_segments=2, init="kmeans").segment(img)
+    with pytest.raises(ValueError, match="'init' parameter of ImageSegmenter"):
+        ImageSegmenter(n_segments=2, init="bogus").segment(img)
+    # a precomputed token affinity has no features to run k-means on
+    W = np.ones((6, 6))
+    with pytest.raises(ValueError, match="init='kmeans' needs features"):
+        ImageSegmenter(n_segments=2, init="kmeans").cluster_tokens(W)
 
 
 def test_cuda_segment():

@@ -1,13 +1,16 @@
-"""The proximal loop: the compiled Numba loop takes the Python loop's steps."""
+"""The proximal loop: the compiled Numba loop takes the Python loop's steps,
+both take their decisions from one rule, and every backend's problem
+satisfies the written protocol."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from shared import BACKENDS
 
-from sklearn_falcon import _backend
-from sklearn_falcon._backend import NumbaProblem
-from sklearn_falcon._init import random_labels
-from sklearn_falcon._solver import solve
+from sklearn_falcon._backends import _numba, make_problem
+from sklearn_falcon._backends._numba import NumbaProblem
+from sklearn_falcon._inits import random_labels
+from sklearn_falcon._solver import Problem, SolverOptions, _rules, solve
 
 
 def _graph(n, rng, kind):
@@ -38,10 +41,10 @@ def test_compiled_loop_equals_python_loop(kind, params):
     for _ in range(4):
         n, K = int(rng.integers(12, 160)), int(rng.integers(2, 7))
         P = NumbaProblem(_graph(n, rng, kind), K)
-        assert P.compiled_loop is not None
+        assert P.compiled_graph() is not None
         y = random_labels(n, K, rng)
-        a = solve(P, y, compiled=True, **params)
-        b = solve(P, y, compiled=False, **params)
+        a = solve(P, y, SolverOptions(compiled=True, **params))
+        b = solve(P, y, SolverOptions(compiled=False, **params))
         np.testing.assert_array_equal(a.labels, b.labels)
         np.testing.assert_array_equal(a.objective, b.objective)
         np.testing.assert_array_equal(a.objective_path[0], b.objective_path[0])
@@ -63,17 +66,17 @@ def test_compiled_loop_does_not_touch_the_labels():
 def test_compiled_loop_is_offered_by_size(monkeypatch):
     rng = np.random.default_rng(0)
     W = _graph(40, rng, "dense")
-    assert NumbaProblem(W, 3).compiled_loop is not None
-    monkeypatch.setattr(_backend, "COMPILED_LOOP_MAX_ENTRIES", 1000)
-    assert NumbaProblem(W, 3).compiled_loop is None  # 1,600 entries
-    assert NumbaProblem(sp.csr_matrix(np.eye(40)), 3).compiled_loop is not None
+    assert NumbaProblem(W, 3).compiled_graph() is not None
+    monkeypatch.setattr(_numba._problem, "COMPILED_LOOP_MAX_ENTRIES", 1000)
+    assert NumbaProblem(W, 3).compiled_graph() is None  # 1,600 entries
+    assert NumbaProblem(sp.csr_matrix(np.eye(40)), 3).compiled_graph() is not None
 
 
 def test_verbose_runs_the_python_loop(capsys):
     rng = np.random.default_rng(0)
     P = NumbaProblem(_graph(40, rng, "dense"), 3)
     y = random_labels(40, 3, rng)
-    a = solve(P, y, verbose=1)
+    a = solve(P, y, SolverOptions(verbose=1))
     assert "[Falcon] iter" in capsys.readouterr().out
     b = solve(P, y)
     np.testing.assert_array_equal(a.labels, b.labels)
@@ -92,7 +95,7 @@ def test_estimator_is_the_same_with_the_python_loop(monkeypatch, affinity):
     est = FalconNCut(n_clusters=4, affinity=affinity, gamma=0.1, random_state=0)
     a = est.fit(X)
     labels, path, n_iter = a.labels_.copy(), a.objective_path_.copy(), a.n_iter_
-    monkeypatch.setattr(NumbaProblem, "compiled_loop", property(lambda self: None))
+    monkeypatch.setattr(NumbaProblem, "compiled_graph", lambda self: None)
     b = est.fit(X)
     np.testing.assert_array_equal(b.labels_, labels)
     # Equal to rounding, not bitwise: on a 16-core machine (2026-12-04) the
@@ -101,3 +104,43 @@ def test_estimator_is_the_same_with_the_python_loop(monkeypatch, affinity):
     # cause was not found.  The solver-level tests above are bitwise.
     np.testing.assert_allclose(b.objective_path_, path, rtol=1e-14, atol=0)
     assert b.n_iter_ == n_iter
+
+
+def test_the_rules_are_one_definition_for_scalars_and_arrays():
+    # the Python loop calls the rules on (B,) arrays through .py_func, the
+    # compiled loop on scalars: both give the same decisions
+    rng = np.random.default_rng(0)
+    moved = rng.integers(0, 3, size=200)
+    f = rng.normal(size=200)
+    fc = f + rng.normal(scale=1e-3, size=200)
+    tau = rng.uniform(0, 1, size=200)
+    vec = _rules.accept.py_func(moved, fc, f, 1e-2, tau)
+    scal = [_rules.accept(int(m), a, b, 1e-2, t) for m, a, b, t in zip(moved, fc, f, tau)]
+    np.testing.assert_array_equal(vec, scal)
+    gain = np.abs(rng.normal(scale=1e-5, size=200))
+    vec = _rules.stop.py_func(moved, gain, f, 1e-5)
+    scal = [_rules.stop(int(m), g, b, 1e-5) for m, g, b in zip(moved, gain, f)]
+    np.testing.assert_array_equal(vec, scal)
+    for shrink in (False, True):
+        vec = _rules.next_tau.py_func(tau, 0.3, 2.0, shrink)
+        scal = [_rules.next_tau(t, 0.3, 2.0, shrink) for t in tau]
+        np.testing.assert_array_equal(vec, scal)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_every_backend_problem_satisfies_the_protocol(backend, sparse):
+    name, device = backend
+    W = _graph(30, np.random.default_rng(0), "csr" if sparse else "dense")
+    P = make_problem(W, 3, backend=name, device=device)
+    assert isinstance(P, Problem)
+    assert isinstance(P.supports_polish, bool)
+    assert len(P.host_degrees) == P.n_graphs
+
+
+def test_solver_options_from_estimator_params():
+    from sklearn_falcon import FalconNCut
+
+    opt = SolverOptions.from_params(FalconNCut(tau=0.5, max_iter=7).get_params())
+    assert opt.tau == 0.5 and opt.max_iter == 7 and opt.polish is True
+    assert opt.quieter().verbose == 0

@@ -10,66 +10,42 @@ import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
+from shared import noisy, planted, tokens  # noqa: E402
+
 from sklearn_falcon import FalconNCut  # noqa: E402
-from sklearn_falcon import _kernels_numba as nk  # noqa: E402
-from sklearn_falcon import _kernels_torch as tk  # noqa: E402
-from sklearn_falcon._affinity import AffinityBuilder  # noqa: E402
-from sklearn_falcon._backend import (  # noqa: E402
-    TorchProblem,
+from sklearn_falcon._affinity import cosine_power_affinity, make_affinity  # noqa: E402
+from sklearn_falcon._backends import (  # noqa: E402
     make_problem,
     make_problem_from_features,
     resolve_backend,
 )
+from sklearn_falcon._backends._numba import _kernels as nk  # noqa: E402
+from sklearn_falcon._backends._numba import _polish as npol  # noqa: E402
+from sklearn_falcon._backends._torch import TorchProblem  # noqa: E402
+from sklearn_falcon._backends._torch import _kernels as tk  # noqa: E402
 from sklearn_falcon._batch import falcon_batch  # noqa: E402
-from sklearn_falcon._init import random_labels  # noqa: E402
-from sklearn_falcon._solver import solve  # noqa: E402
+from sklearn_falcon._inits import random_labels  # noqa: E402
+from sklearn_falcon._solver import SolverOptions, solve  # noqa: E402
 from sklearn_falcon.metrics import normalized_cut  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA is not available")
 
 
-# ------------------------------------------------------------------ data
 def planted_sparse(n=1500, K=5, seed=0, deg=12, p_in=0.8):
-    """Weighted planted-partition graph (CSR, float64) and its planted labels."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(K, size=n)
-    m = n * deg // 2
-    src = rng.integers(n, size=m)
-    inside = rng.random(m) < p_in
-    dst = rng.integers(n, size=m)
-    for k in range(K):  # partner inside the cluster
-        members = np.flatnonzero(y == k)
-        sel = inside & (y[src] == k)
-        dst[sel] = members[rng.integers(members.size, size=sel.sum())]
-    w = rng.uniform(0.5, 1.5, size=m)
-    W = sp.coo_matrix((w, (src, dst)), shape=(n, n)).tocsr()
-    W = (W + W.T).tocsr()
-    W.sum_duplicates()
-    W.sort_indices()
-    return W, y
+    return planted(n, K, seed=seed, degree=deg, p_in=p_in)
 
 
 def token_like(n=400, K=4, p=24, seed=0):
-    """Token-like features: shared mean direction plus planted groups."""
-    rng = np.random.default_rng(seed)
-    y = rng.integers(K, size=n)
-    centres = rng.standard_normal((K, p))
-    X = 3.0 + centres[y] + 0.7 * rng.standard_normal((n, p))
-    return X, y
-
-
-def noisy(y, K, frac, seed):
-    rng = np.random.default_rng(seed)
-    y0 = y.copy()
-    flip = rng.random(y.size) < frac
-    y0[flip] = rng.integers(K, size=flip.sum())
-    y0[:K] = np.arange(K)
-    return y0.astype(np.int64)
+    return tokens(n, K, dim=p, seed=seed)
 
 
 def dense_cosine(X, power):
-    return AffinityBuilder("cosine", power=power).fit_transform(X)
+    return cosine_power_affinity(X, power)[0]
+
+
+def opts(**kw):
+    return SolverOptions(**kw)
 
 
 # --------------------------------------------------------------- kernels
@@ -91,7 +67,8 @@ def test_kernels_match_numba():
     np.testing.assert_allclose(WX_csr.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(WX_dense.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
 
-    up_nb = nk.update_cluster_weights_csr(W.indptr, W.indices, W.data, old, new, WX_nb)
+    up_nb = WX_nb.copy()
+    nk.apply_moves_csr(W.indptr, W.indices, W.data, old, new, up_nb)
     up_csr = tk.update_cluster_weights_csr(ip, ix, dv, t(old), t(new), WX_csr)
     up_dense = tk.update_cluster_weights_dense(t(Wd)[None], t(old)[None], t(new)[None],
                                                WX_dense[None])[0]
@@ -106,22 +83,12 @@ def test_kernels_match_numba():
     np.testing.assert_allclose(assoc[0].numpy(), assoc_nb)
     assert tk.objective(vol, assoc)[0].item() == pytest.approx(
         nk.objective(vol_nb, assoc_nb), abs=1e-12)
-    np.testing.assert_allclose(
-        tk.score_matrix(WX_csr[None], t(d)[None], vol, assoc)[0].numpy(),
-        nk.score_matrix(WX_nb, d, vol_nb, assoc_nb), atol=1e-12)
     for tau in (0.0, 1e-3, 0.05):
         lab_nb, m_nb = nk.proximal_step(WX_nb, d, vol_nb, assoc_nb, old, tau)
         lab, m = tk.proximal_step(WX_csr[None], t(d)[None], vol, assoc, t(old)[None],
                                   torch.tensor([tau], dtype=torch.float64))
         np.testing.assert_array_equal(lab[0].numpy(), lab_nb)
         assert int(m[0]) == m_nb
-    np.testing.assert_array_equal(
-        tk.heaviest_neighbor_csr(ip, ix, dv, t(d)).numpy(),
-        nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, d))
-    # every stored entry is > 0, so the dense rule (W_ij > 0) picks the same
-    np.testing.assert_array_equal(
-        tk.heaviest_neighbor_dense(t(Wd)[None], t(d)[None])[0].numpy(),
-        nk.heaviest_neighbor_csr(W.indptr, W.indices, W.data, d))
 
 
 def test_proximal_step_never_empties_a_cluster():
@@ -142,8 +109,8 @@ def test_proximal_step_never_empties_a_cluster():
 def test_parity_sparse(polish):
     W, y = planted_sparse(1500, 5, seed=2)
     y0 = random_labels(1500, 5, np.random.default_rng(3))
-    r_nb = solve(make_problem(W, 5, backend="numba"), y0, polish=polish)
-    r_t = solve(make_problem(W, 5, backend="torch", device="cpu"), y0, polish=polish)
+    r_nb = solve(make_problem(W, 5, backend="numba"), y0, opts(polish=polish))
+    r_t = solve(make_problem(W, 5, backend="torch", device="cpu"), y0, opts(polish=polish))
     assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
     assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
         normalized_cut(W, r_nb.labels[0]), abs=1e-6)
@@ -157,10 +124,10 @@ def test_parity_dense(polish):
     X, y = token_like(500, 4, seed=4)
     W = dense_cosine(X, power=3.0)
     y0 = noisy(y, 4, 0.5, seed=5)
-    r_nb = solve(make_problem(W, 4, backend="numba"), y0, polish=polish)
+    r_nb = solve(make_problem(W, 4, backend="numba"), y0, opts(polish=polish))
     P = make_problem(W, 4, backend="torch", device="cpu")
-    assert P.kind == "dense" and hasattr(P, "polish")
-    r_t = solve(P, y0, polish=polish)
+    assert P.kind == "dense" and P.supports_polish
+    r_t = solve(P, y0, opts(polish=polish))
     assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
     assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
         normalized_cut(W, r_nb.labels[0]), abs=1e-6)
@@ -172,9 +139,9 @@ def test_float32_problem_is_close_and_monotone():
     X, y = token_like(400, 4, seed=6)
     W = dense_cosine(X, power=2.0).astype(np.float32)
     y0 = noisy(y, 4, 0.5, seed=7)
-    r64 = solve(make_problem(W, 4, backend="numba"), y0, polish=False)
+    r64 = solve(make_problem(W, 4, backend="numba"), y0, opts(polish=False))
     r32 = solve(make_problem(W, 4, backend="torch", device="cpu", dtype="float32"),
-                y0, polish=False)
+                y0, opts(polish=False))
     assert r32.objective[0] == pytest.approx(r64.objective[0], abs=1e-4)
     assert np.all(np.diff(r32.objective_path[0]) >= 0)
 
@@ -212,14 +179,14 @@ def test_inputs_not_modified_and_torch_csr_input():
                                      ("rbf", {"gamma": 0.02})])
 def test_matrix_free_matches_dense(kind, kw):
     X, y = token_like(450, 4, seed=10)
-    W = AffinityBuilder(kind, **kw).fit_transform(X)
+    W = make_affinity(kind, **kw).fit(X)
     P = make_problem_from_features(X, 4, affinity=kind, device="cpu", **kw)
     assert P.kind == "features"
     np.testing.assert_allclose(P.affinity.dense()[0].numpy(), W, atol=1e-12)
     np.testing.assert_allclose(P.degrees_numpy()[0], W.sum(axis=1), rtol=1e-12)
     y0 = noisy(y, 4, 0.5, seed=11)
-    r_mf = solve(P, y0, polish=False)
-    r_d = solve(make_problem(W, 4, backend="numba"), y0, polish=False)
+    r_mf = solve(P, y0, opts(polish=False))
+    r_d = solve(make_problem(W, 4, backend="numba"), y0, opts(polish=False))
     assert r_mf.objective[0] == pytest.approx(r_d.objective[0], abs=1e-9)
     assert normalized_cut(W, r_mf.labels[0]) == pytest.approx(
         normalized_cut(W, r_d.labels[0]), abs=1e-6)
@@ -247,7 +214,7 @@ def test_matrix_free_polish_matches_numba_dense(block_elems):
     lab_nb = y0.copy()
     WX_nb = nk.cluster_weights_dense(W, lab_nb, 4)
     vol_nb, assoc_nb = nk.cluster_stats(WX_nb, lab_nb, d, 4)
-    m_nb = nk.local_move_sweep_dense(W, d, lab_nb, WX_nb, vol_nb, assoc_nb)
+    m_nb = npol.local_move_sweep_dense(W, d, lab_nb, WX_nb, vol_nb, assoc_nb)
     assert m_nb > 10 and moves[0] == m_nb
     np.testing.assert_array_equal(lab[0].numpy(), lab_nb)
     np.testing.assert_allclose(WX[0].numpy(), WX_nb, atol=1e-9)
@@ -255,8 +222,8 @@ def test_matrix_free_polish_matches_numba_dense(block_elems):
     np.testing.assert_allclose(assoc[0].numpy(), assoc_nb, rtol=1e-9)
     # and a whole solve with polishing agrees
     y1 = noisy(y, 4, 1.0, seed=17)
-    r_mf = solve(P, y1, polish=True)
-    r_nb = solve(make_problem(W, 4, backend="numba"), y1, polish=True)
+    r_mf = solve(P, y1, opts(polish=True))
+    r_nb = solve(make_problem(W, 4, backend="numba"), y1, opts(polish=True))
     assert r_mf.n_polish[0] == r_nb.n_polish[0]
     np.testing.assert_array_equal(r_mf.labels, r_nb.labels)
     assert r_mf.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
@@ -266,9 +233,8 @@ def test_matrix_free_polish_matches_numba_dense(block_elems):
 def test_matrix_free_blocks_do_not_change_the_result():
     X, y = token_like(300, 3, seed=12)
     y0 = noisy(y, 3, 0.2, seed=13)  # few moves: exercises the row update
-    big = solve(make_problem_from_features(X, 3, power=2.0), y0, polish=False)
-    small = solve(make_problem_from_features(X, 3, power=2.0, block_elems=1000), y0,
-                  polish=False)
+    big = solve(make_problem_from_features(X, 3, power=2.0), y0, opts(polish=False))
+    small = solve(make_problem_from_features(X, 3, power=2.0, block_elems=1000), y0, opts(polish=False))
     assert small.objective[0] == pytest.approx(big.objective[0], abs=1e-10)
     np.testing.assert_array_equal(small.labels, big.labels)
 
@@ -306,13 +272,13 @@ def test_batched_solve_matches_single_solves(kind):
 
     P = problem(graphs)
     assert P.n_graphs == 4 and P.n_nodes == 300
-    res = solve(P, inits, tau=taus, polish=polish)
+    res = solve(P, inits, opts(tau=taus, polish=polish))
     # padding nodes never move
     for b, n in enumerate(P.sizes):
         assert np.all(res.labels[b, n:] == 0)
     labels = P.labels_list(res.labels)
     for b, G in enumerate(graphs):
-        single = solve(problem(G), inits[b], tau=taus[b], polish=polish)
+        single = solve(problem(G), inits[b], opts(tau=taus[b], polish=polish))
         np.testing.assert_array_equal(labels[b], single.labels[0])
         assert res.objective[b] == pytest.approx(single.objective[0], abs=1e-10)
         assert res.n_iter[b] == single.n_iter[0]
@@ -326,8 +292,7 @@ def test_per_graph_tau_and_stopping():
     graphs, inits = _graphs("sparse")
     P = TorchProblem.from_affinity(graphs, 3, device="cpu")
     # a huge tau freezes graph 1 only; max_iter=2 stops the others early
-    res = solve(P, inits, tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2,
-                polish=False)
+    res = solve(P, inits, opts(tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2, polish=False))
     # graph 1 stops after one iteration that moves nothing
     assert res.n_iter[1] == 1 and res.converged[1]
     assert len(res.objective_path[1]) == 1
@@ -354,14 +319,33 @@ def test_falcon_batch_torch_and_numba_agree():
     np.testing.assert_allclose(rf.ncut, rp.ncut, atol=1e-9)
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+@pytest.mark.parametrize("init", ["multilevel", "spectral"])
+def test_falcon_batch_every_affinity_and_graph_init(backend, init):
+    # the batch offers the registry: kNN graphs are built per graph, and the
+    # graph inits start a matrix-free graph from its kNN graph
+    graphs, _ = _graphs("features")
+    for affinity in ("nearest_neighbors", "cosine"):
+        res = falcon_batch(graphs, 3, affinity=affinity, power=3.0, init=init,
+                           random_state=0, backend=backend, device="cpu")
+        for b, G in enumerate(graphs):
+            W = make_affinity(affinity, power=3.0).fit(G)
+            assert res.ncut[b] == pytest.approx(normalized_cut(W, res.labels[b]),
+                                                abs=1e-9)
+            assert len(np.unique(res.labels[b])) == 3
+            assert np.all(np.diff(res.objective_path[b]) >= 0)
+
+
 def test_falcon_batch_validation():
     X = [np.random.default_rng(0).random((20, 3))]
-    with pytest.raises(ValueError, match="affinity must be one of"):
-        falcon_batch(X, 2, affinity="nearest_neighbors")
+    with pytest.raises(ValueError, match="'affinity' parameter of falcon_batch"):
+        falcon_batch(X, 2, affinity="euclid")
     with pytest.raises(ValueError, match="n_clusters=30"):
         falcon_batch(X, 30, device="cpu")
-    with pytest.raises(ValueError, match="tau must be > 0"):
+    with pytest.raises(ValueError, match="'tau' parameter of falcon_batch"):
         falcon_batch(X, 2, tau=0.0)
+    with pytest.raises(ValueError, match="tau must be > 0"):
+        falcon_batch(X, 2, tau=[0.0])
     with pytest.raises(ValueError, match=r"init\[0\]"):
         falcon_batch(X, 2, init=[np.zeros(5, dtype=int)], device="cpu")
     with pytest.raises(ValueError, match="same number of features"):

@@ -1,17 +1,25 @@
 """Cosine + power affinity between patch tokens (DiffCut / Falcon style)."""
 
-import numbers
+from numbers import Real
 
 import numpy as np
+from sklearn.utils._param_validation import Interval, validate_params
+
+from .._affinity import cosine_power_affinity as _cosine_power_affinity
 
 __all__ = ["cosine_power_affinity"]
 
 
+@validate_params(
+    {"features": ["array-like"], "power": [Interval(Real, 0, None, closed="neither")]},
+    prefer_skip_nested_validation=True,
+)
 def cosine_power_affinity(features, power=10.0):
     """Dense affinity ``W = ((S - min S) / (max S - min S)) ** power``.
 
     ``S`` is the cosine-similarity matrix of the rows of ``features``. This is
-    the definition of ``FalconNCut(affinity="cosine", power=power)``.
+    the definition of ``FalconNCut(affinity="cosine", power=power)``, which
+    this function calls (in float32).
 
     Parameters
     ----------
@@ -36,8 +44,6 @@ def cosine_power_affinity(features, power=10.0):
            [0.995, 1.   , 0.1  ],
            [0.   , 0.1  , 1.   ]], dtype=float32)
     """
-    if not isinstance(power, numbers.Real) or not power > 0:
-        raise ValueError(f"power must be a positive number; got {power!r}.")
     f = np.asarray(features, dtype=np.float32)
     if f.ndim == 3:
         f = f.reshape(-1, f.shape[-1])
@@ -45,16 +51,4 @@ def cosine_power_affinity(features, power=10.0):
         raise ValueError(f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
-    norms = np.linalg.norm(f, axis=1, keepdims=True)
-    f = f / np.maximum(norms, np.float32(1e-12))
-    s = f @ f.T
-    s = (s + s.T) * np.float32(0.5)
-    lo, hi = float(s.min()), float(s.max())
-    if hi - lo <= 1e-12:
-        return np.ones_like(s)
-    s -= np.float32(lo)
-    s *= np.float32(1.0 / (hi - lo))
-    np.clip(s, 0.0, 1.0, out=s)
-    if power != 1:
-        s **= np.float32(power)
-    return s
+    return _cosine_power_affinity(f, power)[0]

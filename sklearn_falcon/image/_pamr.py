@@ -7,12 +7,13 @@ convex combination of the current masks, the refined arg-max only uses label
 ids already present: the number of segments can never increase.
 """
 
-import numbers
+from numbers import Integral
 
 import numpy as np
 from numba import njit, prange
+from sklearn.utils._param_validation import Interval, validate_params
 
-from .._kernels_numba import _CACHE
+from .._jit import CACHE as _CACHE
 
 __all__ = ["pamr"]
 
@@ -151,6 +152,16 @@ def _propagate(mask, aff, offs, n_iter):  # pragma: no cover - compiled
     return cur
 
 
+@validate_params(
+    {
+        "image": ["array-like"],
+        "labels": ["array-like"],
+        "n_iter": [Interval(Integral, 0, None, closed="left")],
+        "dilations": ["array-like"],
+        "device": "no_validation",
+    },
+    prefer_skip_nested_validation=True,
+)
 def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=None):
     """Refine a label map with PAMR using the image colours.
 
@@ -192,8 +203,6 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
             "expected (H, W, C) and (H, W)."
         )
-    if not isinstance(n_iter, numbers.Integral) or n_iter < 0:
-        raise ValueError(f"n_iter must be a non-negative integer; got {n_iter!r}.")
     dil = np.asarray(dilations, dtype=np.int64).reshape(-1)
     if dil.size == 0 or np.any(dil < 1):
         raise ValueError(f"dilations must be positive integers; got {dilations!r}.")
@@ -204,13 +213,32 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     offs = _offsets(dil.tolist())
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     if device is not None:
-        from .._backend import pamr_torch
-
-        idx = pamr_torch(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
-                         int(n_iter), device)
+        idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
+                              int(n_iter), device)
         return uniq[idx].astype(lab.dtype, copy=False)
     aff = _affinities(planes, offs, dil)
     mask = np.zeros((len(uniq), h * w), dtype=np.float32)
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0
     out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
     return uniq[np.argmax(out, axis=0)].astype(lab.dtype, copy=False)
+
+
+def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
+    """PAMR with the torch kernels of :mod:`._pamr_torch` on ``device``: the
+    ``(C, H, W)`` image and the ``(H, W)`` label indices in ``[0, n_labels)``
+    cross to the device and back through the NumPy/torch boundary."""
+    from .._backends import _boundary as bd
+    from .._backends._device import import_torch
+
+    torch = import_torch(f"pamr(device={device!r})", "device=None")
+    from . import _pamr_torch as pk
+
+    dev = bd.torch_device(device)
+    img = bd.to_tensor(planes, dev)
+    idx = bd.to_tensor(np.asarray(inv, dtype=np.int64), dev)
+    mask = torch.nn.functional.one_hot(idx, n_labels)
+    mask = mask.permute(2, 0, 1).to(torch.float32).contiguous()
+    offs = [(int(dy), int(dx)) for dy, dx in offsets]
+    aff = pk._affinities(img, offs, int(n_dilations))
+    out = pk._propagate(mask, aff, offs, int(n_iter))
+    return bd.to_numpy(out.argmax(dim=0))

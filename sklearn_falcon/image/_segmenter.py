@@ -1,25 +1,21 @@
 """ImageSegmenter: patch features -> Falcon normalized cut -> pixel masks."""
 
 import numbers
+import os
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import Interval, StrOptions
 
-from ._affinity import cosine_power_affinity
+from .._inits import INITS
+from .._stats import cluster_pair_weights
 from ._features import make_extractor
 from ._io import _is_torch_tensor, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample
 
 __all__ = ["ImageSegmenter", "select_n_segments"]
-
-
-def _cluster_stats(W, labels, k):
-    """Return (C, vol) with C[a, b] = sum of W over clusters a x b."""
-    onehot = np.zeros((W.shape[0], k), dtype=np.float64)
-    onehot[np.arange(W.shape[0]), labels] = 1.0
-    C = onehot.T @ (W @ onehot)
-    return C, C.sum(axis=1)
 
 
 def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
@@ -68,7 +64,8 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     """
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
-    C, vol = _cluster_stats(W, lab, k)
+    C = cluster_pair_weights(W, lab, k)
+    vol = C.sum(axis=1)
     groups = [[i] for i in range(k)]
     alive = list(range(k))
     vol = vol.copy()
@@ -123,9 +120,9 @@ class ImageSegmenter(BaseEstimator):
     2. extract a grid of patch features: the offline colour + texture +
        position extractor (``model="color"``, no weights needed) or any timm
        Vision Transformer (patch tokens or last-block attention keys);
-    3. build ``W = minmax(cosine(tokens)) ** power``;
-    4. cluster the tokens with :class:`~sklearn_falcon.FalconNCut`;
-    5. upsample to pixels by prototype reassignment over the bilinearly
+    3. cluster the tokens with :class:`~sklearn_falcon.FalconNCut` on
+       ``W = minmax(cosine(tokens)) ** power`` (``affinity="cosine"``);
+    4. upsample to pixels by prototype reassignment over the bilinearly
        upsampled features, then optionally refine with PAMR.
 
     Parameters
@@ -168,8 +165,9 @@ class ImageSegmenter(BaseEstimator):
         Conductance threshold of ``n_segments="auto"``.
     n_init : int, default=1
         Falcon initializations per image.
-    init : {"multilevel", "spectral", "random"}, default="multilevel"
-        Falcon's initialization on the token graph.  On the synthetic
+    init : {"multilevel", "kmeans", "spectral", "random"}, default="multilevel"
+        Falcon's initialization on the token graph (``"kmeans"``: on the
+        token features).  On the synthetic
         segmentation benchmark (``benchmarks/bench_segmentation.py``, 16
         images) ``"multilevel"`` gave the higher mIoU at 1,024 tokens (0.857
         against 0.842) in less time (0.015 s against 0.020 s per image); at
@@ -268,41 +266,39 @@ class ImageSegmenter(BaseEstimator):
             self._extractor_cache = (key, ext)
         return self._extractor_cache[1]
 
+    _parameter_constraints: dict = {
+        "model": "no_validation",
+        "n_segments": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+        "pretrained": ["boolean"],
+        "checkpoint_path": [str, os.PathLike, None],
+        "layer": [Integral],
+        "feature": [StrOptions({"token", "key"})],
+        "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
+        "patch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "power": [Interval(Real, 0, None, closed="neither"), None],
+        "refine": [StrOptions({"pamr", "none"}), None],
+        "pamr_iter": [Interval(Integral, 0, None, closed="left")],
+        "auto_range": [tuple, list],
+        "auto_threshold": [Interval(Real, 0, 1, closed="neither")],
+        "n_init": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions(set(INITS))],
+        "device": [str],
+        "random_state": ["random_state"],
+    }
+
     def _check_params(self):
-        n = self.n_segments
-        if not (n == "auto" if isinstance(n, str) else isinstance(n, numbers.Integral) and n >= 1):
-            raise ValueError(f"n_segments must be a positive integer or 'auto'; got {n!r}.")
-        if self.refine not in ("pamr", None, "none"):
-            raise ValueError(f"refine must be 'pamr' or None; got {self.refine!r}.")
-        if self.power is not None and (
-            not isinstance(self.power, numbers.Real) or not self.power > 0
-        ):
-            raise ValueError(f"power must be a positive number; got {self.power!r}.")
-        if not isinstance(self.pamr_iter, numbers.Integral) or self.pamr_iter < 0:
-            raise ValueError(f"pamr_iter must be a non-negative integer; got {self.pamr_iter!r}.")
+        self._validate_params()
         r = self.auto_range
-        if not (
-            isinstance(r, (tuple, list)) and len(r) == 2
-            and all(isinstance(v, numbers.Integral) for v in r) and 1 <= r[0] <= r[1]
-        ):
+        if not (len(r) == 2 and all(isinstance(v, numbers.Integral) for v in r)
+                and 1 <= r[0] <= r[1]):
             raise ValueError(
-                f"auto_range must be a pair of integers 1 <= low <= high; got {r!r}."
-            )
-        if not isinstance(self.auto_threshold, numbers.Real) or not 0 < self.auto_threshold < 1:
-            raise ValueError(
-                f"auto_threshold must be in (0, 1); got {self.auto_threshold!r}."
-            )
-        if not isinstance(self.n_init, numbers.Integral) or self.n_init < 1:
-            raise ValueError(f"n_init must be a positive integer; got {self.n_init!r}.")
-        if self.init not in ("multilevel", "spectral", "random"):
-            raise ValueError(
-                "init must be 'multilevel', 'spectral' or 'random'; got "
-                f"init={self.init!r}."
+                "The 'auto_range' parameter of ImageSegmenter must be a pair of "
+                f"integers 1 <= low <= high. Got {r!r} instead."
             )
 
     def _pamr_device(self):
         """The CUDA device that PAMR runs on, as Falcon does, or None (Numba)."""
-        from .._backend import resolve_backend
+        from .._backends import resolve_backend
 
         backend, device = resolve_backend("auto", str(self.device))
         return device if backend == "torch" else None
@@ -312,46 +308,37 @@ class ImageSegmenter(BaseEstimator):
             return float(self.power)
         return float(getattr(self._get_extractor(), "default_power", 10.0))
 
-    def _falcon(self, n_clusters, init=None):
+    def _falcon(self, n_clusters, affinity, init=None):
         from .._falcon import FalconNCut
 
-        init = self.init if init is None else init
-        device = "auto" if self.device == "auto" else self.device
         return FalconNCut(
             n_clusters=n_clusters,
-            affinity="precomputed",
-            init=init,
+            affinity=affinity,
+            power=self._power() if affinity == "cosine" else 1.0,
+            init=self.init if init is None else init,
             n_init=self.n_init,
-            device=device,
+            device=self.device,
             random_state=self.random_state,
         )
 
-    def cluster_tokens(self, W):
-        """Cluster tokens given their affinity; returns labels ``0..K-1``.
-
-        Parameters
-        ----------
-        W : ndarray of shape (n_tokens, n_tokens)
-            Token affinity.
-
-        Returns
-        -------
-        labels : ndarray of shape (n_tokens,)
-        """
-        n = W.shape[0]
+    def _cluster(self, X, affinity):
+        """Token labels ``0..K-1`` from token features (``affinity="cosine"``)
+        or from their affinity (``"precomputed"``)."""
+        n = X.shape[0]
         if self.n_segments == "auto":
             lo, hi = self.auto_range
             hi = min(hi, n)
             lo = min(lo, hi)
             if hi <= 1:
                 return np.zeros(n, dtype=np.int64)
-            over = self._falcon(hi).fit(W).labels_
+            est = self._falcon(hi, affinity).fit(X)
+            W = est.affinity_matrix_
             k, merged, _ = select_n_segments(
-                W, over, min_segments=lo, threshold=self.auto_threshold
+                W, est.labels_, min_segments=lo, threshold=self.auto_threshold
             )
             if k == 1:
                 return merged
-            return self._falcon(k, init=merged).fit(W).labels_
+            return self._falcon(k, "precomputed", init=merged).fit(W).labels_
         k = int(self.n_segments)
         if k > n:
             raise ValueError(
@@ -360,7 +347,22 @@ class ImageSegmenter(BaseEstimator):
             )
         if k == 1:
             return np.zeros(n, dtype=np.int64)
-        return self._falcon(k).fit(W).labels_
+        return self._falcon(k, affinity).fit(X).labels_
+
+    def cluster_tokens(self, W):
+        """Cluster tokens given their affinity; returns labels ``0..K-1``.
+
+        Parameters
+        ----------
+        W : ndarray of shape (n_tokens, n_tokens)
+            Token affinity (``init`` must be one that needs no features).
+
+        Returns
+        -------
+        labels : ndarray of shape (n_tokens,)
+        """
+        self._check_params()
+        return self._cluster(W, "precomputed")
 
     # -- public API -------------------------------------------------------
     def extract_features(self, image):
@@ -385,8 +387,9 @@ class ImageSegmenter(BaseEstimator):
         rgb = load_image(image)
         feats = self._get_extractor().extract(rgb)
         gh, gw = feats.shape[:2]
-        W = cosine_power_affinity(feats, power=self._power())
-        tok = self.cluster_tokens(W).reshape(gh, gw)
+        # FalconNCut forms W = cosine_power_affinity(tokens, power) itself (on
+        # the device, matrix-free, when Falcon runs on CUDA)
+        tok = self._cluster(feats.reshape(gh * gw, -1), "cosine").reshape(gh, gw)
         labels = prototype_upsample(feats, tok, rgb.shape[:2])
         if self.refine == "pamr" and self.pamr_iter > 0:
             labels = pamr(rgb, labels, n_iter=self.pamr_iter, device=self._pamr_device())

@@ -1,0 +1,29 @@
+"""Affinities: features or precomputed input -> a validated symmetric ``W``.
+
+:mod:`._kinds` holds one class per affinity and the registry
+:data:`AFFINITIES`; :mod:`._check` validates affinity matrices.
+"""
+
+from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
+from ._kinds import (
+    AFFINITIES,
+    Affinity,
+    cosine_power,
+    cosine_power_affinity,
+    make_affinity,
+)
+
+PRECOMPUTED = tuple(name for name, cls in AFFINITIES.items() if cls.precomputed)
+
+__all__ = [
+    "AFFINITIES",
+    "PRECOMPUTED",
+    "Affinity",
+    "check_affinity",
+    "check_cross_affinity",
+    "check_dtype_kind",
+    "clean_csr",
+    "cosine_power",
+    "cosine_power_affinity",
+    "make_affinity",
+]

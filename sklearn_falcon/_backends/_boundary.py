@@ -1,0 +1,101 @@
+"""The only place where NumPy arrays and torch tensors meet.
+
+Every conversion between the two goes through these functions: the torch
+problem (:mod:`._torch._problem`) and the torch PAMR path of
+:func:`sklearn_falcon.image.pamr` call them, and the torch kernels never see
+a NumPy array.  Importing this module does not import torch.
+"""
+
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._device import check_cuda, check_device_string, import_torch
+
+__all__ = [
+    "as_host_graph",
+    "copy_into",
+    "host_view",
+    "to_numpy",
+    "to_tensor",
+    "torch_device",
+    "torch_dtype",
+]
+
+
+def torch_device(device):
+    """A validated ``torch.device`` from a device string (``"auto"``:
+    CUDA when available) or a ``torch.device``."""
+    torch = import_torch()
+    if device is None or device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif isinstance(device, str):
+        check_device_string(device)
+        if device.startswith("cuda"):
+            check_cuda(torch, device)
+    return torch.device(device)
+
+
+def torch_dtype(dtype, device):
+    """Compute dtype: float32 on CUDA and float64 on the CPU by default."""
+    torch = import_torch()
+    if dtype is None:
+        return torch.float32 if torch.device(device).type == "cuda" else torch.float64
+    if isinstance(dtype, torch.dtype):
+        out = dtype
+    else:
+        name = np.dtype(dtype).name
+        out = {"float32": torch.float32, "float64": torch.float64}.get(name)
+    if out not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be float32 or float64; got dtype={dtype!r}.")
+    return out
+
+
+def to_tensor(array, device, dtype=None):
+    """A tensor on ``device`` from a NumPy array (or anything array-like);
+    ``dtype`` is a torch dtype, or None to keep the array's."""
+    torch = import_torch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # read-only arrays
+        t = torch.as_tensor(np.asarray(array))
+    return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
+
+
+def to_numpy(tensor):
+    """A NumPy copy of a tensor (detached, on the host)."""
+    return tensor.detach().cpu().numpy()
+
+
+def host_view(tensor):
+    """A NumPy view of a CPU tensor (zero copy; writes go to the tensor), or a
+    host copy of a CUDA one (write it back with :func:`copy_into`)."""
+    if tensor.device.type == "cpu":
+        return tensor.numpy()
+    return tensor.cpu().numpy()
+
+
+def copy_into(tensor, array):
+    """Write the NumPy ``array`` into ``tensor`` in place (any device)."""
+    torch = import_torch()
+    tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
+
+
+def as_host_graph(W):
+    """A graph as a scipy CSR matrix or a C-contiguous ndarray: torch input
+    (dense or sparse CSR) is brought to the host with its dtype."""
+    if sp.issparse(W):
+        return W.tocsr()
+    if type(W).__module__.startswith("torch"):
+        torch = import_torch()
+        W = W.detach()
+        if W.layout == torch.sparse_csr:
+            W = W.cpu()
+            return sp.csr_matrix(
+                (W.values().numpy(), W.col_indices().numpy(), W.crow_indices().numpy()),
+                shape=tuple(W.shape),
+            )
+        if W.layout != torch.strided:
+            W = W.to_dense()
+        return np.ascontiguousarray(W.cpu().numpy())
+    return np.ascontiguousarray(W)

@@ -1,0 +1,83 @@
+"""Device strings, and whether torch and CUDA are present (without importing
+torch where it can be avoided)."""
+
+import importlib.util
+import os
+import re
+import sys
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def check_device_string(device):
+    """Raise ValueError unless ``device`` is ``"auto"``, ``"cpu"``, ``"cuda"``
+    or ``"cuda:N"``."""
+    if not isinstance(device, str) or not _DEVICE_RE.match(device):
+        raise ValueError(
+            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got device={device!r}."
+        )
+
+
+def torch_available():
+    """Whether torch can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        return False
+
+
+def import_torch(what="backend='torch'", instead="backend='numba'"):
+    """``import torch``, or an ImportError that says what to install."""
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - exercised by simulation
+        raise ImportError(
+            f"{what} requires PyTorch, which is not installed. Install it "
+            "with `pip install sklearn-falcon[torch]` (or `pip install torch`), or "
+            f"use {instead}."
+        ) from exc
+    return torch
+
+
+def may_have_cuda():
+    """False when CUDA is certainly unavailable, without importing torch.
+
+    If torch is already imported, ask it.  Otherwise look for the NVIDIA
+    driver (Linux device nodes / proc entry) and honour an empty
+    ``CUDA_VISIBLE_DEVICES``; elsewhere (e.g. Windows) answer True and let
+    torch decide.  Importing torch costs seconds, and finding it 0.3 ms a
+    fit: both are skipped where no GPU can exist.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:  # None: an import of torch was blocked
+        return bool(torch.cuda.is_available())
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    if sys.platform.startswith("linux"):
+        return os.path.exists("/proc/driver/nvidia/version") or os.path.exists(
+            "/dev/nvidia0"
+        )
+    return sys.platform != "darwin"
+
+
+def cuda_present():
+    """Whether torch is installed and sees a CUDA device."""
+    if not may_have_cuda() or not torch_available():
+        return False
+    return bool(import_torch().cuda.is_available())
+
+
+def check_cuda(torch, device):
+    """``device`` (``"cuda"`` or ``"cuda:N"``) if it exists, else ValueError."""
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device={device!r} was requested but CUDA is not available "
+            "(torch.cuda.is_available() is False). Use device='cpu' or 'auto'."
+        )
+    index = int(device.split(":")[1]) if ":" in device else 0
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise ValueError(
+            f"device={device!r} was requested but only {count} CUDA device(s) exist."
+        )
+    return device

@@ -1,0 +1,155 @@
+"""Exact local moves: the polishing sweep of the Falcon solver (Numba).
+
+One sweep visits the nodes in order and applies, for each, the best strictly
+improving single move by the exact change of ``f`` (the weighted kernel
+k-means gain), updating ``labels``, ``WX``, ``vol`` and ``assoc`` in place.
+``f`` never decreases and no cluster is emptied.  Sequential by nature, it
+has no torch twin: :class:`sklearn_falcon._backends._torch.TorchProblem`
+runs these sweeps on the host.  Conventions as in :mod:`._kernels`.
+"""
+
+import numpy as np
+
+from ..._jit import jit as _jit
+
+
+@_jit
+def _best_move(i, a, di, wii, WX, vol, assoc):
+    """Cluster of the best strictly improving move of node ``i`` (in ``a``),
+    or -1: the exact change of ``f`` (weighted kernel k-means gain)."""
+    va = vol[a] - di
+    aa = assoc[a] - 2.0 * WX[i, a] + wii
+    base_a = assoc[a] / vol[a]
+    new_a = aa / va if va > 0.0 else 0.0
+    best_gain = 1e-12 * (base_a + 1e-300)  # ignore gains at rounding level
+    best_b = -1
+    for b in range(WX.shape[1]):
+        if b == a:
+            continue
+        ab = assoc[b] + 2.0 * WX[i, b] + wii
+        old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
+        gain = new_a - base_a + ab / (vol[b] + di) - old_b
+        if gain > best_gain:
+            best_gain = gain
+            best_b = b
+    return best_b
+
+
+@_jit
+def _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts):
+    """Move node ``i`` from ``a`` to ``b`` in every state but ``WX`` (whose
+    columns ``a`` and ``b`` the caller updates from the row of ``i``)."""
+    assoc[a] = assoc[a] - 2.0 * WX[i, a] + wii
+    vol[a] -= di
+    assoc[b] = assoc[b] + 2.0 * WX[i, b] + wii
+    vol[b] += di
+    labels[i] = b
+    counts[a] -= 1
+    counts[b] += 1
+
+
+@_jit
+def _cluster_counts(labels, n_clusters):
+    counts = np.zeros(n_clusters, dtype=np.int64)
+    for i in range(labels.shape[0]):
+        counts[labels[i]] += 1
+    return counts
+
+
+@_jit
+def local_move_sweep_csr(indptr, indices, data, degrees, labels, WX, vol, assoc):
+    """One sequential sweep of exact best single moves (weighted kernel k-means
+    style polishing) on a CSR graph.
+
+    For each node in turn, the exact change of ``f`` of moving it to each other
+    cluster is computed from ``WX``, ``vol`` and ``assoc``; the best strictly
+    positive move is applied and the state is updated in place.  ``f`` never
+    decreases.  A move that would empty a cluster is not considered.
+    Updates ``labels``, ``WX``, ``vol`` and ``assoc`` in place (they are the
+    solver's own work arrays) and returns the number of moves.
+    """
+    counts = _cluster_counts(labels, WX.shape[1])
+    n_moves = 0
+    for i in range(WX.shape[0]):
+        di = degrees[i]
+        a = labels[i]
+        if di <= 0.0 or counts[a] <= 1:
+            continue
+        wii = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                wii += data[p]
+        b = _best_move(i, a, di, wii, WX, vol, assoc)
+        if b >= 0:
+            _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts)
+            for p in range(indptr[i], indptr[i + 1]):
+                WX[indices[p], a] -= data[p]
+                WX[indices[p], b] += data[p]
+            n_moves += 1
+    return n_moves
+
+
+@_jit
+def local_move_sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts):
+    """Continue an exact local-move sweep over the nodes ``start .. start + m - 1``
+    given their dense rows of W.
+
+    This is the sweep of :func:`local_move_sweep_csr` for a W that exists only
+    in row blocks (the matrix-free torch path streams them from its device);
+    ``local_move_sweep_dense`` is this sweep over all rows at once.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (m, n)
+        Rows ``start .. start + m - 1`` of the symmetric ``W``.
+    start : int
+        Index of the node of ``rows[0]``.
+    degrees : ndarray of shape (n,)
+    labels : int64 ndarray of shape (n,)
+    WX : float64 ndarray of shape (n, K)
+    vol, assoc : float64 ndarray of shape (K,)
+    counts : int64 ndarray of shape (K,)
+        Cluster sizes; kept up to date across calls.
+
+    Returns
+    -------
+    n_moves : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._backends._numba import local_move_sweep_rows
+    >>> W = np.array([[1., 1., 0.], [1., 1., 0.], [0., 0., 1.]])
+    >>> labels = np.array([0, 1, 1])
+    >>> WX = W @ np.eye(2)[labels]
+    >>> d = W.sum(1)
+    >>> vol = np.bincount(labels, weights=d, minlength=2)
+    >>> assoc = np.bincount(labels, weights=WX[np.arange(3), labels], minlength=2)
+    >>> counts = np.bincount(labels, minlength=2)
+    >>> local_move_sweep_rows(W, 0, d, labels, WX, vol, assoc, counts), labels
+    (1, array([0, 0, 1]))
+    """
+    n_moves = 0
+    for t in range(rows.shape[0]):
+        i = start + t
+        di = degrees[i]
+        a = labels[i]
+        if di <= 0.0 or counts[a] <= 1:
+            continue
+        wii = rows[t, i]
+        b = _best_move(i, a, di, wii, WX, vol, assoc)
+        if b >= 0:
+            _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts)
+            for j in range(rows.shape[1]):
+                WX[j, a] -= rows[t, j]
+                WX[j, b] += rows[t, j]
+            n_moves += 1
+    return n_moves
+
+
+@_jit
+def local_move_sweep_dense(W, degrees, labels, WX, vol, assoc):
+    """Dense twin of :func:`local_move_sweep_csr`."""
+    counts = _cluster_counts(labels, WX.shape[1])
+    return local_move_sweep_rows(W, 0, degrees, labels, WX, vol, assoc, counts)
+

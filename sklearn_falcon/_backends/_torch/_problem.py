@@ -1,0 +1,360 @@
+"""A batch of graphs on a torch device (the torch backend's problem).
+
+Every NumPy <-> torch conversion goes through :mod:`.._boundary`; the
+kernels are those of :mod:`._kernels` and :mod:`._affinity`.  This module
+imports torch at import time; :mod:`sklearn_falcon._backends._torch` imports
+it only when a torch problem is built.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from .. import _boundary as bd
+from .._numba import _polish as npol
+from . import _kernels as tk
+from ._affinity import (
+    Affinity,
+    cluster_weights_features,
+    default_block_elems,
+    update_cluster_weights_features,
+)
+
+
+def _as_list(obj):
+    return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+
+
+class TorchProblem:
+    """A batch of ``B`` graphs on a torch device, solved with the kernels of
+    :mod:`sklearn_falcon._backends._torch` (the
+    :class:`~sklearn_falcon._solver.Problem` protocol).
+
+    The graphs are padded to a common size ``n``; padding nodes have no edge
+    and zero degree, never move and are not counted in cluster sizes.  Build
+    it with :meth:`from_affinity` (dense or sparse ``W``) or
+    :meth:`from_features` (matrix-free cosine or rbf affinity).  Per-graph
+    scalars cross to the solver as NumPy ``(B,)`` arrays and labels come
+    back as NumPy ``int64`` (:meth:`to_numpy`, :meth:`labels_list`).
+
+    ``polish`` (the exact sequential local-move sweep) has no data-parallel
+    form, so it runs the Numba sweep on the host: on the host copy of each
+    graph when the graphs are held explicitly (dense or sparse ``W``), and
+    for matrix-free problems on the rows of ``W``, computed block by block
+    on the device and streamed to ``local_move_sweep_rows``.  Either way the
+    sweep is the one of the Numba backend, node for node; the ``(n, K)``
+    state is shared with the tensors on the CPU (zero copy) and transferred
+    on CUDA.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._backends._torch import TorchProblem
+    >>> from sklearn_falcon._solver import solve
+    >>> W = np.kron(np.eye(2), np.ones((3, 3)))
+    >>> P = TorchProblem.from_affinity(W, 2, device="cpu")
+    >>> res = solve(P, [0, 0, 1, 1, 1, 0])
+    >>> res.labels[0].tolist(), float(res.objective[0])
+    ([0, 0, 0, 1, 1, 1], 2.0)
+    """
+
+    def __init__(self, kind, n_clusters, device, dtype, sizes, host_degrees, *,
+                 W=None, csr=None, affinity=None, host_graphs=None):
+        self.kind = kind
+        self.n_clusters = int(n_clusters)
+        self.device = device
+        self.dtype = dtype
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.n_graphs = len(sizes)
+        self.n_nodes = int(self.sizes.max())
+        B, n = self.n_graphs, self.n_nodes
+        self.valid = (torch.arange(n, device=device).unsqueeze(0)
+                      < bd.to_tensor(self.sizes, device).unsqueeze(1))
+        deg = np.zeros((B, n), dtype=np.float64)
+        for b, d in enumerate(host_degrees):
+            deg[b, : d.shape[0]] = d
+        self.degrees = bd.to_tensor(deg, device)
+        self.host_degrees = [np.ascontiguousarray(d, dtype=np.float64)
+                             for d in host_degrees]
+        self.W = W
+        self.csr = csr
+        self.affinity = affinity
+        self._host_graphs = host_graphs
+
+    # -- construction ----------------------------------------------------
+    @classmethod
+    def from_affinity(cls, graphs, n_clusters, *, device="cpu", dtype=None,
+                      degrees=None):
+        """Problem of one affinity ``W`` or of a list of them.
+
+        Parameters
+        ----------
+        graphs : {ndarray, sparse matrix, Tensor} or list of them
+            Symmetric nonnegative ``(n_b, n_b)`` affinities (not validated
+            here).  If any of them is sparse, all are held as one
+            block-diagonal CSR matrix; otherwise as a dense ``(B, n, n)``
+            tensor.
+        n_clusters : int
+        device : str or torch.device, default="cpu"
+        dtype : {None, "float32", "float64"} or torch.dtype, default=None
+            Compute dtype of ``W``; ``None`` means float32 on CUDA and
+            float64 on the CPU.  Cluster weights, scores and the objective
+            are float64 in any case.
+        degrees : ndarray or list of ndarray, default=None
+            Row sums of the graphs; computed when omitted.
+
+        Returns
+        -------
+        TorchProblem
+        """
+        device = bd.torch_device(device)
+        dtype = bd.torch_dtype(dtype, device)
+        host = [bd.as_host_graph(W) for W in _as_list(graphs)]
+        if degrees is None:
+            degrees = [np.asarray(W.sum(axis=1), dtype=np.float64).ravel() for W in host]
+        else:
+            degrees = [np.asarray(d, dtype=np.float64).ravel() for d in _as_list(degrees)]
+        sizes = [W.shape[0] for W in host]
+        B, n = len(host), max(sizes)
+        if any(sp.issparse(W) for W in host):
+            host = [W if sp.issparse(W) else sp.csr_matrix(W) for W in host]
+            blocks = []
+            for W in host:
+                Wp = W.copy()
+                Wp.resize((n, n))
+                blocks.append(Wp)
+            M = blocks[0] if B == 1 else sp.block_diag(blocks, format="csr")
+            M = sp.csr_matrix(M)
+            csr = (
+                bd.to_tensor(M.indptr.astype(np.int64), device),
+                bd.to_tensor(M.indices.astype(np.int64), device),
+                bd.to_tensor(M.data, device, dtype),
+            )
+            csr = csr + (tk.csr_rows(csr[0]),)
+            return cls("csr", n_clusters, device, dtype, sizes, degrees, csr=csr,
+                       host_graphs=host)
+        if B == 1:
+            Wt = bd.to_tensor(host[0], device, dtype).unsqueeze(0)
+        else:
+            Wt = torch.zeros(B, n, n, dtype=dtype, device=device)
+            for b, W in enumerate(host):
+                Wt[b, : W.shape[0], : W.shape[0]] = bd.to_tensor(W, device, dtype)
+        return cls("dense", n_clusters, device, dtype, sizes, degrees, W=Wt,
+                   host_graphs=host)
+
+    @classmethod
+    def from_features(cls, features, n_clusters, *, affinity="cosine", power=1.0,
+                      gamma=1.0, device="cpu", dtype=None, block_elems=None):
+        """Matrix-free problem of the dense affinity of features.
+
+        ``W`` is computed row block by row block whenever it is needed and
+        never stored: memory is ``O(B n (p + K))`` plus one block of
+        ``block_elems`` entries.
+
+        Parameters
+        ----------
+        features : array-like of shape (n, p), or list of them
+            One feature matrix per graph (the same ``p`` for all).
+        n_clusters : int
+        affinity : {"cosine", "rbf"}, default="cosine"
+            ``"cosine"``: min-max normalised cosine similarity raised to
+            ``power``; ``"rbf"``: ``exp(-gamma ||x - y||^2)``.  Both equal
+            the dense matrices of ``FalconNCut(affinity=...)``.
+        power : float, default=1.0
+        gamma : float, default=1.0
+        device : str or torch.device, default="cpu"
+        dtype : {None, "float32", "float64"} or torch.dtype, default=None
+            ``None``: float32 on CUDA, float64 on the CPU.
+        block_elems : int, default=None
+            Affinity entries formed at once; ``None``: 2**22 on the CPU and
+            2**25 on CUDA.
+
+        Returns
+        -------
+        TorchProblem
+        """
+        device = bd.torch_device(device)
+        dtype = bd.torch_dtype(dtype, device)
+        # sparse features are densified: the row blocks are dense anyway, and
+        # (n, p) is small next to the (n, n) affinity that is never formed
+        feats = [F.toarray() if sp.issparse(F) else np.asarray(F)
+                 for F in _as_list(features)]
+        if any(F.ndim != 2 for F in feats) or len({F.shape[1] for F in feats}) != 1:
+            raise ValueError(
+                "features must be 2-D arrays with the same number of columns; got "
+                f"shapes {[F.shape for F in feats]}."
+            )
+        sizes = [F.shape[0] for F in feats]
+        B, n, p = len(feats), max(sizes), feats[0].shape[1]
+        Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
+        for b, F in enumerate(feats):
+            Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
+        valid = (torch.arange(n, device=device).unsqueeze(0)
+                 < bd.to_tensor(np.asarray(sizes), device).unsqueeze(1))
+        A = Affinity(Xt, valid, affinity, power=power, gamma=gamma,
+                     block_elems=block_elems or default_block_elems(device))
+        d = bd.to_numpy(A.degrees())
+        degrees = [d[b, : sizes[b]] for b in range(B)]
+        return cls("features", n_clusters, device, dtype, sizes, degrees,
+                   affinity=A)
+
+    # -- helpers -----------------------------------------------------------
+    @property
+    def cosine_range(self):
+        """``(lo, hi)`` of the cosine similarities, per graph, as NumPy arrays
+        (matrix-free cosine problems only)."""
+        A = self.affinity
+        if A is None or A.kind != "cosine":
+            raise AttributeError("cosine_range exists only for affinity='cosine'.")
+        return (bd.to_numpy(A.lo.to(torch.float64)), bd.to_numpy(A.hi.to(torch.float64)))
+
+    def labels_list(self, labels):
+        """Per-graph NumPy label vectors, padding removed."""
+        arr = labels if isinstance(labels, np.ndarray) else self.to_numpy(labels)
+        return [arr[b, : self.sizes[b]].copy() for b in range(self.n_graphs)]
+
+    def cluster_statistics(self, labels):
+        """``(vol, assoc)`` of NumPy labels, as ``(B, K)`` NumPy arrays."""
+        X = self.from_labels(labels)
+        vol, assoc = self.stats(self.weights(X), X)
+        return bd.to_numpy(vol), bd.to_numpy(assoc)
+
+    def degrees_numpy(self):
+        """Per-graph degrees ``W 1`` as NumPy arrays."""
+        return [d.copy() for d in self.host_degrees]
+
+    # -- solver protocol ---------------------------------------------------
+    @property
+    def supports_polish(self):
+        return self._host_graphs is not None or self.affinity is not None
+
+    def compiled_graph(self):
+        """None: the batched kernels are driven by the Python loop, whose
+        overhead is small next to them."""
+        return None
+
+    def from_labels(self, labels):
+        B, n = self.n_graphs, self.n_nodes
+        if isinstance(labels, (list, tuple)) and len(labels) == B and B > 0 and (
+            np.ndim(labels[0]) == 1
+        ):
+            rows = [np.asarray(y, dtype=np.int64).ravel() for y in labels]
+        else:
+            arr = np.asarray(labels, dtype=np.int64)
+            arr = arr.reshape(1, -1) if arr.ndim == 1 else arr
+            rows = list(arr)
+        out = np.zeros((B, n), dtype=np.int64)
+        for b, y in enumerate(rows):
+            out[b, : self.sizes[b]] = y[: self.sizes[b]]
+        return bd.to_tensor(out, self.device)
+
+    def to_numpy(self, labels):
+        return bd.to_numpy(labels).astype(np.int64, copy=True)
+
+    def weights(self, labels):
+        K = self.n_clusters
+        if self.kind == "dense":
+            return tk.cluster_weights_dense(self.W, labels, K, self.valid)
+        if self.kind == "csr":
+            indptr, indices, data, rows = self.csr
+            WX = tk.cluster_weights_csr(indptr, indices, data, labels.reshape(-1), K,
+                                        rows=rows)
+            return WX.view(self.n_graphs, self.n_nodes, K)
+        return cluster_weights_features(self.affinity, labels, K)
+
+    def _update(self, WX, old, new):
+        if self.kind == "dense":
+            return tk.update_cluster_weights_dense(self.W, old, new, WX, self.valid)
+        if self.kind == "csr":
+            indptr, indices, data, _ = self.csr
+            out = tk.update_cluster_weights_csr(
+                indptr, indices, data, old.reshape(-1), new.reshape(-1),
+                WX.reshape(-1, self.n_clusters))
+            return out.view(WX.shape)
+        return update_cluster_weights_features(self.affinity, old, new, WX)
+
+    def candidate_stats(self, WX, vol, assoc, old, new):
+        """``(vol, assoc)`` of ``new``, through a temporary updated ``WX``."""
+        return self.stats(self._update(WX, old, new), new)
+
+    def commit(self, WX, old, new):
+        """``WX`` of ``new`` (a new tensor)."""
+        return self._update(WX, old, new)
+
+    def stats(self, WX, labels):
+        return tk.cluster_stats(WX, labels, self.degrees, self.n_clusters)
+
+    def objective(self, vol, assoc):
+        return bd.to_numpy(tk.objective(vol, assoc))
+
+    def step(self, WX, vol, assoc, labels, tau):
+        tau_t = bd.to_tensor(np.asarray(tau, dtype=np.float64), self.device)
+        new, moved = tk.proximal_step(WX, self.degrees, vol, assoc, labels, tau_t,
+                                      self.valid)
+        return new, bd.to_numpy(moved)
+
+    def select(self, mask, a, b):
+        mask = np.asarray(mask, dtype=bool)
+        if mask.all():
+            return a
+        if not mask.any():
+            return b
+        m = bd.to_tensor(mask, self.device)
+        return torch.where(m.view((-1,) + (1,) * (a.dim() - 1)), a, b)
+
+    def polish(self, labels, WX, vol, assoc):
+        """One exact local-move sweep per graph, in place, with the Numba
+        sweep on the host; returns moves per graph."""
+        if self._host_graphs is not None:
+            return self._polish_host(labels, WX, vol, assoc)
+        return self._polish_stream(labels, WX, vol, assoc)
+
+    def _host_state(self, labels, WX, vol, assoc):
+        return tuple(bd.host_view(t) for t in (labels, WX, vol, assoc))
+
+    def _copy_back(self, tensors, arrays):
+        if self.device.type != "cpu":  # on the CPU the views were written
+            for t, h in zip(tensors, arrays):
+                bd.copy_into(t, h)
+
+    def _polish_host(self, labels, WX, vol, assoc):
+        """The sweep on the host copies of explicit graphs."""
+        state = self._host_state(labels, WX, vol, assoc)
+        Xn, WXn, vn, an = state
+        moves = np.zeros(self.n_graphs, dtype=np.int64)
+        for b, G in enumerate(self._host_graphs):
+            nb = int(self.sizes[b])
+            args = (self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
+            if sp.issparse(G):
+                moves[b] = npol.local_move_sweep_csr(G.indptr, G.indices, G.data,
+                                                     *args)
+            else:
+                moves[b] = npol.local_move_sweep_dense(G, *args)
+        self._copy_back((labels, WX, vol, assoc), state)
+        return moves
+
+    def _polish_stream(self, labels, WX, vol, assoc):
+        """The sweep of a matrix-free problem: the rows of ``W`` are formed
+        block by block on the device and swept on the host in node order."""
+        state = self._host_state(labels, WX, vol, assoc)
+        Xn, WXn, vn, an = state
+        B, n, K = self.n_graphs, self.n_nodes, self.n_clusters
+        counts = [np.bincount(Xn[b, : self.sizes[b]], minlength=K).astype(np.int64)
+                  for b in range(B)]
+        moves = np.zeros(B, dtype=np.int64)
+        A = self.affinity
+        step = A.block_rows()
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            idx = torch.arange(r0, r1, device=self.device).expand(B, r1 - r0)
+            R = bd.to_numpy(A.rows(idx))
+            for b in range(B):
+                nb = int(self.sizes[b])
+                if r0 >= nb:
+                    continue
+                rows = np.ascontiguousarray(R[b, : min(r1, nb) - r0, :nb])
+                moves[b] += npol.local_move_sweep_rows(
+                    rows, r0, self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b],
+                    an[b], counts[b])
+        self._copy_back((labels, WX, vol, assoc), state)
+        return moves

@@ -1,0 +1,135 @@
+"""Initialization strategies: the registry and their common signature.
+
+Falcon is a local method: the labels it starts from decide the NCut it
+reaches.  Every strategy is an :class:`Init` of :data:`INITS`: a function
+``make(context) -> list of label arrays`` for one restart, where the
+:class:`InitContext` holds what the strategy may use (the graph, the
+features, the seed, the solver options of coarse refinements, and a cache
+shared by the restarts).  Every returned array labels the context's samples
+with all ``n_clusters`` clusters non-empty.  ``FalconNCut``, ``falcon_batch``
+and ``ImageSegmenter`` offer exactly the names of :data:`INITS`.
+
+To add a strategy: a module here with its function, and its entry in
+:data:`INITS` (and tests).
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .._solver import SolverOptions
+from ._multilevel import Hierarchy, multilevel_candidates
+from ._simple import fill_empty, kmeans_labels, random_labels
+from ._spectral import spectral_embedding_labels
+
+__all__ = ["INITS", "Init", "InitContext", "fill_empty", "make_starts",
+           "random_labels"]
+
+
+@dataclass
+class InitContext:
+    """What an initialization may use.
+
+    Attributes
+    ----------
+    n_clusters : int
+    rng : numpy.random.Generator
+        The seed, passed down from the estimator's ``random_state``.
+    options : SolverOptions
+        Options of the refinements an init runs itself (coarse levels).
+    W : CSR matrix or ndarray, default=None
+        The graph of the samples to label (no isolated nodes), when the init
+        needs one.
+    degrees : ndarray, default=None
+        ``W 1``.
+    X : ndarray, default=None
+        The features of the same samples, when the input has features.
+    cache : dict
+        State shared by the restarts of one fit (e.g. the hierarchy).
+    """
+
+    n_clusters: int
+    rng: np.random.Generator
+    options: SolverOptions = field(default_factory=SolverOptions)
+    W: object = None
+    degrees: object = None
+    X: object = None
+    cache: dict = field(default_factory=dict)
+
+    @property
+    def n_samples(self):
+        for a in (self.degrees, self.X):
+            if a is not None:
+                return a.shape[0]
+        return self.W.shape[0]
+
+
+@dataclass(frozen=True)
+class Init:
+    """One initialization strategy.
+
+    Attributes
+    ----------
+    name : str
+    make : callable
+        ``(InitContext) -> list of ndarray``: the candidate labellings of one
+        restart (the caller solves from each and keeps the best ``f``).
+    needs_graph : bool
+        Uses ``context.W`` (built from the features when the fit itself is
+        matrix-free).
+    needs_features : bool
+        Uses ``context.X`` (so it cannot start a precomputed affinity).
+    """
+
+    name: str
+    make: Callable
+    needs_graph: bool = False
+    needs_features: bool = False
+
+
+def _start_multilevel(ctx):
+    # the hierarchy is deterministic: built once, reused by every restart
+    H = ctx.cache.get("hierarchy")
+    candidates, H = multilevel_candidates(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
+                                          options=ctx.options.quieter(), hierarchy=H)
+    ctx.cache["hierarchy"] = H
+    return candidates
+
+
+def _start_spectral(ctx):
+    return [spectral_embedding_labels(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng)]
+
+
+def _start_kmeans(ctx):
+    return [kmeans_labels(ctx.X, ctx.n_clusters, ctx.rng)]
+
+
+def _start_random(ctx):
+    return [random_labels(ctx.n_samples, ctx.n_clusters, ctx.rng)]
+
+
+INITS = {
+    spec.name: spec
+    for spec in (
+        Init("multilevel", _start_multilevel, needs_graph=True),
+        Init("kmeans", _start_kmeans, needs_features=True),
+        Init("spectral", _start_spectral, needs_graph=True),
+        Init("random", _start_random),
+    )
+}
+
+
+def make_starts(init, context, n_init=1):
+    """The starting labellings of ``n_init`` restarts of the strategy
+    ``init`` (a name of :data:`INITS`), in order.  Pass each through
+    :func:`fill_empty` before solving from it (a safety net: the strategies
+    leave no cluster empty)."""
+    spec = INITS[init]
+    starts = []
+    for _ in range(n_init):
+        starts.extend(spec.make(context))
+    return starts
+
+
+__all__ += ["Hierarchy", "multilevel_candidates"]

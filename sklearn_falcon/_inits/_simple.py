@@ -1,0 +1,37 @@
+"""The simple starts: uniformly random labels, k-means++ on features, and
+the repair of empty clusters."""
+
+import numpy as np
+
+__all__ = ["fill_empty", "kmeans_labels", "random_labels"]
+
+
+def random_labels(n, n_clusters, rng):
+    """Uniform random labels in which every cluster has at least one node."""
+    labels = rng.integers(n_clusters, size=n)
+    labels[rng.permutation(n)[:n_clusters]] = np.arange(n_clusters)
+    return labels.astype(np.int64)
+
+
+def fill_empty(labels, n_clusters, rng):
+    """Give every empty cluster one node taken from the largest clusters
+    (a new array; ``labels`` is not modified)."""
+    labels = np.array(labels, dtype=np.int64, copy=True)
+    counts = np.bincount(labels, minlength=n_clusters)
+    for k in np.flatnonzero(counts == 0):
+        big = int(np.argmax(counts))
+        members = np.flatnonzero(labels == big)
+        i = members[rng.integers(members.size)]
+        labels[i] = k
+        counts[big] -= 1
+        counts[k] += 1
+    return labels
+
+
+def kmeans_labels(X, n_clusters, rng):
+    """k-means++ labels of feature vectors (one k-means run)."""
+    from sklearn.cluster import KMeans
+
+    seed = int(rng.integers(np.iinfo(np.int32).max))
+    km = KMeans(n_clusters=n_clusters, n_init=1, random_state=seed).fit(X)
+    return fill_empty(km.labels_, n_clusters, rng)

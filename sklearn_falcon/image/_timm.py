@@ -1,0 +1,316 @@
+"""Patch tokens (or attention keys) of a timm Vision Transformer.
+
+torch and timm are imported when a :class:`TimmFeatures` is built, never at
+import time.
+"""
+
+import copy
+import numbers
+from pathlib import Path
+
+import numpy as np
+
+from ._io import check_image_size
+
+__all__ = ["TimmFeatures"]
+
+_IMAGE_EXTRA_MSG = (
+    "requires torch and timm, which are not installed. Install the image extra: "
+    "pip install 'sklearn-falcon[image]'"
+)
+
+
+def _import_torch_timm(what):
+    try:
+        import timm  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"{what} {_IMAGE_EXTRA_MSG} ({exc}).") from exc
+    return torch, timm
+
+
+
+def _load_state_dict(path, torch):
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+        except ImportError as exc:
+            raise ImportError(
+                "Loading a .safetensors checkpoint requires the 'safetensors' package: "
+                "pip install 'sklearn-falcon[image]'."
+            ) from exc
+        state = load_file(str(path), device="cpu")
+    else:
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - report any decoding failure clearly
+            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
+    for key in ("state_dict_ema", "state_dict", "model", "module", "teacher"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not state:
+        raise ValueError(f"Checkpoint '{path}' does not contain a state dict.")
+    out = {}
+    for k, v in state.items():
+        for prefix in ("module.", "backbone.", "model."):
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+        out[k] = v
+    return out
+
+
+def _on_device(tensor, device):
+    """Whether ``tensor`` lives on ``device`` (``cuda`` matches any index)."""
+    return tensor.device.type == device.type and (
+        device.index is None or tensor.device.index == device.index
+    )
+
+
+class TimmFeatures:
+    """Patch tokens (or attention keys) of a timm Vision Transformer.
+
+    Parameters
+    ----------
+    model : str or torch.nn.Module
+        A timm model name (e.g. ``"vit_small_patch8_224.dino"``) or a
+        timm-style ViT module (with ``patch_embed``, ``blocks`` and
+        ``num_prefix_tokens``).
+    pretrained : bool, default=False
+        Load pretrained weights through timm (needs them in the local cache
+        or network access).
+    checkpoint_path : str or path-like, default=None
+        A local state dict (``torch.save``), ``.safetensors`` file or timm
+        training checkpoint (``{"state_dict": ...}``) to load.
+    layer : int, default=-1
+        Index of the transformer block whose output (or keys) is used.
+    feature : {"token", "key"}, default="token"
+        ``"token"``: the block's output patch tokens (the final norm is
+        applied for the last block); ``"key"``: the block's attention keys,
+        captured by a forward hook on its ``qkv`` (or ``k_proj``) linear.
+    resolution : int or (int, int), default=None
+        Target size of the shorter image side in pixels (aspect ratio kept,
+        both sides rounded to a multiple of the patch size), or an exact
+        ``(height, width)``. ``None`` uses the model's pretrained input size.
+        Models built without ``dynamic_img_size`` get their fixed input size.
+    device : str, default="cpu"
+        Torch device, or ``"auto"`` (CUDA if available).
+
+    Notes
+    -----
+    A module passed as ``model`` is never modified: when it must be
+    changed (a ``checkpoint_path`` to load, training mode, another device)
+    the extractor works on a deep copy; a module already in eval mode on
+    ``device`` is used as is, without a copy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image import TimmFeatures
+    >>> ext = TimmFeatures("vit_tiny_patch16_224", resolution=64)  # doctest: +SKIP
+    >>> ext.extract(np.zeros((64, 96, 3), np.uint8)).shape  # doctest: +SKIP
+    (4, 6, 192)
+    """
+
+    default_power = 10.0
+
+    def __init__(
+        self,
+        model,
+        *,
+        pretrained=False,
+        checkpoint_path=None,
+        layer=-1,
+        feature="token",
+        resolution=None,
+        device="cpu",
+    ):
+        torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
+        self._torch = torch
+        if feature not in ("token", "key"):
+            raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
+        if isinstance(model, str):
+            if not timm.is_model(model):
+                raise ValueError(
+                    f"Unknown timm model name {model!r}; see timm.list_models()."
+                )
+            try:
+                net = timm.create_model(
+                    model, pretrained=bool(pretrained), dynamic_img_size=True
+                )
+            except TypeError:  # architectures without dynamic_img_size support
+                net = timm.create_model(model, pretrained=bool(pretrained))
+        elif isinstance(model, torch.nn.Module):
+            net = model
+        else:
+            raise TypeError(
+                "model must be a timm model name or a torch.nn.Module; got "
+                f"{type(model).__name__}."
+            )
+        if not (hasattr(net, "patch_embed") and hasattr(net, "blocks")):
+            raise ValueError(
+                f"Model {type(net).__name__} is not a timm-style Vision Transformer "
+                "(needs 'patch_embed' and 'blocks')."
+            )
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
+        if net is model and (
+            checkpoint_path is not None
+            or net.training
+            or any(not _on_device(p, device) for p in net.parameters())
+        ):
+            # The caller's module is never changed (weights, mode, device):
+            # a private copy is loaded, switched to eval mode and moved.
+            net = copy.deepcopy(net)
+        if checkpoint_path is not None:
+            state = _load_state_dict(checkpoint_path, torch)
+            try:
+                res = net.load_state_dict(state, strict=False)
+            except RuntimeError as exc:  # shape mismatches
+                detail = " ".join(str(exc).split())
+                raise ValueError(
+                    f"Checkpoint '{checkpoint_path}' does not match the model: {detail[:300]}"
+                ) from None
+            ignored = ("head.", "fc_norm.", "head_drop.")
+            missing = [k for k in res.missing_keys if not k.startswith(ignored)]
+            unexpected = [k for k in res.unexpected_keys if not k.startswith(ignored)]
+            if missing or unexpected:
+                raise ValueError(
+                    f"Checkpoint '{checkpoint_path}' does not match the model: "
+                    f"{len(missing)} missing keys (e.g. {missing[:3]}), "
+                    f"{len(unexpected)} unexpected keys (e.g. {unexpected[:3]})."
+                )
+        n_blocks = len(net.blocks)
+        if not isinstance(layer, numbers.Integral) or not -n_blocks <= layer < n_blocks:
+            raise ValueError(
+                f"layer must be an integer in [{-n_blocks}, {n_blocks - 1}]; got {layer!r}."
+            )
+        self.device = device
+        self.model = net.eval().to(self.device)
+        self.layer = int(layer) % n_blocks
+        self.feature = feature
+        ps = net.patch_embed.patch_size
+        self.patch_size = (int(ps[0]), int(ps[1])) if not np.isscalar(ps) else (int(ps),) * 2
+        self.num_prefix_tokens = int(getattr(net, "num_prefix_tokens", 1))
+        self.dynamic = bool(getattr(net, "dynamic_img_size", False)) or bool(
+            getattr(net.patch_embed, "dynamic_img_pad", False)
+        )
+        from timm.data import resolve_data_config
+
+        cfg = resolve_data_config({}, model=net)
+        self.mean = np.asarray(cfg["mean"], dtype=np.float32)
+        self.std = np.asarray(cfg["std"], dtype=np.float32)
+        self.interpolation = cfg.get("interpolation", "bicubic")
+        fixed = getattr(net.patch_embed, "img_size", None) or cfg["input_size"][1:]
+        self.fixed_size = (int(fixed[0]), int(fixed[1]))
+        self.default_short = int(min(cfg["input_size"][1:]))
+        if resolution is not None:
+            ok = isinstance(resolution, numbers.Integral) and resolution > 0
+            ok = ok or (
+                isinstance(resolution, (tuple, list))
+                and len(resolution) == 2
+                and all(isinstance(r, numbers.Integral) and r > 0 for r in resolution)
+            )
+            if not ok:
+                raise ValueError(
+                    "resolution must be None, a positive int or a (height, width) pair; "
+                    f"got {resolution!r}."
+                )
+        self.resolution = resolution
+
+    def input_size(self, height, width):
+        """Network input size ``(H', W')`` used for an image of ``(height, width)``."""
+        ph, pw = self.patch_size
+        if not self.dynamic:
+            return self.fixed_size
+        if isinstance(self.resolution, (tuple, list)):
+            th, tw = self.resolution
+        else:
+            short = self.resolution or self.default_short
+            scale = short / min(height, width)
+            th, tw = height * scale, width * scale
+        return max(ph, int(round(th / ph)) * ph), max(pw, int(round(tw / pw)) * pw)
+
+    def preprocess(self, rgb):
+        """Resize and normalize an ``(H, W, 3)`` uint8 image into a (1, 3, H', W') tensor."""
+        from PIL import Image
+
+        check_image_size(rgb, self.patch_size)
+        th, tw = self.input_size(*rgb.shape[:2])
+        resample = {
+            "bicubic": Image.BICUBIC,
+            "bilinear": Image.BILINEAR,
+            "nearest": Image.NEAREST,
+            "lanczos": Image.LANCZOS,
+        }.get(self.interpolation, Image.BICUBIC)
+        img = Image.fromarray(rgb).resize((tw, th), resample=resample)
+        x = (np.asarray(img, dtype=np.float32) / 255.0 - self.mean) / self.std
+        x = np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+        return self._torch.from_numpy(x).to(self.device)
+
+    def _key_module(self):
+        attn = getattr(self.model.blocks[self.layer], "attn", None)
+        for name in ("qkv", "k_proj", "k"):
+            mod = getattr(attn, name, None) if attn is not None else None
+            if isinstance(mod, self._torch.nn.Linear):
+                return name, mod
+        raise ValueError(
+            f"feature='key' needs block {self.layer} to have an attention 'qkv' or "
+            "'k_proj' linear layer."
+        )
+
+    def extract(self, rgb):
+        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens removed."""
+        torch = self._torch
+        x = self.preprocess(rgb)
+        gh, gw = x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1]
+        captured = {}
+        handle = None
+        if self.feature == "key":
+            name, mod = self._key_module()
+
+            def hook(_module, _inp, out):
+                captured["out"] = out
+
+            handle = mod.register_forward_hook(hook)
+        try:
+            with torch.inference_mode():
+                if hasattr(self.model, "forward_intermediates"):
+                    last = self.layer == len(self.model.blocks) - 1
+                    out = self.model.forward_intermediates(
+                        x,
+                        indices=[self.layer],
+                        norm=last,
+                        stop_early=True,
+                        output_fmt="NLC",
+                        intermediates_only=True,
+                    )[0]
+                else:  # generic timm-style ViT: run the blocks by hand
+                    t = self.model.patch_embed(x)
+                    if hasattr(self.model, "_pos_embed"):
+                        t = self.model._pos_embed(t)
+                    for i, blk in enumerate(self.model.blocks):
+                        t = blk(t)
+                        if i == self.layer:
+                            break
+                    out = t[:, self.num_prefix_tokens:]
+        finally:
+            if handle is not None:
+                handle.remove()
+        if self.feature == "key":
+            qkv = captured["out"]
+            if name == "qkv":
+                dim = qkv.shape[-1] // 3
+                qkv = qkv[..., dim: 2 * dim]
+            out = qkv[:, self.num_prefix_tokens:]
+        out = out.reshape(out.shape[0], -1, out.shape[-1])
+        if out.shape[1] != gh * gw:
+            raise RuntimeError(
+                f"Expected {gh * gw} patch tokens for a {gh}x{gw} grid, got "
+                f"{out.shape[1]}; is num_prefix_tokens={self.num_prefix_tokens} right?"
+            )
+        return out[0].reshape(gh, gw, -1).float().cpu().numpy().astype(np.float32)

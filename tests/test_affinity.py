@@ -1,0 +1,60 @@
+"""The affinities: the registry, the one definition of each formula, and the
+checks of precomputed matrices."""
+
+import numpy as np
+import pytest
+from shared import random_graph as _graph
+from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
+
+from sklearn_falcon import FalconNCut
+from sklearn_falcon._affinity import AFFINITIES, PRECOMPUTED, cosine_power_affinity
+from sklearn_falcon._affinity import _check as nk
+from sklearn_falcon._backends import BACKENDS
+
+
+def test_constraints_and_precomputed_names_derive_from_the_registry():
+    opts = FalconNCut._parameter_constraints["affinity"][0].options
+    assert set(opts) == set(AFFINITIES)
+    assert set(PRECOMPUTED) == {"precomputed", "precomputed_nearest_neighbors"}
+    # every matrix-free affinity of a backend is a registered one
+    for spec in BACKENDS.values():
+        assert set(spec.matrix_free_affinities) <= set(AFFINITIES)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cosine_power_is_the_estimator_definition(dtype):
+    X = np.random.default_rng(0).normal(size=(60, 5)).astype(dtype)
+    W, lo, hi = cosine_power_affinity(X, 3.0)
+    S = cosine_similarity(X)
+    np.testing.assert_allclose(W, np.clip((S - lo) / (hi - lo), 0, 1) ** 3,
+                               rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert W.dtype == dtype
+    est = FalconNCut(3, affinity="cosine", power=3.0, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.affinity_matrix_, W)
+    # new samples use the training range
+    A = est._affinity.cross(X[:5])
+    np.testing.assert_allclose(A, W[:5], rtol=1e-5)
+
+
+def test_constant_similarities_give_all_ones():
+    X = np.ones((6, 3))
+    W, lo, hi = cosine_power_affinity(X, 2.0)
+    np.testing.assert_array_equal(W, np.ones((6, 6)))
+
+
+def test_rbf_is_sklearn_rbf_kernel():
+    X = np.random.default_rng(1).normal(size=(40, 3))
+    est = FalconNCut(3, affinity="rbf", gamma=0.3, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.affinity_matrix_, rbf_kernel(X, gamma=0.3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_asymmetry_dense(dtype):
+    W, _ = _graph(n=150, seed=4, dtype=dtype)  # more than two 64-wide tiles
+    assert nk.max_asymmetry_dense(W) == 0.0
+    A = W.copy()
+    A[3, 140] += 0.25
+    A[100, 7] -= 0.5
+    assert nk.max_asymmetry_dense(A) == pytest.approx(np.abs(A - A.T).max())
+
+
