@@ -192,10 +192,13 @@ def warm_up(bench, cuda):
     for dev in ["cpu"] + (["cuda"] if cuda else []):
         for dt in ("float32", "float64"):
             for y0 in inits[:2]:
-                solve(TorchProblem.from_affinity(W, 4, device=dev, dtype=dt), y0, SolverOptions(polish=False))
-                solve(TorchProblem.from_affinity(Ws, 4, device=dev, dtype=dt), y0, SolverOptions(polish=False))
+                no_polish = SolverOptions(polish=False)
+                solve(TorchProblem.from_affinity(W, 4, device=dev, dtype=dt), y0,
+                      no_polish)
+                solve(TorchProblem.from_affinity(Ws, 4, device=dev, dtype=dt), y0,
+                      no_polish)
                 solve(TorchProblem.from_features(F, 4, power=POWER, device=dev,
-                                                 dtype=dt), y0, SolverOptions(polish=False))
+                                                 dtype=dt), y0, no_polish)
             solve(TorchProblem.from_affinity(Wk, 20, device=dev, dtype=dt),
                   noisy_init(yk, 20), SolverOptions(polish=False))
         bench.sync(dev)

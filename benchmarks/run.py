@@ -885,10 +885,12 @@ def _torch_matrix_free():
     except Exception:
         return False, "torch is not installed"
     try:
+        from sklearn_falcon._affinity import AFFINITIES
         from sklearn_falcon._backends import BACKENDS
     except Exception as exc:  # pragma: no cover
         return False, f"sklearn_falcon has no matrix-free path ({exc})"
-    if "cosine" not in BACKENDS["torch"].matrix_free_affinities:
+    if BACKENDS["torch"].make_problem_from_features is None or not (
+            AFFINITIES["cosine"].matrix_free):
         return False, "the torch backend has no matrix-free cosine affinity"
     return True, ("sklearn_falcon._batch.falcon_batch(affinity='cosine', "
                   "backend='torch', device='cpu'), k-means start")

@@ -29,6 +29,9 @@ from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
 from ._threads import fit_threads
 
+# the solver settings have their defaults in one place
+_DEFAULTS = SolverOptions()
+
 __all__ = ["BatchResult", "falcon_batch"]
 
 
@@ -166,12 +169,12 @@ def falcon_batch(
     n_neighbors=10,
     init="random",
     random_state=None,
-    max_iter=100,
-    tol=1e-6,
-    tau=0.01,
-    gamma_backtrack=2.0,
-    delta=1e-4,
-    polish=True,
+    max_iter=_DEFAULTS.max_iter,
+    tol=_DEFAULTS.tol,
+    tau=_DEFAULTS.tau,
+    gamma_backtrack=_DEFAULTS.gamma_backtrack,
+    delta=_DEFAULTS.delta,
+    polish=_DEFAULTS.polish,
     backend="auto",
     device="auto",
     dtype=None,
@@ -210,7 +213,7 @@ def falcon_batch(
     n_neighbors : int, default=10
         Neighbours of the kNN affinities, and of the kNN graph on which the
         graph initializations start a matrix-free graph.
-    init : {"multilevel", "kmeans", "spectral", "random"} or list of \\
+    init : {"multilevel", "kmeans", "spectral", "random"} or list of \
             array-like, default="random"
         Initial labels of each graph, as in
         :class:`~sklearn_falcon.FalconNCut` (of the candidates of
@@ -287,7 +290,8 @@ def falcon_batch(
     options = SolverOptions(max_iter=max_iter, tol=tol, tau=tau_arr,
                             gamma_backtrack=gamma_backtrack, delta=delta,
                             polish=polish, verbose=verbose)
-    matrix_free = spec.batched and affinity in spec.matrix_free_affinities
+    matrix_free = (spec.batched and spec.make_problem_from_features is not None
+                   and AFFINITIES[affinity].matrix_free)
     if matrix_free:
         Ws = [None] * B
     elif affinity == "precomputed":

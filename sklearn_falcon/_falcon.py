@@ -17,6 +17,9 @@ from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, so
 from ._stats import cluster_statistics, degrees_of, ncut_from_objective, ncut_of
 from ._threads import fit_threads
 
+# the solver settings have their defaults in one place
+_DEFAULTS = SolverOptions()
+
 
 class FalconNCut(ClusterMixin, BaseEstimator):
     """Discrete K-way normalized-cut clustering with the Falcon solver.
@@ -124,7 +127,13 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
 
     n_jobs : int, default=None
-        Parallel jobs of the nearest-neighbour search.
+        Parallelism of the fit and of ``predict``: the jobs of the
+        nearest-neighbour search, and the threads of the Numba kernels for
+        the duration of the call (restored afterwards).  ``None`` keeps
+        Numba's setting (all cores unless ``NUMBA_NUM_THREADS`` says
+        otherwise), ``-1`` uses all cores, ``-2`` all but one; at most
+        Numba's thread count.  While the Numba backend solves, BLAS runs on
+        one thread (it would compete with the kernels for the same cores).
 
     random_state : int, RandomState instance or None, default=None
         Seed of the initialization.
@@ -217,12 +226,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         power=1.0,
         init="multilevel",
         n_init=1,
-        max_iter=100,
-        tol=1e-6,
-        tau=0.01,
-        gamma_backtrack=2.0,
-        delta=1e-4,
-        polish=True,
+        max_iter=_DEFAULTS.max_iter,
+        tol=_DEFAULTS.tol,
+        tau=_DEFAULTS.tau,
+        gamma_backtrack=_DEFAULTS.gamma_backtrack,
+        delta=_DEFAULTS.delta,
+        polish=_DEFAULTS.polish,
         backend="auto",
         device="auto",
         n_jobs=None,
@@ -369,7 +378,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self._affinity = self._make_affinity()
         spec = BACKENDS[backend]
         W, problem = None, None
-        if self.affinity in spec.matrix_free_affinities:
+        if spec.make_problem_from_features is not None and self._affinity.matrix_free:
             problem = spec.make_problem_from_features(
                 X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
                 device=device,
@@ -470,10 +479,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
-        A = self._affinity.cross(X)
-        return out_of_sample_labels(
-            A, self.labels_, self.cluster_volumes_, self.cluster_associations_
-        )
+        with fit_threads(self.n_jobs, limit_blas=False):
+            A = self._affinity.cross(X)
+            return out_of_sample_labels(A, self.labels_, self.cluster_volumes_,
+                                        self.cluster_associations_)
 
     def score(self, X, y=None):
         """Negative NCut of ``predict(X)`` on the affinity graph of ``X``.

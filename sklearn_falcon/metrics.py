@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from ._affinity import check_dtype_kind
+from ._affinity import check_dtype_kind, check_nonnegative
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
 
@@ -30,11 +30,7 @@ def _cluster_terms(W, labels):
     if labels.size and not np.issubdtype(labels.dtype, np.integer):
         if not np.all(np.mod(labels, 1) == 0):
             raise ValueError("labels must be integers.")
-    data = W.data if sp.issparse(W) else W
-    if data.size and data.min() < 0:
-        raise ValueError(
-            f"W must be nonnegative; found a minimum value of {float(data.min()):.6g}."
-        )
+    check_nonnegative(W.data if sp.issparse(W) else W, "W")
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
     return cluster_statistics(W, y, K)

@@ -16,9 +16,14 @@ def test_constraints_and_precomputed_names_derive_from_the_registry():
     opts = FalconNCut._parameter_constraints["affinity"][0].options
     assert set(opts) == set(AFFINITIES)
     assert set(PRECOMPUTED) == {"precomputed", "precomputed_nearest_neighbors"}
-    # every matrix-free affinity of a backend is a registered one
-    for spec in BACKENDS.values():
-        assert set(spec.matrix_free_affinities) <= set(AFFINITIES)
+    # a backend with matrix-free problems forms every matrix-free affinity
+    matrix_free = {n for n, cls in AFFINITIES.items() if cls.matrix_free}
+    assert matrix_free == {"cosine", "rbf"}
+    assert any(spec.make_problem_from_features for spec in BACKENDS.values())
+    torch = pytest.importorskip("torch")  # noqa: F841
+    from sklearn_falcon._backends._torch._affinity import Affinity
+
+    assert set(Affinity.KINDS) == matrix_free
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from shared import random_graph
 
 from sklearn_falcon import normalized_cut
 from sklearn_falcon.metrics import normalized_association
@@ -25,8 +26,7 @@ def naive_ncut(W, labels):
 def test_normalized_cut_matches_naive(seed, fmt):
     rng = np.random.default_rng(seed)
     n, K = 40, 4
-    A = rng.random((n, n)) * (rng.random((n, n)) < 0.3)
-    W = A + A.T
+    W, _ = random_graph(n, seed=seed, density=0.3)
     labels = rng.integers(K, size=n)
     ref = naive_ncut(W, labels)
     Win = W if fmt == "dense" else getattr(sp, f"{fmt}_matrix")(W)

@@ -3,14 +3,13 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from shared import random_graph
 
 from sklearn_falcon import FalconNCut
 
 
 def _W(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    A = rng.random((n, n))
-    return A + A.T
+    return random_graph(n, seed=seed, density=1.0)[0]
 
 
 def _fit_pre(W, **kw):

@@ -4,7 +4,13 @@
 :data:`AFFINITIES`; :mod:`._check` validates affinity matrices.
 """
 
-from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
+from ._check import (
+    check_affinity,
+    check_cross_affinity,
+    check_dtype_kind,
+    check_nonnegative,
+    clean_csr,
+)
 from ._kinds import (
     AFFINITIES,
     Affinity,
@@ -22,6 +28,7 @@ __all__ = [
     "check_affinity",
     "check_cross_affinity",
     "check_dtype_kind",
+    "check_nonnegative",
     "clean_csr",
     "cosine_power",
     "cosine_power_affinity",

@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from .._jit import jit
 
-__all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind", "clean_csr"]
+__all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
+           "check_nonnegative", "clean_csr"]
 
 
 def check_dtype_kind(X, name="X"):
@@ -120,7 +121,7 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     else:
         W = np.array(W, order="C", copy=True)
         data = W
-    _check_nonnegative(data, name)
+    check_nonnegative(data, name)
     scale = float(data.max()) if data.size else 0.0  # data >= 0 here
     if tol is None:
         tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
@@ -142,7 +143,9 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     return W
 
 
-def _check_nonnegative(data, name):
+def check_nonnegative(data, name):
+    """Raise ValueError, naming ``name`` and the minimum, if ``data`` (the
+    values of an affinity) has a negative entry."""
     if data.size and data.min() < 0:
         raise ValueError(
             f"The affinity {name} must be nonnegative; found a minimum value of "
@@ -157,5 +160,5 @@ def check_cross_affinity(A, n_train, *, name="X"):
             f"For a precomputed affinity, predict expects the cross-affinity {name} "
             f"of shape (n_new, n_train={n_train}); got shape={A.shape}."
         )
-    _check_nonnegative(A.data if sp.issparse(A) else A, name)
+    check_nonnegative(A.data if sp.issparse(A) else A, name)
     return sp.csr_matrix(A) if sp.issparse(A) else A

@@ -9,7 +9,8 @@ matrix-free path are tested against it.  :data:`AFFINITIES` maps the
 ``falcon_batch``'s options derive from it.
 
 To add an affinity: a subclass of :class:`Affinity` here, with its entry in
-:data:`AFFINITIES` (and tests).
+:data:`AFFINITIES` (and tests); to form it matrix-free, its row formula in
+``_backends/_torch/_affinity.py`` too.
 """
 
 import numpy as np
@@ -68,8 +69,10 @@ class Affinity:
 
     Subclasses set ``name``, ``precomputed`` (the input is an affinity or a
     distance matrix, not features) and implement :meth:`fit` and
-    :meth:`cross`; a matrix-free one (the torch backend's row blocks)
-    implements :meth:`adopt` and :meth:`recompute` too.
+    :meth:`cross`.  A ``matrix_free`` one is formed in row blocks by every
+    backend that offers matrix-free problems (the torch backend's
+    :class:`~sklearn_falcon._backends._torch._affinity.Affinity` holds its
+    row formula), and implements :meth:`adopt` and :meth:`recompute` too.
 
     Parameters
     ----------
@@ -79,6 +82,7 @@ class Affinity:
 
     name = None
     precomputed = False
+    matrix_free = False
 
     def __init__(self, *, n_neighbors=10, gamma=1.0, power=1.0, n_jobs=None):
         self.n_neighbors = n_neighbors
@@ -168,6 +172,7 @@ class RBFAffinity(Affinity):
     (:func:`sklearn.metrics.pairwise.rbf_kernel`)."""
 
     name = "rbf"
+    matrix_free = True
 
     def adopt(self, X, problem):
         """Record a matrix-free fit on ``X`` (the state :meth:`fit` leaves,
@@ -194,6 +199,7 @@ class CosineAffinity(Affinity):
     and raised to ``power`` (:func:`cosine_power`)."""
 
     name = "cosine"
+    matrix_free = True
 
     def adopt(self, X, problem):
         """Record a matrix-free fit on ``X``, with the similarity range the

@@ -4,7 +4,7 @@ A backend is one entry of :data:`BACKENDS` plus its own subpackage
 (:mod:`._numba`, :mod:`._torch`), which holds its kernels and its problem
 class (the :class:`~sklearn_falcon._solver.Problem` protocol).  Everything
 else derives from the registry: the ``backend`` parameter's options,
-``backend="auto"``, the matrix-free affinities and the batched solves.
+``backend="auto"``, the matrix-free path and the batched solves.
 :mod:`._device` resolves device strings; :mod:`._boundary` is the only
 NumPy <-> torch conversion.
 
@@ -17,7 +17,7 @@ Examples
 ('numba', 'cpu')
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import _numba, _torch
@@ -45,9 +45,9 @@ class Backend:
         ``(W, n_clusters, *, device, degrees, dtype) -> Problem``.
     make_problem_from_features : callable or None
         ``(X, n_clusters, *, affinity, power, gamma, device, dtype,
-        block_elems) -> Problem``: a matrix-free problem, if offered.
-    matrix_free_affinities : tuple of str
-        Affinities that ``make_problem_from_features`` forms in row blocks.
+        block_elems) -> Problem``: a matrix-free problem, if offered; it
+        forms every affinity marked ``matrix_free`` in
+        :data:`sklearn_falcon._affinity.AFFINITIES`.
     batched : bool
         Whether one problem holds a batch of graphs (``falcon_batch``).
     limit_blas : bool
@@ -61,7 +61,6 @@ class Backend:
     resolve_device: Callable
     make_problem: Callable
     make_problem_from_features: Optional[Callable] = None
-    matrix_free_affinities: tuple = field(default=())
     batched: bool = False
     limit_blas: bool = False
 
@@ -89,8 +88,7 @@ BACKENDS = {
     "torch": Backend(
         name="torch", devices=("cpu", "cuda"), is_available=torch_available,
         resolve_device=_torch.resolve_device, make_problem=_torch.make_problem,
-        make_problem_from_features=_torch.make_problem_from_features,
-        matrix_free_affinities=_torch.MATRIX_FREE_AFFINITIES, batched=True,
+        make_problem_from_features=_torch.make_problem_from_features, batched=True,
     ),
 }
 

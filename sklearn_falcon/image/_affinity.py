@@ -48,7 +48,8 @@ def cosine_power_affinity(features, power=10.0):
     if f.ndim == 3:
         f = f.reshape(-1, f.shape[-1])
     if f.ndim != 2 or f.shape[0] == 0:
-        raise ValueError(f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
+        raise ValueError(
+            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
     return _cosine_power_affinity(f, power)[0]

@@ -283,6 +283,16 @@ def _pair_delta(assoc, w, a_j, b_j, a_i, b_i):
 
 
 @_jit
+def _single_move_delta(vol, assoc, dj, WX, j, a, b):
+    """The terms of node ``j`` moving from ``a`` to ``b`` that do not involve
+    other moved nodes: its degree, and ``2 diag(D' WX)``."""
+    vol[a] -= dj
+    vol[b] += dj
+    assoc[b] += 2.0 * WX[j, b]
+    assoc[a] -= 2.0 * WX[j, a]
+
+
+@_jit
 def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, WX,
                         vol, assoc):
     """``(vol, assoc)`` of ``new_labels`` from the state of ``old_labels``,
@@ -300,10 +310,7 @@ def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, 
         b = new_labels[j]
         if a == b:
             continue
-        vol2[a] -= degrees[j]
-        vol2[b] += degrees[j]
-        assoc2[b] += 2.0 * WX[j, b]
-        assoc2[a] -= 2.0 * WX[j, a]
+        _single_move_delta(vol2, assoc2, degrees[j], WX, j, a, b)
         for p in range(indptr[j], indptr[j + 1]):
             i = indices[p]
             if old_labels[i] != new_labels[i]:
@@ -328,10 +335,7 @@ def _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol, as
     for j in moved:
         a = old_labels[j]
         b = new_labels[j]
-        vol2[a] -= degrees[j]
-        vol2[b] += degrees[j]
-        assoc2[b] += 2.0 * WX[j, b]
-        assoc2[a] -= 2.0 * WX[j, a]
+        _single_move_delta(vol2, assoc2, degrees[j], WX, j, a, b)
         for i in moved:
             _pair_delta(assoc2, W[j, i], a, b, old_labels[i], new_labels[i])
     return vol2, assoc2

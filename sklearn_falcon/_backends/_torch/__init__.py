@@ -8,11 +8,8 @@ raise an ImportError that says what to install when torch is missing.
 
 from .._device import check_cuda, import_torch
 
-__all__ = ["MATRIX_FREE_AFFINITIES", "TorchProblem", "make_problem",
-           "make_problem_from_features", "resolve_device"]
-
-# The affinities whose rows :class:`._affinity.Affinity` forms on the device.
-MATRIX_FREE_AFFINITIES = ("cosine", "rbf")
+__all__ = ["TorchProblem", "make_problem", "make_problem_from_features",
+           "resolve_device"]
 
 
 def resolve_device(device):
@@ -39,11 +36,6 @@ def make_problem_from_features(X, n_clusters, *, affinity="cosine", power=1.0,
                                gamma=1.0, device="cpu", dtype=None,
                                block_elems=None):
     """:meth:`TorchProblem.from_features`: a matrix-free problem."""
-    if affinity not in MATRIX_FREE_AFFINITIES:
-        raise ValueError(
-            f"A matrix-free affinity must be one of {MATRIX_FREE_AFFINITIES}; got "
-            f"affinity={affinity!r}."
-        )
     import_torch()
     from ._problem import TorchProblem
 

@@ -51,6 +51,9 @@ class Affinity:
     tensor([[[1.0000, 0.5000, 0.0000]]], dtype=torch.float64)
     """
 
+    # the affinities marked matrix_free in sklearn_falcon._affinity.AFFINITIES
+    KINDS = ("cosine", "rbf")
+
     def __init__(self, X, valid, kind="cosine", *, power=1.0, gamma=1.0,
                  block_elems=2**22):
         self.kind = kind
@@ -76,7 +79,7 @@ class Affinity:
             self.X = X * vmask if padded else X
             self.sqn = (self.X * self.X).sum(dim=2)
         else:
-            raise ValueError(f"kind must be 'cosine' or 'rbf'; got kind={kind!r}.")
+            raise ValueError(f"kind must be one of {self.KINDS}; got kind={kind!r}.")
 
     @property
     def dtype(self):
@@ -109,7 +112,8 @@ class Affinity:
         for idx in self._row_blocks():
             S = torch.bmm(self._gather(idx), self.X.transpose(1, 2))
             if padded:  # in place, so that one block is the only big buffer
-                bad = ~(self.valid.unsqueeze(1) & self.valid.gather(1, idx).unsqueeze(-1))
+                bad = ~(self.valid.unsqueeze(1)
+                        & self.valid.gather(1, idx).unsqueeze(-1))
                 S.masked_fill_(bad, torch.inf)
                 lo = torch.minimum(lo, S.amin(dim=(1, 2)))
                 S.masked_fill_(bad, -torch.inf)

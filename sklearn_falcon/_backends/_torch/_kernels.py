@@ -277,7 +277,8 @@ def proximal_step(WX, degrees, vol, assoc, labels, tau, valid=None):
     --------
     >>> import torch
     >>> from sklearn_falcon._backends._torch import _kernels as tk
-    >>> W = torch.tensor([[[1., 1., 0.], [1., 1., 0.], [0., 0., 1.]]], dtype=torch.float64)
+    >>> W = torch.tensor([[[1., 1., 0.], [1., 1., 0.], [0., 0., 1.]]],
+    ...                  dtype=torch.float64)
     >>> labels = torch.tensor([[0, 1, 1]])
     >>> WX = tk.cluster_weights_dense(W, labels, 2)
     >>> d = W.sum(-1)

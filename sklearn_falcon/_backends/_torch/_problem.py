@@ -111,9 +111,11 @@ class TorchProblem:
         dtype = bd.torch_dtype(dtype, device)
         host = [bd.as_host_graph(W) for W in _as_list(graphs)]
         if degrees is None:
-            degrees = [np.asarray(W.sum(axis=1), dtype=np.float64).ravel() for W in host]
+            degrees = [np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+                       for W in host]
         else:
-            degrees = [np.asarray(d, dtype=np.float64).ravel() for d in _as_list(degrees)]
+            degrees = [np.asarray(d, dtype=np.float64).ravel()
+                       for d in _as_list(degrees)]
         sizes = [W.shape[0] for W in host]
         B, n = len(host), max(sizes)
         if any(sp.issparse(W) for W in host):
@@ -173,6 +175,11 @@ class TorchProblem:
         -------
         TorchProblem
         """
+        if affinity not in Affinity.KINDS:
+            raise ValueError(
+                f"A matrix-free affinity must be one of {Affinity.KINDS}; got "
+                f"affinity={affinity!r}."
+            )
         device = bd.torch_device(device)
         dtype = bd.torch_dtype(dtype, device)
         # sparse features are densified: the row blocks are dense anyway, and
@@ -206,7 +213,8 @@ class TorchProblem:
         A = self.affinity
         if A is None or A.kind != "cosine":
             raise AttributeError("cosine_range exists only for affinity='cosine'.")
-        return (bd.to_numpy(A.lo.to(torch.float64)), bd.to_numpy(A.hi.to(torch.float64)))
+        return (bd.to_numpy(A.lo.to(torch.float64)),
+                bd.to_numpy(A.hi.to(torch.float64)))
 
     def labels_list(self, labels):
         """Per-graph NumPy label vectors, padding removed."""
