@@ -262,7 +262,10 @@ def write_index_toc(out_dir=GENERATED):
         lines += [":doc:`benchmarks`",
                   "    Measured quality (NCut, ARI, mIoU) and speed against those",
                   "    methods, with the commands that produced them.", ""]
-    pages.append("api")
+    pages += ["architecture", "api"]
+    lines += [":doc:`architecture`",
+              "    How the package is built, and where to add an affinity, an",
+              "    initialization or a backend.", ""]
     lines += [":ref:`api_ref`", "    Every public class and function.", "",
               ".. toctree::", "   :maxdepth: 2", "   :hidden:", ""]
     lines += [f"   {p}" for p in pages] + [""]

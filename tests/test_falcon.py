@@ -14,6 +14,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from benchmarks.graphs import sbm_graph
 from sklearn_falcon import FalconNCut, normalized_cut
 
 
@@ -22,12 +23,9 @@ def blobs():
     return make_blobs(n_samples=400, centers=4, cluster_std=0.5, random_state=0)
 
 
-def sbm(n=600, K=4, p_in=0.1, p_out=0.01, seed=0):
-    rng = np.random.default_rng(seed)
-    y = np.repeat(np.arange(K), n // K)
-    P = np.where(y[:, None] == y[None, :], p_in, p_out)
-    A = np.triu(rng.random((n, n)) < P, 1)
-    return sp.csr_matrix((A | A.T).astype(float)), y
+def sbm(n=600, K=4, degree=19.5, p_in=0.77, seed=0):
+    """An unweighted planted partition (``benchmarks.graphs.sbm_graph``)."""
+    return sbm_graph(n, K, avg_degree=degree, p_in_ratio=p_in, seed=seed)
 
 
 def test_fit_predict_basic(blobs):
@@ -70,7 +68,7 @@ def test_random_init_plain_steps_monotone_with_backtracking():
 
 
 def test_beats_or_matches_spectral_on_sbm():
-    W, y = sbm(n=800, K=4, p_in=0.05, p_out=0.01, seed=3)
+    W, y = sbm(n=800, K=4, degree=16, p_in=0.625, seed=3)
     est = FalconNCut(n_clusters=4, affinity="precomputed", random_state=0).fit(W)
     sc = SpectralClustering(n_clusters=4, affinity="precomputed", random_state=0,
                             assign_labels="cluster_qr").fit(W)
@@ -232,3 +230,31 @@ def test_verbose_prints(blobs, capsys):
     X, _ = blobs
     FalconNCut(4, verbose=1, random_state=0).fit(X)
     assert "[Falcon]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("n_jobs, expected", [(1, 1), (-1, "max"), (99, "max"),
+                                              (None, "unchanged")])
+def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expected):
+    import numba
+
+    import sklearn_falcon._falcon as falcon_module
+
+    seen = []
+    real_solve = falcon_module.solve
+
+    def spy(*args, **kwargs):
+        seen.append(numba.get_num_threads())
+        return real_solve(*args, **kwargs)
+
+    monkeypatch.setattr(falcon_module, "solve", spy)
+    before = numba.get_num_threads()
+    FalconNCut(4, n_jobs=n_jobs, random_state=0).fit(blobs[0])
+    assert numba.get_num_threads() == before  # restored
+    want = {"max": numba.config.NUMBA_NUM_THREADS, "unchanged": before}.get(
+        expected, expected)
+    assert seen and set(seen) == {want}
+
+
+def test_n_jobs_zero_is_an_error(blobs):
+    with pytest.raises(ValueError, match="n_jobs == 0"):
+        FalconNCut(4, n_jobs=0).fit(blobs[0])

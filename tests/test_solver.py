@@ -5,7 +5,7 @@ satisfies the written protocol."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from shared import BACKENDS
+from shared import BACKENDS, random_graph
 
 from sklearn_falcon._backends import _numba, make_problem
 from sklearn_falcon._backends._numba import NumbaProblem
@@ -14,13 +14,13 @@ from sklearn_falcon._solver import Problem, SolverOptions, _rules, solve
 
 
 def _graph(n, rng, kind):
-    A = rng.random((n, n)) ** 4
-    A = (A + A.T) / 2
-    if kind == "csr":
-        A[A < 0.3] = 0.0
-        np.fill_diagonal(A, 0.2)  # self-loops enter the pair terms
-        return sp.csr_matrix(A)
-    return A.astype(np.float32) if kind == "dense32" else A
+    """Random weights; the CSR graph is sparser and has self-loops (they enter
+    the pair terms of the incremental statistics)."""
+    W, S = random_graph(n, seed=int(rng.integers(2**31)),
+                        density=0.5 if kind == "csr" else 1.0,
+                        dtype=np.float32 if kind == "dense32" else np.float64,
+                        diagonal=0.2 if kind == "csr" else None)
+    return S if kind == "csr" else W
 
 
 PARAMS = [
@@ -115,7 +115,8 @@ def test_the_rules_are_one_definition_for_scalars_and_arrays():
     fc = f + rng.normal(scale=1e-3, size=200)
     tau = rng.uniform(0, 1, size=200)
     vec = _rules.accept.py_func(moved, fc, f, 1e-2, tau)
-    scal = [_rules.accept(int(m), a, b, 1e-2, t) for m, a, b, t in zip(moved, fc, f, tau)]
+    scal = [_rules.accept(int(m), a, b, 1e-2, t)
+            for m, a, b, t in zip(moved, fc, f, tau)]
     np.testing.assert_array_equal(vec, scal)
     gain = np.abs(rng.normal(scale=1e-5, size=200))
     vec = _rules.stop.py_func(moved, gain, f, 1e-5)

@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
@@ -32,25 +31,13 @@ CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA is not available")
 
 
-def planted_sparse(n=1500, K=5, seed=0, deg=12, p_in=0.8):
-    return planted(n, K, seed=seed, degree=deg, p_in=p_in)
-
-
-def token_like(n=400, K=4, p=24, seed=0):
-    return tokens(n, K, dim=p, seed=seed)
-
-
-def dense_cosine(X, power):
-    return cosine_power_affinity(X, power)[0]
-
-
 def opts(**kw):
     return SolverOptions(**kw)
 
 
 # --------------------------------------------------------------- kernels
 def test_kernels_match_numba():
-    W, _ = planted_sparse(300, 4, seed=1)
+    W, _ = planted(300, 4, seed=1)
     Wd = W.toarray()
     d = np.asarray(W.sum(axis=1)).ravel()
     rng = np.random.default_rng(0)
@@ -104,40 +91,9 @@ def test_proximal_step_never_empties_a_cluster():
     assert int(moved[0]) == 0
 
 
-# ---------------------------------------------------------------- parity
-@pytest.mark.parametrize("polish", [False, True])
-def test_parity_sparse(polish):
-    W, y = planted_sparse(1500, 5, seed=2)
-    y0 = random_labels(1500, 5, np.random.default_rng(3))
-    r_nb = solve(make_problem(W, 5, backend="numba"), y0, opts(polish=polish))
-    r_t = solve(make_problem(W, 5, backend="torch", device="cpu"), y0, opts(polish=polish))
-    assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
-    assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
-        normalized_cut(W, r_nb.labels[0]), abs=1e-6)
-    assert np.mean(r_t.labels != r_nb.labels) < 1e-3  # only exact ties may differ
-    assert r_t.n_iter[0] == r_nb.n_iter[0] > 0
-    assert np.all(np.diff(r_t.objective_path[0]) >= 0)
-
-
-@pytest.mark.parametrize("polish", [False, True])
-def test_parity_dense(polish):
-    X, y = token_like(500, 4, seed=4)
-    W = dense_cosine(X, power=3.0)
-    y0 = noisy(y, 4, 0.5, seed=5)
-    r_nb = solve(make_problem(W, 4, backend="numba"), y0, opts(polish=polish))
-    P = make_problem(W, 4, backend="torch", device="cpu")
-    assert P.kind == "dense" and P.supports_polish
-    r_t = solve(P, y0, opts(polish=polish))
-    assert r_t.objective[0] == pytest.approx(r_nb.objective[0], abs=1e-9)
-    assert normalized_cut(W, r_t.labels[0]) == pytest.approx(
-        normalized_cut(W, r_nb.labels[0]), abs=1e-6)
-    assert np.mean(r_t.labels != r_nb.labels) < 1e-3
-    assert np.all(np.diff(r_t.objective_path[0]) >= 0)
-
-
 def test_float32_problem_is_close_and_monotone():
-    X, y = token_like(400, 4, seed=6)
-    W = dense_cosine(X, power=2.0).astype(np.float32)
+    X, y = tokens(400, 4, seed=6)
+    W = cosine_power_affinity(X, power=2.0)[0].astype(np.float32)
     y0 = noisy(y, 4, 0.5, seed=7)
     r64 = solve(make_problem(W, 4, backend="numba"), y0, opts(polish=False))
     r32 = solve(make_problem(W, 4, backend="torch", device="cpu", dtype="float32"),
@@ -146,19 +102,9 @@ def test_float32_problem_is_close_and_monotone():
     assert np.all(np.diff(r32.objective_path[0]) >= 0)
 
 
-def test_estimator_torch_cpu_matches_numba():
-    X, _ = token_like(300, 3, seed=8)
-    kw = dict(n_clusters=3, affinity="nearest_neighbors", random_state=0)
-    a = FalconNCut(backend="numba", **kw).fit(X)
-    b = FalconNCut(backend="torch", device="cpu", **kw).fit(X)
-    assert b.backend_ == "torch"
-    assert b.ncut_ == pytest.approx(a.ncut_, abs=1e-6)
-    assert np.all(np.diff(b.objective_path_) >= 0)
-
-
 @pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
 def test_inputs_not_modified_and_torch_csr_input():
-    W, y = planted_sparse(400, 3, seed=9)
+    W, y = planted(400, 3, seed=9)
     Wd = W.toarray()
     Wd_copy, data_copy = Wd.copy(), W.data.copy()
     y0 = noisy(y, 3, 0.4, seed=1)
@@ -178,7 +124,7 @@ def test_inputs_not_modified_and_torch_csr_input():
 @pytest.mark.parametrize("kind,kw", [("cosine", {"power": 4.0}),
                                      ("rbf", {"gamma": 0.02})])
 def test_matrix_free_matches_dense(kind, kw):
-    X, y = token_like(450, 4, seed=10)
+    X, y = tokens(450, 4, seed=10)
     W = make_affinity(kind, **kw).fit(X)
     P = make_problem_from_features(X, 4, affinity=kind, device="cpu", **kw)
     assert P.kind == "features"
@@ -202,8 +148,8 @@ def test_matrix_free_matches_dense(kind, kw):
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node
-    X, y = token_like(350, 4, seed=15)
-    W = dense_cosine(X, power=1.0)
+    X, y = tokens(350, 4, seed=15)
+    W = cosine_power_affinity(X, power=1.0)[0]
     d = W.sum(axis=1)
     y0 = random_labels(350, 4, np.random.default_rng(16))
     P = make_problem_from_features(X, 4, power=1.0, block_elems=block_elems)
@@ -231,10 +177,11 @@ def test_matrix_free_polish_matches_numba_dense(block_elems):
 
 
 def test_matrix_free_blocks_do_not_change_the_result():
-    X, y = token_like(300, 3, seed=12)
+    X, y = tokens(300, 3, seed=12)
     y0 = noisy(y, 3, 0.2, seed=13)  # few moves: exercises the row update
     big = solve(make_problem_from_features(X, 3, power=2.0), y0, opts(polish=False))
-    small = solve(make_problem_from_features(X, 3, power=2.0, block_elems=1000), y0, opts(polish=False))
+    small = solve(make_problem_from_features(X, 3, power=2.0, block_elems=1000), y0,
+                  opts(polish=False))
     assert small.objective[0] == pytest.approx(big.objective[0], abs=1e-10)
     np.testing.assert_array_equal(small.labels, big.labels)
 
@@ -250,10 +197,10 @@ def _graphs(kind):
     out, inits = [], []
     for b, n in enumerate(sizes):
         if kind == "features":
-            X, y = token_like(n, 3, seed=20 + b)
+            X, y = tokens(n, 3, seed=20 + b)
             out.append(X)
         else:
-            W, y = planted_sparse(n, 3, seed=20 + b, deg=10)
+            W, y = planted(n, 3, seed=20 + b, degree=10)
             out.append(W if kind == "sparse" else W.toarray())
         inits.append(noisy(y, 3, 0.5, seed=30 + b))
     return out, inits
@@ -292,7 +239,8 @@ def test_per_graph_tau_and_stopping():
     graphs, inits = _graphs("sparse")
     P = TorchProblem.from_affinity(graphs, 3, device="cpu")
     # a huge tau freezes graph 1 only; max_iter=2 stops the others early
-    res = solve(P, inits, opts(tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2, polish=False))
+    res = solve(P, inits, opts(tau=np.array([0.1, 1e9, 0.1, 0.1]), max_iter=2,
+                               polish=False))
     # graph 1 stops after one iteration that moves nothing
     assert res.n_iter[1] == 1 and res.converged[1]
     assert len(res.objective_path[1]) == 1
@@ -309,9 +257,9 @@ def test_falcon_batch_torch_and_numba_agree():
     assert rt.backend == "torch" and rn.backend == "numba"
     np.testing.assert_allclose(rt.ncut, rn.ncut, atol=1e-6)
     for b, G in enumerate(graphs):
-        W = dense_cosine(G, 3.0)
+        W = cosine_power_affinity(G, 3.0)[0]
         assert rt.ncut[b] == pytest.approx(normalized_cut(W, rt.labels[b]), abs=1e-9)
-    rp = falcon_batch([dense_cosine(G, 3.0) for G in graphs], 3,
+    rp = falcon_batch([cosine_power_affinity(G, 3.0)[0] for G in graphs], 3,
                       affinity="precomputed", init=inits, device="cpu")
     assert np.all(rp.ncut <= rt.ncut + 1e-9)  # polish only improves
     rf = falcon_batch(graphs, 3, affinity="cosine", power=3.0, init=inits,
@@ -401,7 +349,7 @@ def test_unavailable_cuda_is_reported(monkeypatch):
 # ------------------------------------------------------------------ CUDA
 @needs_cuda
 def test_cuda_parity_float64():
-    W, _ = planted_sparse(1500, 5, seed=2)
+    W, _ = planted(1500, 5, seed=2)
     y0 = random_labels(1500, 5, np.random.default_rng(3))
     r_nb = solve(make_problem(W, 5, backend="numba"), y0)
     for G in (W, W.toarray()):
@@ -413,7 +361,7 @@ def test_cuda_parity_float64():
 
 @needs_cuda
 def test_cuda_float32():
-    W, _ = planted_sparse(1500, 5, seed=2)
+    W, _ = planted(1500, 5, seed=2)
     W32 = W.astype(np.float32)
     y0 = random_labels(1500, 5, np.random.default_rng(3))
     r_nb = solve(make_problem(W32, 5, backend="numba"), y0)
@@ -441,7 +389,7 @@ def test_cuda_batched_matrix_free():
 
 @needs_cuda
 def test_cuda_estimator():
-    X, _ = token_like(300, 3, seed=8)
+    X, _ = tokens(300, 3, seed=8)
     a = FalconNCut(3, backend="numba", random_state=0).fit(X)
     b = FalconNCut(3, backend="torch", device="cuda", random_state=0).fit(X)
     assert b.ncut_ == pytest.approx(a.ncut_, abs=1e-5)
