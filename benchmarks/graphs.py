@@ -442,8 +442,9 @@ def cosine_power_affinity(F, power=1.0):
     """Dense min-max normalised cosine affinity raised to ``power``.
 
     ``W = ((S - min S) / (max S - min S)) ** power`` with ``S`` the cosine
-    similarity matrix of the rows of ``F`` (diagonal included), as
-    ``FalconNCut(affinity="cosine", power=...)`` defines it.
+    similarity matrix of the rows of ``F`` (diagonal included): the
+    definition of ``FalconNCut(affinity="cosine", power=...)``, which this
+    calls in float64.
 
     Parameters
     ----------
@@ -466,21 +467,9 @@ def cosine_power_affinity(F, power=1.0):
     """
     if not power > 0:
         raise ValueError(f"power must be > 0, got {power!r}.")
-    F = np.asarray(F, dtype=np.float64)
-    norms = np.linalg.norm(F, axis=1, keepdims=True)
-    if np.any(norms == 0):
-        raise ValueError("F has an all-zero row; cosine similarity undefined.")
-    G = F / norms
-    S = G @ G.T
-    S = 0.5 * (S + S.T)
-    lo, hi = S.min(), S.max()
-    if hi <= lo:
-        return np.ones_like(S)
-    S -= lo
-    S /= hi - lo
-    if power != 1.0:
-        np.power(S, power, out=S)
-    return S
+    from sklearn_falcon._affinity import cosine_power_affinity as definition
+
+    return definition(np.asarray(F, dtype=np.float64), power)[0]
 
 
 def knn_graph_million(n=1_000_000, k=10, n_clusters=20, dim=3, seed=0,
