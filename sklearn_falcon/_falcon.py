@@ -93,6 +93,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Number of independent initializations; the one reaching the highest
         ``f`` is kept.
 
+    warm_start : bool, default=False
+        When True and the estimator is fitted on the same number of samples
+        and clusters, :meth:`fit` starts from the previous ``labels_`` (one
+        start, no ``init``, no ``n_init``), as scikit-learn's ``warm_start``
+        does: refitting a slightly changed graph (the next frame of a video,
+        a re-weighted graph) then costs a few iterations.  Otherwise ``init``
+        is used, and with ``verbose`` the reason is printed.
+
     max_iter : int, default=100
         Maximum number of accepted proximal iterations per initialization.
 
@@ -208,6 +216,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         "power": [Interval(Real, 0, None, closed="neither")],
         "init": [StrOptions(set(INITS)), "array-like"],
         "n_init": [Interval(Integral, 1, None, closed="left")],
+        "warm_start": ["boolean"],
         **SOLVER_CONSTRAINTS,
         "backend": [StrOptions({"auto"} | set(BACKENDS))],
         "device": [str],
@@ -226,6 +235,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         power=1.0,
         init="multilevel",
         n_init=1,
+        warm_start=False,
         max_iter=_DEFAULTS.max_iter,
         tol=_DEFAULTS.tol,
         tau=_DEFAULTS.tau,
@@ -245,6 +255,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.power = power
         self.init = init
         self.n_init = n_init
+        self.warm_start = warm_start
         self.max_iter = max_iter
         self.tol = tol
         self.tau = tau
@@ -296,7 +307,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 f"n_clusters={K} must be <= n_samples={n_samples}."
             )
         backend, device = resolve_backend(self.backend, self.device)
-        init = self.init
+        init = self._warm_labels(n_samples)
+        if init is None:
+            init = self.init
         if not isinstance(init, str):
             init = self._check_init_labels(init, n_samples)
         elif INITS[init].needs_features and self.affinity in PRECOMPUTED:
@@ -439,6 +452,26 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         if W is None:
             W = self._affinity.recompute()
         return W
+
+    def _warm_labels(self, n_samples):
+        """The previous ``labels_`` when ``warm_start`` applies, else None."""
+        if not self.warm_start:
+            return None
+        prev = self.__dict__.get("labels_")
+        if prev is None:
+            reason = "no previous fit"
+        elif prev.shape[0] != n_samples:
+            reason = f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
+        elif int(prev.max()) >= self.n_clusters:
+            reason = (f"the previous labels have ids up to {int(prev.max())}, "
+                      f"n_clusters is now {self.n_clusters}")
+        else:
+            if self.verbose:
+                print("[FalconNCut] warm start from the previous labels_")
+            return prev.copy()
+        if self.verbose:
+            print(f"[FalconNCut] warm_start=True but {reason}: init={self.init!r}")
+        return None
 
     def _check_init_labels(self, init, n_samples):
         y0 = np.asarray(init)
