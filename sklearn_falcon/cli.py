@@ -135,8 +135,11 @@ def build_parser():
                      help="ViT input shorter side (default: the model's pretrained size)")
     seg.add_argument("--patch-size", type=int, default=None, metavar="PX",
                      help="cell size of the 'color' features (default 8)")
+    seg.add_argument("--max-tokens", type=int, default=4096, metavar="N",
+                     help="token budget: larger images are segmented at a working "
+                          "resolution with N tokens and upsampled (memory stays flat)")
     seg.add_argument("--power", type=float, default=None,
-                     help="affinity sharpening exponent (default: 10 for ViTs, 3 for 'color')")
+                     help="affinity sharpening exponent (default: 10 for ViTs, 6 for 'color')")
     seg.add_argument("--device", default="cpu", help="torch device: cpu, cuda, auto")
     seg.add_argument("--seed", type=int, default=0, help="random seed of the solver")
     seg.add_argument("--out", "-o", required=True, metavar="DIR",
@@ -164,6 +167,7 @@ def _run_segment(args):
         feature=args.feature,
         resolution=args.resolution,
         patch_size=args.patch_size,
+        max_tokens=args.max_tokens,
         power=args.power,
         refine=None if args.refine == "none" else args.refine,
         device=args.device,
@@ -200,7 +204,7 @@ def main(argv=None):
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130
     except (FileNotFoundError, ValueError, TypeError, ImportError, RuntimeError,
-            OSError) as exc:
+            OSError, MemoryError) as exc:
         msg = " ".join(str(exc).split()) or type(exc).__name__
         print(f"sklearn-falcon: error: {msg}", file=sys.stderr)
         return 1

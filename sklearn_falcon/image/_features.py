@@ -1,22 +1,27 @@
 """Patch-feature extractors.
 
-Two extractors share one small interface, ``extract(rgb) -> (gh, gw, C)``
+The extractors share one small interface, ``extract(rgb) -> (gh, gw, C)``
 float32 token grid, and a ``patch_size`` attribute:
 
-- :class:`ColorPositionFeatures`: a non-learned, offline extractor (numpy only);
+- :class:`ColorPositionFeatures` (here): a non-learned, offline colour +
+  position extractor (numpy only);
+- :class:`~sklearn_falcon.image.ColorTextureFeatures` (``_texture``): the
+  offline default, colour and texture words;
 - :class:`TimmFeatures`: any timm Vision Transformer; torch and timm are
   imported only when it is built.
+
+:func:`~sklearn_falcon.image.make_extractor` (``_extractors``) builds one
+from ImageSegmenter's parameters.
 """
 
 import numbers
-import os
 
 import numpy as np
 
 from ._io import check_image_size
 from ._timm import TimmFeatures
 
-__all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab", "make_extractor"]
+__all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
 
 
 def rgb_to_lab(rgb):
@@ -234,80 +239,3 @@ class ColorPositionFeatures:
         d = self.descriptors(rgb)
         z = np.cos(d @ self._omega + self._beta) * np.float32(np.sqrt(2.0 / self.n_components))
         return z.astype(np.float32)
-
-
-def make_extractor(
-    model="color",
-    *,
-    patch_size=None,
-    pretrained=False,
-    checkpoint_path=None,
-    layer=-1,
-    feature="token",
-    resolution=None,
-    device="cpu",
-):
-    """Build the feature extractor described by :class:`ImageSegmenter` parameters.
-
-    ``model="color"`` gives :class:`ColorPositionFeatures` (``patch_size``
-    defaults to 8); anything else is passed to :class:`TimmFeatures`.
-
-    Parameters
-    ----------
-    model : str or torch.nn.Module, default="color"
-        ``"color"`` for the offline colour + position features, else a timm
-        model name, a checkpoint-backed timm name, or a module.
-    patch_size : int or (int, int), default=None
-        Cell size of the offline features (8 when None); must be None for
-        a ViT, whose patch size is the model's.
-    pretrained : bool, default=False
-        Load the model's pretrained weights through timm.
-    checkpoint_path : str or path-like, default=None
-        Local weights (state dict, safetensors or timm checkpoint).
-    layer : int, default=-1
-        Transformer block whose output is used.
-    feature : {"token", "key"}, default="token"
-        Patch tokens, or the attention keys of the chosen block.
-    resolution : int or (int, int), default=None
-        Resize the image to this size before the ViT (the model's own input
-        size when None).
-    device : str, default="cpu"
-        Torch device of the ViT.
-
-    Returns
-    -------
-    extractor : ColorPositionFeatures or TimmFeatures
-        An object whose ``extract(rgb)`` returns the token-grid features.
-
-    Examples
-    --------
-    >>> from sklearn_falcon.image import make_extractor
-    >>> make_extractor("color").patch_size
-    (8, 8)
-    """
-    if isinstance(model, str) and model == "color":
-        if checkpoint_path is not None or pretrained:
-            raise ValueError(
-                "model='color' is the non-learned offline extractor; it takes no "
-                "pretrained weights or checkpoint_path."
-            )
-        return ColorPositionFeatures(8 if patch_size is None else patch_size)
-    if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
-        if patch_size is not None:
-            raise ValueError(
-                "patch_size only applies to model='color'; a ViT's patch size is fixed "
-                "by its architecture."
-            )
-        return TimmFeatures(
-            str(model) if isinstance(model, os.PathLike) else model,
-            pretrained=pretrained,
-            checkpoint_path=checkpoint_path,
-            layer=layer,
-            feature=feature,
-            resolution=resolution,
-            device=device,
-        )
-    raise TypeError(
-        "model must be 'color', a timm model name or a torch.nn.Module; got "
-        f"{type(model).__name__}."
-    )

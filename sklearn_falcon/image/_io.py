@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["load_image", "check_image_size"]
+__all__ = ["as_image_list", "load_image", "check_image_size"]
 
 
 def _is_torch_tensor(obj):
@@ -216,3 +216,16 @@ def check_image_size(rgb, patch_size):
             f"Image of size {h}x{w} (HxW) is smaller than one {ph}x{pw} patch; "
             "it cannot be segmented. Use a larger image or a smaller patch_size."
         )
+
+
+def as_image_list(images):
+    """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
+    if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
+        return [images]
+    if _is_torch_tensor(images):
+        return [images] if images.ndim in (2, 3) else list(images)
+    if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
+        return [images]
+    if type(images).__module__.startswith("PIL"):
+        return [images]
+    return list(images)

@@ -9,106 +9,15 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._inits import INITS
-from .._stats import cluster_pair_weights
-from ._features import make_extractor
-from ._io import _is_torch_tensor, load_image
+from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
+from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
+from ._extractors import make_extractor
+from ._io import as_image_list, load_image
 from ._pamr import pamr
-from ._upsample import prototype_upsample
+from ._upsample import prototype_upsample, upsample_labels
+from ._video import match_ids, progress_bar, resize_labels
 
-__all__ = ["ImageSegmenter", "select_n_segments"]
-
-
-def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
-    """Eigen-free choice of the number of segments by greedy merging.
-
-    Starting from an over-segmentation ``labels`` (e.g. Falcon with the
-    largest allowed K), the two clusters whose merge lowers the normalized
-    cut the most are merged, repeatedly, down to ``min_segments``. Each level
-    ``K`` of this hierarchy has a *K-way expansion*
-    ``rho(K) = max_k cut_k / vol_k`` (its worst cluster conductance), the
-    combinatorial counterpart, by the higher-order Cheeger inequality, of the
-    K-th eigenvalue of the normalized Laplacian. Like counting eigenvalues
-    below a threshold, the chosen K is the largest one with
-    ``rho(K) <= threshold`` (``min_segments`` if none qualifies), but no
-    eigenvector is computed.
-
-    Parameters
-    ----------
-    W : ndarray of shape (n, n)
-        Symmetric affinity.
-    labels : ndarray of shape (n,)
-        Over-segmentation, ids in ``[0, K_max)``.
-    min_segments : int, default=2
-        Smallest K considered.
-    threshold : float, default=0.3
-        Conductance threshold in (0, 1).
-
-    Returns
-    -------
-    n_segments : int
-        The chosen K.
-    merged : ndarray of shape (n,)
-        The hierarchy's partition with that many clusters (ids ``0..K-1``).
-    rho : dict
-        ``{K: rho(K)}`` along the hierarchy.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_falcon.image import select_n_segments
-    >>> W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
-    >>> labels = np.repeat(np.arange(6), 2)      # every block split in two
-    >>> k, merged, rho = select_n_segments(W, labels)
-    >>> k, merged.tolist()
-    (3, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
-    """
-    uniq, lab = np.unique(labels, return_inverse=True)
-    k = len(uniq)
-    C = cluster_pair_weights(W, lab, k)
-    vol = C.sum(axis=1)
-    groups = [[i] for i in range(k)]
-    alive = list(range(k))
-    vol = vol.copy()
-    history = {}
-
-    def rho_now():
-        return max((vol[a] - C[a, a]) / vol[a] if vol[a] > 0 else 0.0 for a in alive)
-
-    def labels_now():
-        out = np.empty(len(lab), dtype=np.int64)
-        for new, a in enumerate(alive):
-            out[np.isin(lab, groups[a])] = new
-        return out
-
-    history[len(alive)] = rho_now()
-    best_k = None
-    if history[len(alive)] <= threshold:
-        best_k = len(alive)
-        best_labels = labels_now()
-    while len(alive) > max(min_segments, 1):
-        best = None
-        for i, a in enumerate(alive):
-            for b in alive[i + 1:]:
-                va, vb = vol[a], vol[b]
-                old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
-                v = va + vb
-                new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
-                gain = old - new
-                if best is None or gain > best[0]:
-                    best = (gain, a, b)
-        _, a, b = best
-        C[a, :] += C[b, :]
-        C[:, a] += C[:, b]
-        vol[a] += vol[b]
-        groups[a] += groups[b]
-        alive.remove(b)
-        history[len(alive)] = rho_now()
-        if best_k is None and history[len(alive)] <= threshold:
-            best_k = len(alive)
-            best_labels = labels_now()
-    if best_k is None:
-        best_k, best_labels = len(alive), labels_now()
-    return best_k, best_labels, history
+__all__ = ["ImageSegmenter"]
 
 
 class ImageSegmenter(BaseEstimator):
@@ -116,27 +25,46 @@ class ImageSegmenter(BaseEstimator):
 
     Pipeline, per image:
 
-    1. load and convert the image (:func:`load_image`);
+    1. load and convert the image (:func:`load_image`); an image with more
+       than ``max_tokens`` tokens is resized to a *working resolution* that
+       has at most that many (as a ViT resizes its input);
     2. extract a grid of patch features: the offline colour + texture +
-       position extractor (``model="color"``, no weights needed) or any timm
-       Vision Transformer (patch tokens or last-block attention keys);
+       position extractor (``model="color"``, :class:`ColorTextureFeatures`,
+       no weights needed) or any timm Vision Transformer (patch tokens or
+       attention keys);
     3. cluster the tokens with :class:`~sklearn_falcon.FalconNCut` on
-       ``W = minmax(cosine(tokens)) ** power`` (``affinity="cosine"``);
+       ``W = minmax(cosine(tokens)) ** power`` (``affinity="cosine"``; above
+       16,384 tokens a sparse kNN graph of it,
+       :func:`knn_cosine_power_affinity`, unless Falcon runs matrix-free on
+       a torch device);
     4. upsample to pixels by prototype reassignment over the bilinearly
-       upsampled features, then optionally refine with PAMR.
+       upsampled features, then optionally refine with PAMR (at the working
+       resolution);
+    5. a resized image gets its label map back at full resolution by joint
+       bilateral upsampling (:func:`upsample_labels`), which allocates
+       nothing but the output map.
+
+    Before step 2 the peak memory of the image is estimated; when it exceeds
+    what the process can still allocate (``MemAvailable``, and ``ulimit -v``)
+    a ``MemoryError`` names ``max_tokens``.
 
     Parameters
     ----------
     model : str or torch.nn.Module, default="color"
-        ``"color"`` for the offline extractor, a timm model name (e.g.
-        ``"vit_small_patch8_224.dino"``) or a timm ViT module.  A module is
-        never modified: loading ``checkpoint_path``, eval mode and the move
-        to ``device`` happen on a copy when they would change it.
+        ``"color"`` for the offline extractor (:class:`ColorTextureFeatures`;
+        ``"color-position"`` is the earlier :class:`ColorPositionFeatures`),
+        a timm model name (e.g. ``"vit_small_patch8_224.dino"``) or a timm
+        ViT module.  A module is never modified: loading
+        ``checkpoint_path``, eval mode and the move to ``device`` happen on a
+        copy when they would change it.
     n_segments : int or "auto", default=6
-        Number of segments K, or ``"auto"``: Falcon over-segments with
-        ``auto_range[1]`` clusters and the count is chosen eigen-free by
-        greedy merging (see :func:`select_n_segments`), then refined by
-        Falcon from the merged labels.
+        Number of segments K, or ``"auto"``: Falcon is run for K from
+        ``auto_range[1]`` down to ``auto_range[0]``, and the largest K whose
+        segments all have a conductance ``cut_k / vol_k`` (the share of
+        their affinity that leaves them) of at most ``auto_threshold`` is
+        kept; eigen-free.  On the synthetic segmentation benchmark it
+        reaches a mean mIoU within 0.04 of the true K (see
+        ``benchmarks/results/segmentation.md``).
     pretrained : bool, default=False
         Load pretrained timm weights (ViT models only).
     checkpoint_path : str or path-like, default=None
@@ -148,35 +76,41 @@ class ImageSegmenter(BaseEstimator):
         ViT patch tokens or attention keys of block ``layer``.
     resolution : int or (int, int), default=None
         ViT input size (shorter side, or exact ``(H, W)``); ``None`` uses the
-        model's pretrained input size.
+        model's pretrained input size.  Capped so that the ViT makes at most
+        ``max_tokens`` tokens.
     patch_size : int, default=None
-        Cell size of the ``"color"`` extractor (8 if ``None``).
+        Cell size of the ``"color"`` extractors (8 if ``None``).
+    max_tokens : int, default=4096
+        Token budget.  An image with more tokens is processed at a working
+        resolution with ``max_tokens`` tokens (``max_tokens * patch_size**2``
+        pixels; ``max_tokens * 64`` for a ViT's upsampling and PAMR), so
+        that memory does not grow with the image beyond the image and its
+        label map: the default treats a 512x512 image at full resolution and
+        a 12-megapixel photo in about the same memory.
     power : float, default=None
         Affinity sharpening exponent; ``None`` uses the extractor's
-        ``default_power``: 10 for ViT tokens (as in DiffCut and Falcon) and 3
-        for the ``"color"`` features.
+        ``default_power``: 10 for ViT tokens (as in DiffCut and Falcon), 6
+        for ``"color"`` and 3 for ``"color-position"``.
     refine : {"pamr", None}, default="pamr"
         Pixel-level refinement; ``"none"`` is accepted for ``None``.
     pamr_iter : int, default=10
         PAMR iterations.
     auto_range : (int, int), default=(2, 10)
         Range of K searched by ``n_segments="auto"``.
-    auto_threshold : float, default=0.3
-        Conductance threshold of ``n_segments="auto"``.
+    auto_threshold : float, default=0.45
+        Conductance threshold of ``n_segments="auto"`` (chosen on the
+        synthetic benchmark with the default features).
     n_init : int, default=1
         Falcon initializations per image.
     init : {"multilevel", "kmeans", "spectral", "random"}, default="multilevel"
         Falcon's initialization on the token graph (``"kmeans"``: on the
-        token features).  On the synthetic
-        segmentation benchmark (``benchmarks/bench_segmentation.py``, 16
-        images) ``"multilevel"`` gave the higher mIoU at 1,024 tokens (0.857
-        against 0.842) in less time (0.015 s against 0.020 s per image); at
-        400 tokens ``"spectral"`` was level with it (0.851 against 0.849) in
-        about the same time (0.006 s against 0.005 s).
+        token features).
     device : str, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
-        picks CUDA when available).  On CUDA, PAMR runs there too (its torch
-        kernels); on the CPU it runs on Numba.
+        picks CUDA when available).  On CUDA, the token affinity (formed in
+        row blocks by Falcon), the upsampling and PAMR run there too (torch
+        kernels), and :meth:`segment_dataset` solves each batch of images in
+        one batched Falcon call; on the CPU they run on NumPy and Numba.
     random_state : int or None, default=0
         Seed of Falcon's initialization; a fixed seed makes results
         reproducible and identical across parallel backends.
@@ -210,11 +144,12 @@ class ImageSegmenter(BaseEstimator):
         feature="token",
         resolution=None,
         patch_size=None,
+        max_tokens=4096,
         power=None,
         refine="pamr",
         pamr_iter=10,
         auto_range=(2, 10),
-        auto_threshold=0.3,
+        auto_threshold=0.45,
         n_init=1,
         init="multilevel",
         device="cpu",
@@ -228,6 +163,7 @@ class ImageSegmenter(BaseEstimator):
         self.feature = feature
         self.resolution = resolution
         self.patch_size = patch_size
+        self.max_tokens = max_tokens
         self.power = power
         self.refine = refine
         self.pamr_iter = pamr_iter
@@ -264,7 +200,10 @@ class ImageSegmenter(BaseEstimator):
                 device=self.device,
             )
             self._extractor_cache = (key, ext)
-        return self._extractor_cache[1]
+        ext = self._extractor_cache[1]
+        if hasattr(ext, "max_tokens"):  # a ViT: its input size obeys the budget
+            ext.max_tokens = int(self.max_tokens)
+        return ext
 
     _parameter_constraints: dict = {
         "model": "no_validation",
@@ -275,6 +214,7 @@ class ImageSegmenter(BaseEstimator):
         "feature": [StrOptions({"token", "key"})],
         "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
         "patch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "max_tokens": [Interval(Integral, 1, None, closed="left")],
         "power": [Interval(Real, 0, None, closed="neither"), None],
         "refine": [StrOptions({"pamr", "none"}), None],
         "pamr_iter": [Interval(Integral, 0, None, closed="left")],
@@ -296,19 +236,22 @@ class ImageSegmenter(BaseEstimator):
                 f"integers 1 <= low <= high. Got {r!r} instead."
             )
 
-    def _pamr_device(self):
-        """The CUDA device that PAMR runs on, as Falcon does, or None (Numba)."""
+    def _torch_device(self):
+        """The device Falcon runs on with torch (CUDA), or None (Numba): the
+        upsampling and PAMR run there too."""
         from .._backends import resolve_backend
 
         backend, device = resolve_backend("auto", str(self.device))
         return device if backend == "torch" else None
+
+    _pamr_device = _torch_device  # the name gpu_check and older code use
 
     def _power(self):
         if self.power is not None:
             return float(self.power)
         return float(getattr(self._get_extractor(), "default_power", 10.0))
 
-    def _falcon(self, n_clusters, affinity, init=None):
+    def _falcon(self, n_clusters, affinity, init=None, warm_start=False):
         from .._falcon import FalconNCut
 
         return FalconNCut(
@@ -317,28 +260,42 @@ class ImageSegmenter(BaseEstimator):
             power=self._power() if affinity == "cosine" else 1.0,
             init=self.init if init is None else init,
             n_init=self.n_init,
+            warm_start=warm_start,
             device=self.device,
             random_state=self.random_state,
         )
 
-    def _cluster(self, X, affinity):
+    def _plan(self, shape, ext):
+        vit = hasattr(ext, "input_size")
+        patch = 8 if vit else int(ext.patch_size[0])
+        k = self.auto_range[1] if self.n_segments == "auto" else int(self.n_segments)
+
+        def vit_tokens(h, w):
+            ih, iw = ext.input_size(h, w)
+            return (ih // ext.patch_size[0]) * (iw // ext.patch_size[1])
+
+        return make_plan(
+            shape, max_tokens=self.max_tokens, patch=patch,
+            n_features=int(getattr(ext, "n_features", 384)), n_segments=k,
+            refine=self.refine == "pamr" and self.pamr_iter > 0,
+            vit_tokens=vit_tokens if vit else None,
+            matrix_free=self._torch_device() is not None)
+
+    def _graph(self, X, plan):
+        """``(input, affinity)`` of Falcon for the token features ``X``."""
+        if plan.graph == "knn":
+            W = knn_cosine_power_affinity(X, self._power(), n_neighbors=KNN_NEIGHBORS,
+                                          random_state=self.random_state)
+            return W, "precomputed"
+        return X, "cosine"
+
+    def _cluster(self, X, affinity, est=None):
         """Token labels ``0..K-1`` from token features (``affinity="cosine"``)
-        or from their affinity (``"precomputed"``)."""
+        or from their affinity (``"precomputed"``).  ``est``: a FalconNCut
+        with ``warm_start=True`` kept across calls (video frames)."""
         n = X.shape[0]
         if self.n_segments == "auto":
-            lo, hi = self.auto_range
-            hi = min(hi, n)
-            lo = min(lo, hi)
-            if hi <= 1:
-                return np.zeros(n, dtype=np.int64)
-            est = self._falcon(hi, affinity).fit(X)
-            W = est.affinity_matrix_
-            k, merged, _ = select_n_segments(
-                W, est.labels_, min_segments=lo, threshold=self.auto_threshold
-            )
-            if k == 1:
-                return merged
-            return self._falcon(k, "precomputed", init=merged).fit(W).labels_
+            return self._cluster_auto(X, affinity)
         k = int(self.n_segments)
         if k > n:
             raise ValueError(
@@ -347,7 +304,30 @@ class ImageSegmenter(BaseEstimator):
             )
         if k == 1:
             return np.zeros(n, dtype=np.int64)
-        return self._falcon(k, affinity).fit(X).labels_
+        if est is None:
+            est = self._falcon(k, affinity)
+        return est.fit(X).labels_
+
+    def _cluster_auto(self, X, affinity):
+        """``n_segments="auto"``: Falcon for K = high, high - 1, ... down to
+        low; the first K whose clusters all have a conductance
+        ``cut_k / vol_k <= auto_threshold`` is kept (``low`` if none)."""
+        n = X.shape[0]
+        lo, hi = self.auto_range
+        hi = min(hi, n)
+        lo = min(lo, hi)
+        if affinity == "cosine" and self._torch_device() is None:
+            # one dense W for the whole sweep (on a device: matrix-free fits)
+            X, affinity = cosine_power_affinity(X, self._power()), "precomputed"
+        for k in range(hi, lo - 1, -1):
+            if k <= 1:
+                return np.zeros(n, dtype=np.int64)
+            est = self._falcon(k, affinity).fit(X)
+            vol = est.cluster_volumes_
+            cond = (vol - est.cluster_associations_) / np.maximum(vol, 1e-300)
+            if cond.max() <= self.auto_threshold:
+                break
+        return est.labels_
 
     def cluster_tokens(self, W):
         """Cluster tokens given their affinity; returns labels ``0..K-1``.
@@ -364,11 +344,54 @@ class ImageSegmenter(BaseEstimator):
         self._check_params()
         return self._cluster(W, "precomputed")
 
+    # -- the pipeline, in stages -------------------------------------------
+    def _prepare(self, rgb):
+        """``(plan, working image)``, after the memory check."""
+        ext = self._get_extractor()
+        plan = self._plan(rgb.shape[:2], ext)
+        check_memory(plan, self.max_tokens)
+        work = resize_rgb(rgb, plan.work_shape) if plan.resized else rgb
+        return plan, work
+
+    def _segment_work(self, work, plan, est=None):
+        """Label map of the working image, ids ``0..n-1``."""
+        feats = self._get_extractor().extract(work)
+        gh, gw = feats.shape[:2]
+        dev = self._torch_device()
+        X, affinity = self._graph(feats.reshape(gh * gw, -1), plan)
+        tok = self._cluster(X, affinity, est=est).reshape(gh, gw)
+        return self._finish_work(work, feats, tok, dev)
+
+    def _finish_work(self, work, feats, tok, dev):
+        labels = prototype_upsample(feats, tok, work.shape[:2], device=dev)
+        if self.refine == "pamr" and self.pamr_iter > 0:
+            labels = pamr(work, labels, n_iter=self.pamr_iter, device=dev)
+        return np.unique(labels, return_inverse=True)[1].reshape(work.shape[:2])
+
+    def _full(self, rgb, work, labels, ids=None):
+        """The working label map at the image's resolution, with ``ids``
+        (``ids[k]`` for segment ``k``; ``0..n-1`` compacted when None)."""
+        labels = np.asarray(labels, dtype=np.int64)
+        if ids is not None:
+            labels = np.asarray(ids, dtype=np.int64)[labels]
+        if work is rgb:
+            return labels
+        out = upsample_labels(labels, rgb, work, device=self._torch_device())
+        if ids is None:  # a segment may vanish at full resolution: 0..n-1
+            present = np.bincount(out.ravel(), minlength=int(labels.max()) + 1) > 0
+            if not present.all():
+                lut = np.cumsum(present) - 1
+                np.take(lut, out, out=out)
+        return out
+
     # -- public API -------------------------------------------------------
     def extract_features(self, image):
-        """Token feature grid ``(gh, gw, C)`` of an image."""
+        """Token feature grid ``(gh, gw, C)`` of an image (at its working
+        resolution)."""
         self._check_params()
-        return self._get_extractor().extract(load_image(image))
+        rgb = load_image(image)
+        _, work = self._prepare(rgb)
+        return self._get_extractor().extract(work)
 
     def segment(self, image):
         """Segment one image.
@@ -382,19 +405,78 @@ class ImageSegmenter(BaseEstimator):
         -------
         labels : ndarray of shape (H, W), int64
             Segment ids ``0..n-1`` at the input resolution.
+
+        Raises
+        ------
+        MemoryError
+            When the image would need more memory than the process can
+            still allocate; the message names ``max_tokens``.
         """
         self._check_params()
         rgb = load_image(image)
-        feats = self._get_extractor().extract(rgb)
-        gh, gw = feats.shape[:2]
-        # FalconNCut forms W = cosine_power_affinity(tokens, power) itself (on
-        # the device, matrix-free, when Falcon runs on CUDA)
-        tok = self._cluster(feats.reshape(gh * gw, -1), "cosine").reshape(gh, gw)
-        labels = prototype_upsample(feats, tok, rgb.shape[:2])
-        if self.refine == "pamr" and self.pamr_iter > 0:
-            labels = pamr(rgb, labels, n_iter=self.pamr_iter, device=self._pamr_device())
-        _, labels = np.unique(labels, return_inverse=True)
-        return labels.reshape(rgb.shape[:2]).astype(np.int64)
+        plan, work = self._prepare(rgb)
+        return self._full(rgb, work, self._segment_work(work, plan))
+
+    def segment_video(self, frames):
+        """Segment the frames of a video with segment ids kept across frames.
+
+        Each frame is segmented as by :meth:`segment`.  With an integer
+        ``n_segments``, Falcon keeps one estimator with ``warm_start=True``:
+        a frame whose token grid has the previous frame's shape starts from
+        the previous frame's token labels (a few iterations instead of a
+        fresh initialization).  The segments of each frame are then matched
+        to the previous frame's by maximal overlap (Hungarian algorithm): a
+        matched segment keeps its id, a new one gets an id never used
+        before.
+
+        Parameters
+        ----------
+        frames : iterable of images
+            Frames in order (paths, PIL images, arrays or tensors); read one
+            at a time, so a generator of frames works.
+
+        Returns
+        -------
+        label_maps : generator of ndarray of shape (H, W), int64
+            One map per frame, yielded as the frames are read; ids are
+            consistent from frame to frame (so not necessarily ``0..n-1``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_falcon import ImageSegmenter
+        >>> frames = []
+        >>> for shift in range(3):
+        ...     f = np.zeros((48, 64, 3), np.uint8)
+        ...     f[:, 30 + shift:] = (200, 30, 30)
+        ...     frames.append(f)
+        >>> maps = list(ImageSegmenter(n_segments=2, refine=None).segment_video(frames))
+        >>> left, right = maps[0][0, 0], maps[0][0, -1]
+        >>> all(m[0, 0] == left and m[0, -1] == right for m in maps), left != right
+        (True, np.True_)
+        """
+        self._check_params()
+        return self._video(frames)
+
+    def _video(self, frames):
+        est, prev, next_id = None, None, 0
+        for frame in frames:
+            rgb = load_image(frame)
+            plan, work = self._prepare(rgb)
+            if self.n_segments != "auto" and int(self.n_segments) > 1:
+                affinity = "precomputed" if plan.graph == "knn" else "cosine"
+                if est is None or est.affinity != affinity:
+                    est = self._falcon(int(self.n_segments), affinity, warm_start=True)
+            labels = self._segment_work(work, plan, est=est)
+            if prev is None:
+                ids = np.arange(int(labels.max()) + 1)
+                next_id = len(ids)
+            else:
+                if prev.shape != labels.shape:
+                    prev = resize_labels(prev, labels.shape)
+                ids, next_id = match_ids(prev, labels, next_id)
+            prev = ids[labels]
+            yield self._full(rgb, work, labels, ids=ids)
 
     def fit(self, images, y=None):
         """Segment every image of ``images``; stores ``labels_``.
@@ -411,7 +493,7 @@ class ImageSegmenter(BaseEstimator):
         -------
         self : ImageSegmenter
         """
-        self.labels_ = [self.segment(im) for im in _as_image_list(images)]
+        self.labels_ = [self.segment(im) for im in as_image_list(images)]
         self.n_segments_ = [int(lab.max()) + 1 for lab in self.labels_]
         return self
 
@@ -420,12 +502,16 @@ class ImageSegmenter(BaseEstimator):
         return self.fit(images).labels_
 
     def segment_dataset(self, images, *, n_jobs=None, batch_size=4, progress=True):
-        """Segment many images in parallel with joblib, with a progress bar.
+        """Segment many images, with a progress bar.
 
-        Images are grouped into tasks of ``batch_size`` images; each task
-        builds the feature extractor once. Inside
-        ``joblib.parallel_config(backend="dask")`` the tasks run on the
-        active Dask cluster.
+        On the CPU, images are grouped into tasks of ``batch_size`` images
+        run in parallel by joblib (each task builds the feature extractor
+        once); inside ``joblib.parallel_config(backend="dask")`` the tasks
+        run on the active Dask cluster.  On a CUDA ``device`` with an
+        integer ``n_segments``, each group of ``batch_size`` images is
+        solved in one batched Falcon call on the GPU
+        (:func:`~sklearn_falcon.falcon_batch`, matrix-free), and the
+        upsampling and PAMR run there too.
 
         Parameters
         ----------
@@ -434,7 +520,7 @@ class ImageSegmenter(BaseEstimator):
         n_jobs : int, default=None
             joblib workers (``None`` follows the active joblib config).
         batch_size : int, default=4
-            Images per task.
+            Images per task (per batched solve on CUDA).
         progress : bool, default=True
             Show a tqdm progress bar (when tqdm is installed).
 
@@ -448,22 +534,19 @@ class ImageSegmenter(BaseEstimator):
         self._check_params()
         if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer; got {batch_size!r}.")
-        items = _as_image_list(images)
+        items = as_image_list(images)
         batches = [items[i: i + batch_size] for i in range(len(items))[::batch_size]]
-        params = self.get_params(deep=False)
+        dev = self._torch_device()
         results = []
-        bar = None
-        if progress:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:  # tqdm is optional (the image extra installs it)
-                tqdm = None
-            if tqdm is not None:
-                bar = tqdm(total=len(items), desc="segmenting", unit="img")
+        bar = progress_bar(len(items)) if progress else None
         try:
-            out = Parallel(n_jobs=n_jobs, return_as="generator")(
-                delayed(_segment_batch)(params, batch) for batch in batches
-            )
+            if dev is not None and self.n_segments != "auto":
+                out = (self._segment_batch_on_device(batch, dev) for batch in batches)
+            else:
+                params = self.get_params(deep=False)
+                out = Parallel(n_jobs=n_jobs, return_as="generator")(
+                    delayed(_segment_batch)(params, batch) for batch in batches
+                )
             for batch_labels in out:
                 results.extend(batch_labels)
                 if bar is not None:
@@ -473,18 +556,33 @@ class ImageSegmenter(BaseEstimator):
                 bar.close()
         return results
 
+    def _segment_batch_on_device(self, batch, device):
+        """Label maps of a batch of images, the token graphs solved together
+        by one batched, matrix-free Falcon call on ``device``."""
+        from .._batch import falcon_batch
 
-def _as_image_list(images):
-    """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
-    if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
-        return [images]
-    if _is_torch_tensor(images):
-        return [images] if images.ndim in (2, 3) else list(images)
-    if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
-        return [images]
-    if type(images).__module__.startswith("PIL"):
-        return [images]
-    return list(images)
+        k = int(self.n_segments)
+        rgbs = [load_image(im) for im in batch]
+        prepared = [self._prepare(rgb) for rgb in rgbs]
+        ext = self._get_extractor()
+        feats = [ext.extract(work) for _, work in prepared]
+        for f in feats:
+            if f.shape[0] * f.shape[1] < k:
+                raise ValueError(
+                    f"An image yields only {f.shape[0] * f.shape[1]} patch tokens, "
+                    f"fewer than n_segments={k}.")
+        if k == 1:
+            toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
+        else:
+            toks = falcon_batch(
+                [f.reshape(-1, f.shape[-1]) for f in feats], k, affinity="cosine",
+                power=self._power(), init=self.init, random_state=self.random_state,
+                backend="torch", device=str(device)).labels
+        out = []
+        for rgb, (_, work), f, tok in zip(rgbs, prepared, feats, toks):
+            labels = self._finish_work(work, f, tok.reshape(f.shape[:2]), device)
+            out.append(self._full(rgb, work, labels))
+        return out
 
 
 def _segment_batch(params, batch):

@@ -116,6 +116,8 @@ class TimmFeatures:
     """
 
     default_power = 10.0
+    #: Token budget (None: none); set by ImageSegmenter's ``max_tokens``.
+    max_tokens = None
 
     def __init__(
         self,
@@ -233,6 +235,10 @@ class TimmFeatures:
             short = self.resolution or self.default_short
             scale = short / min(height, width)
             th, tw = height * scale, width * scale
+        if self.max_tokens and (th / ph) * (tw / pw) > self.max_tokens:
+            shrink = (self.max_tokens / ((th / ph) * (tw / pw))) ** 0.5
+            th, tw = th * shrink, tw * shrink  # rounded down to the budget below
+            return max(ph, int(th // ph) * ph), max(pw, int(tw // pw) * pw)
         return max(ph, int(round(th / ph)) * ph), max(pw, int(round(tw / pw)) * pw)
 
     def preprocess(self, rgb):

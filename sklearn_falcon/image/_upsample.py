@@ -1,8 +1,12 @@
-"""Token labels -> pixel labels by prototype reassignment."""
+"""Token labels -> pixel labels: prototype reassignment, and label maps from
+a working resolution to the full one (joint bilateral upsampling)."""
 
 import numpy as np
+from numba import prange
 
-__all__ = ["bilinear_matrix", "prototype_upsample"]
+from .._jit import pjit
+
+__all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
 
 def bilinear_matrix(n_out, n_in):
@@ -45,7 +49,8 @@ def bilinear_matrix(n_out, n_in):
     return m
 
 
-def prototype_upsample(features, token_labels, out_shape, *, return_scores=False):
+def prototype_upsample(features, token_labels, out_shape, *, return_scores=False,
+                       device=None):
     """Assign every pixel to the nearest cluster prototype.
 
     Prototypes are the mean L2-normalized token feature of each cluster; the
@@ -64,7 +69,11 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     out_shape : (int, int)
         Output ``(H, W)``.
     return_scores : bool, default=False
-        Also return the ``(H, W, K)`` similarity maps.
+        Also return the ``(H, W, K)`` similarity maps (on the host).
+    device : str, default=None
+        ``None``: NumPy on the host.  A torch device (``"cuda"``, ``"cpu"``,
+        ``"auto"``): the torch twin there (float32; the same labels up to
+        float rounding on ties).
 
     Returns
     -------
@@ -88,6 +97,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     lab = np.asarray(token_labels).reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(-1)
+    if device is not None and not return_scores:
+        return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, device)]
     fn = f.reshape(-1, c)
     fn = fn / np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-12)
     k = len(uniq)
@@ -104,3 +115,164 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     if return_scores:
         return labels, up
     return labels
+
+
+# --------------------------------------------- labels to full resolution
+# Joint bilateral upsampling (Kopf et al., SIGGRAPH 2007) of a label map
+# computed at a working resolution: each full-resolution pixel takes the label
+# of highest total weight among the (2 r)^2 nearest working-resolution pixels,
+# with weight exp(-d^2 / (2 sigma_s^2)) (exp(-|c - c_q|^2 / (2 sigma_c^2)) +
+# FLOOR), d the distance in working pixels and c, c_q the colours of the pixel
+# and of the working pixel. FLOOR keeps a spatial fallback where no colour
+# matches. Pixels are independent: nothing but the output map is allocated.
+_JBU_RADIUS = 2
+_JBU_SIGMA_S = 1.0
+_JBU_SIGMA_C = 12.0
+_JBU_FLOOR = 1e-4
+
+
+@pjit
+def _joint_bilateral_labels(image, small_image, small_labels, ids, radius,
+                            sigma_s, sigma_c, floor, out):  # pragma: no cover
+    """Fill ``out`` (H, W) with the upsampled labels (see above): ``image``
+    is (H, W, C), ``small_image`` (h, w, C), ``small_labels`` (h, w) indices
+    in ``[0, K)`` and ``ids`` (K,) the label id written for each index."""
+    h_out, w_out = out.shape
+    n_labels = ids.shape[0]
+    h, w = small_labels.shape
+    c = image.shape[2]
+    sy, sx = h / h_out, w / w_out
+    inv_s = 1.0 / (2.0 * sigma_s * sigma_s)
+    inv_c = 1.0 / (2.0 * sigma_c * sigma_c)
+    span = 2 * radius
+    # the spatial weight is separable: exp(-dy^2 s) exp(-dx^2 s), the column
+    # factors computed once
+    col_q = np.empty((w_out, span), dtype=np.int64)
+    col_w = np.empty((w_out, span), dtype=np.float64)
+    for x in range(w_out):
+        fx = (x + 0.5) * sx - 0.5
+        ix0 = int(np.floor(fx))
+        for b in range(span):
+            ix = ix0 - radius + 1 + b
+            col_q[x, b] = min(max(ix, 0), w - 1)
+            col_w[x, b] = np.exp(-(fx - ix) * (fx - ix) * inv_s)
+    for y in prange(h_out):
+        acc = np.zeros(n_labels, dtype=np.float64)
+        row_q = np.empty(span, dtype=np.int64)
+        row_w = np.empty(span, dtype=np.float64)
+        fy = (y + 0.5) * sy - 0.5
+        iy0 = int(np.floor(fy))
+        for a in range(span):
+            iy = iy0 - radius + 1 + a
+            row_q[a] = min(max(iy, 0), h - 1)
+            row_w[a] = np.exp(-(fy - iy) * (fy - iy) * inv_s)
+        for x in range(w_out):
+            for k in range(n_labels):
+                acc[k] = 0.0
+            for a in range(span):
+                qy = row_q[a]
+                for b in range(span):
+                    qx = col_q[x, b]
+                    dc = 0.0
+                    for ch in range(c):
+                        t = float(image[y, x, ch]) - float(small_image[qy, qx, ch])
+                        dc += t * t
+                    wt = row_w[a] * col_w[x, b] * (np.exp(-dc * inv_c) + floor)
+                    acc[small_labels[qy, qx]] += wt
+            best = 0
+            for k in range(1, n_labels):
+                if acc[k] > acc[best]:
+                    best = k
+            out[y, x] = ids[best]
+    return out
+
+
+def upsample_labels(labels, image, small_image, *, device=None):
+    """Bring a label map from a working resolution to the image's, guided by it.
+
+    Joint bilateral upsampling: each pixel takes the label of highest total
+    weight among the 4x4 nearest working-resolution pixels, weighted by
+    their distance and by the difference of their colour to the pixel's.
+    Pixels are processed independently, so nothing of size ``H x W x K`` is
+    ever allocated: memory is the output map (and, on a torch device, strips
+    of rows).
+
+    Parameters
+    ----------
+    labels : ndarray of shape (h, w), int
+        Labels at the working resolution.
+    image : ndarray of shape (H, W, C)
+        The full-resolution image (uint8 or float, same scale as
+        ``small_image``).
+    small_image : ndarray of shape (h, w, C)
+        The image at the working resolution.
+    device : str, default=None
+        ``None``: the Numba kernel on the CPU; a torch device: its torch
+        twin there, in strips of rows.
+
+    Returns
+    -------
+    labels : ndarray of shape (H, W), int64
+        Same label ids as ``labels``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image import upsample_labels
+    >>> img = np.zeros((8, 8, 3), np.uint8); img[:, 5:] = 255
+    >>> small = img[::2, ::2]
+    >>> lab = (small[..., 0] > 0).astype(int)
+    >>> upsample_labels(lab, img, small)[0]
+    array([0, 0, 0, 0, 0, 1, 1, 1])
+    """
+    lab = np.asarray(labels)
+    img = np.asarray(image)
+    small = np.asarray(small_image)
+    if lab.ndim != 2 or small.shape[:2] != lab.shape or img.ndim != 3 or \
+            small.ndim != 3 or small.shape[2] != img.shape[2]:
+        raise ValueError(
+            f"labels {lab.shape}, image {img.shape} and small_image {small.shape} do "
+            "not match; expected (h, w), (H, W, C) and (h, w, C).")
+    uniq, inv = np.unique(lab, return_inverse=True)
+    inv = inv.reshape(lab.shape).astype(np.int64)
+    uniq = uniq.astype(np.int64)
+    if device is not None:
+        return _upsample_labels_on_device(inv, img, small, uniq, device)
+    out = np.empty(img.shape[:2], dtype=np.int64)
+    return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
+                                   _JBU_SIGMA_C, _JBU_FLOOR, out)
+
+
+def _prototype_on_device(features, inv, n_labels, out_shape, device):
+    from .._backends import _boundary as bd
+    from .._backends._device import import_torch
+
+    import_torch(f"prototype_upsample(device={device!r})", "device=None")
+    from . import _upsample_torch as ut
+
+    dev = bd.torch_device(device)
+    idx = ut._prototype_labels(bd.to_tensor(features, dev),
+                               bd.to_tensor(inv.astype(np.int64), dev), n_labels,
+                               (int(out_shape[0]), int(out_shape[1])))
+    return bd.to_numpy(idx)
+
+
+def _upsample_labels_on_device(inv, image, small, ids, device):
+    from .._backends import _boundary as bd
+    from .._backends._device import import_torch
+
+    import_torch(f"upsample_labels(device={device!r})", "device=None")
+    from . import _upsample_torch as ut
+
+    dev = bd.torch_device(device)
+    out = np.empty(image.shape[:2], dtype=np.int64)
+    small_t = bd.to_tensor(small, dev)
+    lab_t = bd.to_tensor(inv, dev)
+    ids_t = bd.to_tensor(ids, dev)
+    rows = ut.strip_rows(image.shape[1], len(ids))
+    for y0 in range(0, image.shape[0], rows):
+        strip = bd.to_tensor(image[y0:y0 + rows], dev)
+        out[y0:y0 + rows] = bd.to_numpy(ut._joint_bilateral_labels(
+            strip, y0, image.shape[0], small_t, lab_t, ids_t, _JBU_RADIUS,
+            _JBU_SIGMA_S, _JBU_SIGMA_C, _JBU_FLOOR))
+    return out

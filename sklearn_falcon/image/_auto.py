@@ -1,0 +1,100 @@
+"""Eigen-free choice of the number of segments (``n_segments="auto"``)."""
+
+import numpy as np
+
+from .._stats import cluster_pair_weights
+
+__all__ = ["select_n_segments"]
+
+
+def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
+    """Eigen-free choice of the number of segments by greedy merging.
+
+    Starting from an over-segmentation ``labels`` (e.g. Falcon with the
+    largest allowed K), the two clusters whose merge lowers the normalized
+    cut the most are merged, repeatedly, down to ``min_segments``. Each level
+    ``K`` of this hierarchy has a *K-way expansion*
+    ``rho(K) = max_k cut_k / vol_k`` (its worst cluster conductance), the
+    combinatorial counterpart, by the higher-order Cheeger inequality, of the
+    K-th eigenvalue of the normalized Laplacian. Like counting eigenvalues
+    below a threshold, the chosen K is the largest one with
+    ``rho(K) <= threshold`` (``min_segments`` if none qualifies), but no
+    eigenvector is computed.
+
+    Parameters
+    ----------
+    W : ndarray of shape (n, n)
+        Symmetric affinity.
+    labels : ndarray of shape (n,)
+        Over-segmentation, ids in ``[0, K_max)``.
+    min_segments : int, default=2
+        Smallest K considered.
+    threshold : float, default=0.3
+        Conductance threshold in (0, 1).
+
+    Returns
+    -------
+    n_segments : int
+        The chosen K.
+    merged : ndarray of shape (n,)
+        The hierarchy's partition with that many clusters (ids ``0..K-1``).
+    rho : dict
+        ``{K: rho(K)}`` along the hierarchy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image import select_n_segments
+    >>> W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
+    >>> labels = np.repeat(np.arange(6), 2)      # every block split in two
+    >>> k, merged, rho = select_n_segments(W, labels)
+    >>> k, merged.tolist()
+    (3, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
+    """
+    uniq, lab = np.unique(labels, return_inverse=True)
+    k = len(uniq)
+    C = cluster_pair_weights(W, lab, k)
+    vol = C.sum(axis=1)
+    groups = [[i] for i in range(k)]
+    alive = list(range(k))
+    vol = vol.copy()
+    history = {}
+
+    def rho_now():
+        return max((vol[a] - C[a, a]) / vol[a] if vol[a] > 0 else 0.0 for a in alive)
+
+    def labels_now():
+        out = np.empty(len(lab), dtype=np.int64)
+        for new, a in enumerate(alive):
+            out[np.isin(lab, groups[a])] = new
+        return out
+
+    history[len(alive)] = rho_now()
+    best_k = None
+    if history[len(alive)] <= threshold:
+        best_k = len(alive)
+        best_labels = labels_now()
+    while len(alive) > max(min_segments, 1):
+        best = None
+        for i, a in enumerate(alive):
+            for b in alive[i + 1:]:
+                va, vb = vol[a], vol[b]
+                old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
+                v = va + vb
+                new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
+                gain = old - new
+                if best is None or gain > best[0]:
+                    best = (gain, a, b)
+        _, a, b = best
+        C[a, :] += C[b, :]
+        C[:, a] += C[:, b]
+        vol[a] += vol[b]
+        groups[a] += groups[b]
+        alive.remove(b)
+        history[len(alive)] = rho_now()
+        if best_k is None and history[len(alive)] <= threshold:
+            best_k = len(alive)
+            best_labels = labels_now()
+    if best_k is None:
+        best_k, best_labels = len(alive), labels_now()
+    return best_k, best_labels, history

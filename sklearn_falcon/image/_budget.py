@@ -1,0 +1,197 @@
+"""The token budget of ImageSegmenter: working resolution and memory check.
+
+An image is segmented at a *working resolution* with at most ``max_tokens``
+tokens (the image is resized first, as a ViT resizes its input), and the
+label map is brought back to the full resolution by
+:func:`~sklearn_falcon.image.upsample_labels`, which allocates nothing but
+the output map.  Before anything large is allocated, :func:`check_memory`
+compares an estimate of the peak memory with what the process may still
+allocate, and refuses with a message that names ``max_tokens``.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Plan", "available_memory", "check_memory", "make_plan", "resize_rgb"]
+
+#: Above this many tokens the token graph is a sparse kNN graph instead of a
+#: dense ``W`` (1 GiB in float32), unless Falcon runs matrix-free on a device.
+DENSE_MAX_TOKENS = 16384
+#: Neighbours of each token in that kNN graph.
+KNN_NEIGHBORS = 30
+# peak bytes per working pixel of the colour + texture extractor (L*a*b*,
+# the 15-map filter bank, smoothed colours, two word maps, each float32 or
+# int64) and of PAMR (48 neighbour weights, the image in float64; the K
+# masks are counted apart)
+_FEATURE_BYTES_PER_PIXEL = 4 * (3 + 15 + 3) + 8 * 2
+_PAMR_BYTES_PER_PIXEL = 4 * 48 + 8 * 3
+_GIB = float(1 << 30)
+
+
+@dataclass
+class Plan:
+    """How one image is segmented: sizes that set the memory it needs."""
+
+    image_shape: tuple
+    work_shape: tuple
+    n_tokens: int
+    n_features: int
+    n_segments: int
+    graph: str  # "dense", "knn" or "matrix-free"
+    refine: bool
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def resized(self):
+        return tuple(self.work_shape) != tuple(self.image_shape)
+
+    def peak_bytes(self):
+        """Largest stage plus what lives throughout (image, label map)."""
+        stages = {k: v for k, v in self.parts.items() if not k.startswith("full ")}
+        keep = sum(v for k, v in self.parts.items() if k.startswith("full "))
+        return keep + max(stages.values(), default=0)
+
+
+def work_shape(height, width, max_pixels):
+    """The largest ``(h, w)`` with the aspect ratio of ``(height, width)``,
+    no larger than it, and ``h * w <= max_pixels``."""
+    if height * width <= max_pixels:
+        return int(height), int(width)
+    s = math.sqrt(max_pixels / float(height * width))
+    h = max(1, int(math.floor(height * s)))
+    w = max(1, int(math.floor(width * s)))
+    while h * w > max_pixels:  # floating-point edge cases
+        if h >= w:
+            h -= 1
+        else:
+            w -= 1
+    return h, w
+
+
+def resize_rgb(rgb, shape):
+    """``rgb`` resized to ``(h, w)`` with Pillow's antialiasing filter."""
+    from PIL import Image
+
+    h, w = int(shape[0]), int(shape[1])
+    img = Image.fromarray(np.ascontiguousarray(rgb))
+    return np.asarray(img.resize((w, h), resample=Image.BILINEAR, reducing_gap=3.0))
+
+
+def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
+              vit_tokens=None, matrix_free=False):
+    """The :class:`Plan` of one image.
+
+    Parameters
+    ----------
+    image_shape : (int, int)
+        Full-resolution ``(H, W)``.
+    max_tokens : int
+        Token budget.
+    patch : int
+        Side of a token cell in working pixels (the offline extractor's
+        ``patch_size``); the working image has at most ``max_tokens * patch**2``
+        pixels (``patch`` is 8 for a ViT, whose own input size is set apart).
+    n_features : int
+        Feature length of a token.
+    n_segments : int
+        Clusters K (the upper end of the range for ``"auto"``).
+    refine : bool
+        Whether PAMR runs.
+    vit_tokens : callable, default=None
+        ``vit_tokens(h, w)``: the tokens a ViT makes of a ``(h, w)`` image
+        (None: the grid of ``patch`` cells).
+    matrix_free : bool, default=False
+        Falcon forms ``W`` in row blocks on a torch device.
+    """
+    H, W = int(image_shape[0]), int(image_shape[1])
+    h, w = work_shape(H, W, int(max_tokens) * patch * patch)
+    if vit_tokens is not None:
+        n = int(vit_tokens(h, w))
+    else:
+        n = max(1, h // patch) * max(1, w // patch)
+    if matrix_free:
+        graph = "matrix-free"
+    elif n > DENSE_MAX_TOKENS:
+        graph = "knn"
+    else:
+        graph = "dense"
+    k = int(n_segments)
+    px = h * w
+    parts = {}
+    if (h, w) != (H, W):
+        parts["full label map"] = 8 * H * W
+        parts["full image"] = 3 * H * W  # the resized copy is counted below
+    parts["features"] = px * (3 + (_FEATURE_BYTES_PER_PIXEL if vit_tokens is None else 12))
+    graph_bytes = {"dense": 3 * 4 * n * n,  # W, the similarity temporaries
+                   "knn": 3 * 12 * n * KNN_NEIGHBORS + 4 * n * 2048,
+                   "matrix-free": 4 * n * (n_features + 2 * k)}[graph]
+    parts["token graph"] = graph_bytes + 4 * n * n_features + 8 * 4 * n * k
+    parts["upsampling"] = 3 * 4 * px * k + 8 * px
+    if refine:
+        parts["PAMR"] = px * _PAMR_BYTES_PER_PIXEL + 3 * 4 * px * k
+    return Plan((H, W), (h, w), n, int(n_features), k, graph, bool(refine), parts)
+
+
+def available_memory():
+    """Bytes the process may still allocate, or None when unknown.
+
+    The smaller of the system's available memory (``MemAvailable``) and what
+    is left under the address-space limit (``ulimit -v``) given the
+    process's current virtual size.
+    """
+    avail = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail.append(int(line.split()[1]) * 1024)
+                    break
+    except OSError:
+        pass
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft not in (resource.RLIM_INFINITY, -1):
+            used = None
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("VmSize:"):
+                        used = int(line.split()[1]) * 1024
+                        break
+            if used is not None:
+                avail.append(max(0, soft - used))
+    except (ImportError, OSError, ValueError):
+        pass
+    return min(avail) if avail else None
+
+
+def _fmt(n_bytes):
+    return f"{n_bytes / _GIB:.2f} GiB" if n_bytes >= 0.1 * _GIB else \
+        f"{n_bytes / (1 << 20):.0f} MiB"
+
+
+def check_memory(plan, max_tokens, *, available=None, margin=0.9):
+    """Raise MemoryError, naming ``max_tokens``, when ``plan`` needs more
+    memory than ``margin`` times what is available (nothing when unknown)."""
+    if available is None:
+        available = available_memory()
+    if available is None:
+        return
+    need = plan.peak_bytes()
+    if need <= margin * available:
+        return
+    H, W = plan.image_shape
+    h, w = plan.work_shape
+    detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in
+                       sorted(plan.parts.items(), key=lambda kv: -kv[1])[:3])
+    raise MemoryError(
+        f"Segmenting a {H}x{W} image with max_tokens={max_tokens} ({plan.n_tokens} "
+        f"tokens, working resolution {h}x{w}, {plan.graph} token graph) needs about "
+        f"{_fmt(need)} ({detail}), more than the {_fmt(available)} this process can "
+        f"still allocate. Lower max_tokens (e.g. max_tokens={max(64, max_tokens // 4)}"
+        f"), or free memory."
+    )
+

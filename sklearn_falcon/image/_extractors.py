@@ -1,0 +1,93 @@
+"""Build a feature extractor from ImageSegmenter's parameters."""
+
+import os
+
+from ._features import ColorPositionFeatures, TimmFeatures
+from ._texture import ColorTextureFeatures
+
+__all__ = ["OFFLINE_MODELS", "make_extractor"]
+
+#: ``model`` names of the offline (weight-free) extractors.
+OFFLINE_MODELS = ("color", "color-position")
+
+
+def make_extractor(
+    model="color",
+    *,
+    patch_size=None,
+    pretrained=False,
+    checkpoint_path=None,
+    layer=-1,
+    feature="token",
+    resolution=None,
+    device="cpu",
+):
+    """Build the feature extractor described by :class:`ImageSegmenter` parameters.
+
+    ``model="color"`` gives :class:`ColorTextureFeatures` and
+    ``model="color-position"`` the earlier :class:`ColorPositionFeatures`
+    (``patch_size`` defaults to 8); anything else is passed to
+    :class:`TimmFeatures`.
+
+    Parameters
+    ----------
+    model : str or torch.nn.Module, default="color"
+        ``"color"`` for the offline colour + texture features,
+        ``"color-position"`` for the colour + position ones, else a timm
+        model name, a checkpoint-backed timm name, or a module.
+    patch_size : int or (int, int), default=None
+        Cell size of the offline features (8 when None); must be None for
+        a ViT, whose patch size is the model's.
+    pretrained : bool, default=False
+        Load the model's pretrained weights through timm.
+    checkpoint_path : str or path-like, default=None
+        Local weights (state dict, safetensors or timm checkpoint).
+    layer : int, default=-1
+        Transformer block whose output is used.
+    feature : {"token", "key"}, default="token"
+        Patch tokens, or the attention keys of the chosen block.
+    resolution : int or (int, int), default=None
+        Resize the image to this size before the ViT (the model's own input
+        size when None).
+    device : str, default="cpu"
+        Torch device of the ViT.
+
+    Returns
+    -------
+    extractor : ColorTextureFeatures, ColorPositionFeatures or TimmFeatures
+        An object whose ``extract(rgb)`` returns the token-grid features.
+
+    Examples
+    --------
+    >>> from sklearn_falcon.image import make_extractor
+    >>> make_extractor("color").patch_size
+    (8, 8)
+    """
+    if isinstance(model, str) and model in OFFLINE_MODELS:
+        if checkpoint_path is not None or pretrained:
+            raise ValueError(
+                f"model={model!r} is a non-learned offline extractor; it takes no "
+                "pretrained weights or checkpoint_path."
+            )
+        cls = ColorTextureFeatures if model == "color" else ColorPositionFeatures
+        return cls(8 if patch_size is None else patch_size)
+    if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
+        if patch_size is not None:
+            raise ValueError(
+                "patch_size only applies to the offline models ('color', "
+                "'color-position'); a ViT's patch size is fixed "
+                "by its architecture."
+            )
+        return TimmFeatures(
+            str(model) if isinstance(model, os.PathLike) else model,
+            pretrained=pretrained,
+            checkpoint_path=checkpoint_path,
+            layer=layer,
+            feature=feature,
+            resolution=resolution,
+            device=device,
+        )
+    raise TypeError(
+        "model must be 'color', a timm model name or a torch.nn.Module; got "
+        f"{type(model).__name__}."
+    )

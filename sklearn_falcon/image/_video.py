@@ -1,0 +1,70 @@
+"""Segment ids kept from frame to frame (ImageSegmenter.segment_video)."""
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+__all__ = ["match_ids", "progress_bar", "resize_labels"]
+
+
+def match_ids(previous, current, next_id):
+    """Ids for the segments of ``current`` that follow ``previous``.
+
+    The segments of ``current`` (ids ``0..K-1``) are matched one-to-one to
+    those of ``previous`` (any ids) by maximal total overlap (Hungarian
+    algorithm); a matched segment takes its partner's id, an unmatched one
+    (or one with no overlap) a new id from ``next_id`` on.
+
+    Parameters
+    ----------
+    previous : ndarray of shape (h, w), int
+        The previous frame's label map (at the same resolution).
+    current : ndarray of shape (h, w), int
+        The current frame's map, ids ``0..K-1``.
+    next_id : int
+        The first id not used so far.
+
+    Returns
+    -------
+    ids : ndarray of shape (K,), int64
+        ``ids[k]`` is the id of segment ``k`` of ``current``.
+    next_id : int
+        The first id not used after this frame.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image._video import match_ids
+    >>> prev = np.array([[7, 7, 3, 3]])
+    >>> cur = np.array([[1, 1, 0, 2]])
+    >>> match_ids(prev, cur, 8)
+    (array([3, 7, 8]), 9)
+    """
+    prev_u, prev_i = np.unique(previous, return_inverse=True)
+    k = int(current.max()) + 1
+    overlap = np.bincount(np.asarray(current).ravel() * len(prev_u) + prev_i.ravel(),
+                          minlength=k * len(prev_u)).reshape(k, len(prev_u))
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    ids = np.full(k, -1, dtype=np.int64)
+    keep = overlap[rows, cols] > 0
+    ids[rows[keep]] = prev_u[cols[keep]]
+    for j in np.flatnonzero(ids < 0):
+        ids[j] = next_id
+        next_id += 1
+    return ids, int(next_id)
+
+
+def resize_labels(labels, shape):
+    """Nearest-neighbour resize of a label map to ``(h, w)``."""
+    h, w = labels.shape
+    rows = np.minimum((np.arange(shape[0]) + 0.5) * h / shape[0], h - 1).astype(np.intp)
+    cols = np.minimum((np.arange(shape[1]) + 0.5) * w / shape[1], w - 1).astype(np.intp)
+    return labels[rows][:, cols]
+
+
+def progress_bar(total):
+    """A tqdm progress bar over ``total`` images, or None without tqdm."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is optional (the image extra installs it)
+        return None
+    return tqdm(total=total, desc="segmenting", unit="img")

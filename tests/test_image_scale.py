@@ -1,0 +1,270 @@
+"""Photo-scale ImageSegmenter: token budget, memory check, streaming
+upsampling, kNN token graph, device twins (on CPU torch), video, batching."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+from sklearn_falcon import ImageSegmenter
+from sklearn_falcon._miou import miou
+from sklearn_falcon.image import (
+    ColorTextureFeatures,
+    cosine_power_affinity,
+    knn_cosine_power_affinity,
+    prototype_upsample,
+    upsample_labels,
+)
+from sklearn_falcon.image import _budget
+from sklearn_falcon.image._video import match_ids, resize_labels
+
+
+def _blocks(h, w, seed=0, noise=6):
+    """Three flat-coloured vertical bands with a diagonal edge, and the mask."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w]
+    mask = (xx > w / 3 + (yy - h / 2) * 0.3).astype(int) + (xx > 2 * w / 3).astype(int)
+    colours = np.array([[200, 40, 40], [40, 180, 60], [40, 60, 200]])
+    img = colours[mask] + rng.normal(0, noise, (h, w, 3))
+    return np.clip(img, 0, 255).astype(np.uint8), mask
+
+
+# ----------------------------------------------------------- ColorTextureFeatures
+def test_color_texture_features_shape_determinism_and_texture():
+    rng = np.random.default_rng(0)
+    img = np.full((64, 96, 3), 128, np.uint8)
+    img[:, 48:] = rng.integers(0, 256, (64, 48, 1))  # same mean, noisy texture
+    fe = ColorTextureFeatures()
+    f = fe.extract(img)
+    assert f.shape == (8, 12, fe.n_features) and f.dtype == np.float32
+    np.testing.assert_array_equal(f, ColorTextureFeatures().extract(img))
+    h = f[..., :fe.n_texture_words + fe.n_color_words].reshape(-1, 48)
+    np.testing.assert_allclose(np.linalg.norm(h, axis=1), 1.0, rtol=1e-5)
+    left, right = f[:, 1].reshape(-1, f.shape[-1]), f[:, 10].reshape(-1, f.shape[-1])
+    cos = lambda a, b: (a @ b.T) / np.outer(np.linalg.norm(a, axis=1),  # noqa: E731
+                                            np.linalg.norm(b, axis=1))
+    assert cos(left, right).max() < cos(left, left).min()
+    assert ColorTextureFeatures(position_weight=0).extract(img).shape[-1] == 48
+
+
+def test_color_texture_features_validation():
+    with pytest.raises(ValueError, match="patch_size"):
+        ColorTextureFeatures(0)
+    with pytest.raises(ValueError, match="sigmas"):
+        ColorTextureFeatures(sigmas=())
+    with pytest.raises(ValueError, match="position_weight"):
+        ColorTextureFeatures(position_weight=-1)
+    with pytest.raises(ValueError, match="n_color_words"):
+        ColorTextureFeatures(n_color_words=0)
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
+        ColorTextureFeatures().extract(np.zeros((4, 40, 3), np.uint8))
+
+
+# ------------------------------------------------------------- upsampling
+def test_upsample_labels_follows_edges_and_keeps_ids():
+    img, mask = _blocks(120, 160)
+    from sklearn_falcon.image._budget import resize_rgb
+
+    small = resize_rgb(img, (30, 40))
+    coarse = resize_labels(mask, (30, 40)) * 10 + 3  # arbitrary ids
+    out = upsample_labels(coarse, img, small)
+    assert out.shape == mask.shape and out.dtype == np.int64
+    assert set(np.unique(out)) == {3, 13, 23}
+    assert miou(out, mask) > 0.97
+    # a nearest-neighbour upsampling is blockier than the guided one
+    nearest = resize_labels(coarse, mask.shape)
+    assert np.mean(out == mask * 10 + 3) > np.mean(nearest == mask * 10 + 3)
+
+
+def test_upsample_labels_errors():
+    img = np.zeros((8, 8, 3), np.uint8)
+    with pytest.raises(ValueError, match="do not match"):
+        upsample_labels(np.zeros((4, 4), int), img, img[:3, :4])
+    with pytest.raises(ValueError, match="do not match"):
+        upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
+
+
+def test_device_twins_match_on_cpu_torch():
+    pytest.importorskip("torch")
+    img, mask = _blocks(90, 120, seed=1)
+    from sklearn_falcon.image._budget import resize_rgb
+
+    small = resize_rgb(img, (30, 40))
+    coarse = resize_labels(mask, (30, 40))
+    a = upsample_labels(coarse, img, small)
+    b = upsample_labels(coarse, img, small, device="cpu")
+    assert np.mean(a == b) > 0.999
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(6, 8, 16)).astype(np.float32)
+    tok = rng.integers(0, 3, (6, 8)) * 5
+    p1 = prototype_upsample(F, tok, (48, 64))
+    p2 = prototype_upsample(F, tok, (48, 64), device="cpu")
+    assert np.mean(p1 == p2) > 0.999 and set(np.unique(p2)) <= {0, 5, 10}
+
+
+# ----------------------------------------------------------- kNN token graph
+def test_knn_affinity_keeps_the_dense_weights():
+    rng = np.random.default_rng(0)
+    F = rng.random((300, 6))
+    W = knn_cosine_power_affinity(F, 3.0, n_neighbors=15)
+    D = cosine_power_affinity(F, 3.0)
+    assert abs(W - W.T).max() == 0
+    r = W.tocoo()
+    np.testing.assert_allclose(r.data, D[r.row, r.col], rtol=1e-5, atol=1e-6)
+    assert (np.diff(W.indptr) >= 15).all()
+    # each row keeps its 15 most similar tokens
+    top = np.argsort(-D, axis=1)[:, :15]
+    assert all(set(top[i]) <= set(W.indices[W.indptr[i]:W.indptr[i + 1]])
+               for i in range(0, 300, 37))
+    with pytest.raises(ValueError, match="n_neighbors"):
+        knn_cosine_power_affinity(F, n_neighbors=0)
+    with pytest.raises(ValueError, match="NaN"):
+        knn_cosine_power_affinity(np.full((3, 2), np.nan))
+
+
+# ------------------------------------------------------- budget and memory
+def test_work_shape_and_plan():
+    assert _budget.work_shape(512, 512, 512 * 512) == (512, 512)
+    h, w = _budget.work_shape(3000, 4000, 4096 * 64)
+    assert h * w <= 4096 * 64 and abs(w / h - 4 / 3) < 0.01
+    p = _budget.make_plan((3000, 4000), max_tokens=4096, patch=8, n_features=112,
+                          n_segments=6, refine=True)
+    assert p.resized and p.graph == "dense" and p.n_tokens <= 4096
+    big = _budget.make_plan((3000, 4000), max_tokens=40000, patch=8, n_features=112,
+                            n_segments=6, refine=True)
+    assert big.graph == "knn"
+    # the budget bounds the working memory: only the full-size maps grow
+    small = _budget.make_plan((512, 512), max_tokens=4096, patch=8, n_features=112,
+                              n_segments=6, refine=True)
+    work = {k: v for k, v in p.parts.items() if not k.startswith("full ")}
+    assert work.keys() == small.parts.keys()
+    assert all(work[k] <= 1.01 * small.parts[k] for k in work)
+
+
+def test_check_memory_refuses_naming_max_tokens():
+    p = _budget.make_plan((4000, 4000), max_tokens=100000, patch=8, n_features=112,
+                          n_segments=6, refine=True)
+    with pytest.raises(MemoryError, match="Lower max_tokens") as exc:
+        _budget.check_memory(p, 100000, available=1 << 30)
+    assert "max_tokens=100000" in str(exc.value) and "4000x4000" in str(exc.value)
+    _budget.check_memory(p, 100000, available=1 << 40)  # enough: no error
+
+
+def test_segment_refuses_before_allocating(monkeypatch):
+    monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 20)
+    img, _ = _blocks(64, 64)
+    with pytest.raises(MemoryError, match="max_tokens=4096"):
+        ImageSegmenter(n_segments=3).segment(img)
+
+
+def test_cli_reports_memory_error(tmp_path, monkeypatch, capsys):
+    from PIL import Image
+
+    from sklearn_falcon.cli import main
+
+    img, _ = _blocks(64, 64)
+    path = tmp_path / "a.png"
+    Image.fromarray(img).save(path)
+    monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 20)
+    assert main(["segment", str(path), "--out", str(tmp_path), "-k", "3"]) == 1
+    assert "Lower max_tokens" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["segment", str(path), "--out", str(tmp_path), "-k", "3",
+                 "--max-tokens", "16", "-q"]) == 0
+    lab = np.asarray(Image.open(tmp_path / "a_labels.png"))
+    assert lab.shape == (64, 64)
+
+
+def test_max_tokens_working_resolution():
+    img, mask = _blocks(192, 256)
+    full = ImageSegmenter(n_segments=3, random_state=0).segment(img)
+    capped = ImageSegmenter(n_segments=3, max_tokens=192, random_state=0)
+    lab = capped.segment(img)
+    assert lab.shape == (192, 256) and lab.dtype == np.int64
+    assert np.array_equal(np.unique(lab), np.arange(lab.max() + 1))
+    assert capped.extract_features(img).shape[0] * \
+        capped.extract_features(img).shape[1] <= 192
+    assert miou(lab, mask) > 0.95 and miou(full, mask) > 0.95
+    # under the budget nothing changes: the same map as without a budget
+    same = ImageSegmenter(n_segments=3, max_tokens=768, random_state=0).segment(img)
+    assert np.array_equal(same, full)
+    with pytest.raises(ValueError, match="max_tokens"):
+        ImageSegmenter(max_tokens=0).segment(img)
+
+
+def test_knn_graph_above_the_dense_limit(monkeypatch):
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 50)
+    img, mask = _blocks(96, 128)
+    lab = ImageSegmenter(n_segments=3, random_state=0).segment(img)
+    assert miou(lab, mask) > 0.9
+
+
+def test_vit_tokens_obey_max_tokens():
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=1,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img, _ = _blocks(96, 128)
+    seg = ImageSegmenter(model=vit, n_segments=3, resolution=96, max_tokens=48)
+    f = seg.extract_features(img)
+    assert f.shape[0] * f.shape[1] <= 48 and f.shape[1] > f.shape[0]
+    assert seg.segment(img).shape == (96, 128)
+    big = ImageSegmenter(model=vit, n_segments=3, resolution=96).extract_features(img)
+    assert big.shape[:2] == (12, 16)
+
+
+# ------------------------------------------------------------------ video
+def test_match_ids():
+    prev = np.array([[5, 5, 9, 9, 9]])
+    cur = np.array([[0, 0, 1, 1, 2]])
+    ids, nxt = match_ids(prev, cur, 10)
+    assert ids.tolist() == [5, 9, 10] and nxt == 11
+
+
+def _moving_square(t, size=96):
+    rng = np.random.default_rng(0)
+    img = np.empty((size, size, 3))
+    img[:] = (60, 90, 200)
+    img[:, size // 2:] = (70, 180, 60)
+    y0, x0 = 20 + 3 * t, 16 + 4 * t
+    img[y0:y0 + 28, x0:x0 + 28] = (220, 200, 40)
+    img += rng.normal(0, 5, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_segment_video_keeps_ids_and_warm_starts(capsys):
+    frames = [_moving_square(t) for t in range(4)]
+    seg = ImageSegmenter(n_segments=3, refine=None, random_state=0)
+    gen = seg.segment_video(iter(frames))
+    maps = list(gen)
+    assert len(maps) == 4 and all(m.shape == (96, 96) for m in maps)
+    for a, b in zip(maps, maps[1:]):
+        assert np.mean(a[-8:, -8:] == b[-8:, -8:]) == 1.0  # the static corner
+        assert np.mean(a == b) > 0.85
+    # each frame alone labels the segments in its own order; the video keeps ids
+    assert set(np.unique(maps[-1])) == set(np.unique(maps[0]))
+
+
+def test_segment_video_auto_and_errors():
+    frames = [_moving_square(t, 64) for t in range(2)]
+    maps = list(ImageSegmenter(n_segments="auto", refine=None).segment_video(frames))
+    assert len(maps) == 2
+    with pytest.raises(ValueError, match="n_segments"):
+        ImageSegmenter(n_segments=0).segment_video(frames)  # raised at once
+
+
+# --------------------------------------------------- batched device path
+def test_segment_dataset_batched_solve_on_cpu_torch():
+    torch = pytest.importorskip("torch")
+    images = [_blocks(64, 96, seed=s)[0] for s in range(3)]
+    masks = [_blocks(64, 96, seed=s)[1] for s in range(3)]
+    seg = ImageSegmenter(n_segments=3, random_state=0)
+    out = seg._segment_batch_on_device(images, torch.device("cpu"))
+    assert [o.shape for o in out] == [(64, 96)] * 3
+    assert miou(out, masks) > 0.75  # the batched solve starts from a kNN graph
+    assert all(len(np.unique(o)) <= 3 for o in out)
