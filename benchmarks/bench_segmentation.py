@@ -6,8 +6,9 @@ stripes of random orientation and frequency, checkerboard, blobs or
 high-frequency noise; some regions share a mean colour and differ only in
 texture) plus Gaussian pixel noise.
 
-On the SAME offline colour + texture + position patch features and the SAME
-cosine + power affinity, the benchmark compares
+On the SAME offline patch features (the ImageSegmenter default,
+``model="color"``) and the SAME cosine + power affinity, the benchmark
+compares
 
 - ``FalconNCut(affinity="precomputed")`` (the ImageSegmenter pipeline);
 - ``sklearn.cluster.SpectralClustering(affinity="precomputed")`` with the
@@ -152,10 +153,11 @@ def _spectral(W, k, seed, solver, assign):
         return sc.fit(W).labels_
 
 
-def _skimage_ncut(img, n_superpixels, thresh, seed):
+def _skimage_ncut(img, n_superpixels, thresh, seed, compactness=10):
     from skimage import graph, segmentation
 
-    sp = segmentation.slic(img, n_segments=n_superpixels, compactness=10, start_label=0)
+    sp = segmentation.slic(img, n_segments=n_superpixels, compactness=compactness,
+                           start_label=0)
     rag = graph.rag_mean_color(img, sp, mode="similarity")
     for attempt in range(3):  # ARPACK inside cut_normalized sometimes fails to converge
         try:
@@ -205,7 +207,7 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
         ``time_s`` (mean clustering time per image), ``n_images``.
     """
     from sklearn_falcon.image import (
-        ColorPositionFeatures, cosine_power_affinity, pamr, prototype_upsample,
+        cosine_power_affinity, make_extractor, pamr, prototype_upsample,
     )
     from sklearn_falcon.metrics import miou, normalized_cut
 
@@ -215,7 +217,7 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
     sc_configs = SC_CONFIGS_QUICK if quick else SC_CONFIGS
     thresholds = (0.001, 0.05) if quick else CUT_THRESHOLDS
     data = make_dataset(n_images, size, random_state=seed)
-    fe = ColorPositionFeatures()
+    fe = make_extractor("color")  # the ImageSegmenter default
     power = fe.default_power
 
     falcon_inits = {"Falcon (FalconNCut)": "multilevel",
@@ -278,13 +280,14 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
         ))
     _write(rows, quick=quick, out_dir=out_dir, n_images=n_images, size=size,
            n_tokens=F0.shape[0] * F0.shape[1], feat_time=feat_time / n_images,
+           extractor=type(fe).__name__, power=power,
            true_k=float(np.mean([d[2] for d in data])), custom=custom, repeat=repeat,
            seed=seed)
     return rows
 
 
 def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
-           repeat, seed, custom=False):
+           repeat, seed, extractor, power, custom=False):
     import platform
 
     out_dir = Path(out_dir) if out_dir is not None else RESULTS.parent
@@ -309,10 +312,10 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
         "",
         f"{n_images} piecewise-textured {size}x{size} images (3-6 Voronoi regions, colour + "
         f"texture + noise; mean {true_k:.1f} regions), {n_tokens} patch tokens each "
-        "(offline `ColorPositionFeatures`, 8 px cells), affinity "
-        "`cosine_power_affinity(power=3)` shared by Falcon and SpectralClustering. "
-        "K = true number of regions (except the 'auto' row, which chooses K in [2, 10] "
-        "itself). Token labels -> pixels by the same prototype "
+        f"(the offline default `{extractor}`, 8 px cells), affinity "
+        f"`cosine_power_affinity(power={power:g})` shared by Falcon and "
+        "SpectralClustering. K = true number of regions (except the 'auto' row, which "
+        "chooses K in [2, 10] itself). Token labels -> pixels by the same prototype "
         "reassignment; '+PAMR' adds the same PAMR refinement. mIoU: per-image Hungarian "
         "matching (`sklearn_falcon.metrics.miou`). Time: mean seconds per image of the "
         f"clustering step only, each fit the fastest of {repeat} runs for Falcon and "

@@ -30,7 +30,11 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    quality; the CUDA rows give the agreement (ARI) of their token labels
    with the CPU run's.  As in ``ImageSegmenter``, PAMR runs on CUDA in the
    CUDA rows (torch kernels) and on Numba in the CPU rows.
-4. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+4. **The ImageSegmenter pipeline on the device** (``pipeline``): ``segment``
+   per image end to end at 784 tokens (ViT-S of random weights; affinity,
+   upsampling and PAMR on the device) and ``segment_dataset`` throughput
+   (one batched Falcon call per batch of images on CUDA).
+5. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
    sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
@@ -415,6 +419,56 @@ def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
     return "\n".join(out)
 
 
+def pipeline_section(bench, cuda, n_images=8, n_dataset=64, batch=32, res=224):
+    """The whole ImageSegmenter pipeline per image, and segment_dataset (issue 17).
+
+    ``ImageSegmenter(model="vit_small_patch8_224", pretrained=False,
+    resolution=res)`` (784 tokens at 224): ``segment`` end to end on each
+    device (ViT, the cosine affinity formed by Falcon, prototype upsampling
+    and PAMR all on the device; median of ``n_images`` after a warm-up),
+    and ``segment_dataset`` on ``n_dataset`` images, in batches of
+    ``batch`` (one batched matrix-free Falcon call per batch on CUDA,
+    joblib tasks on the CPU), in images per second.
+    """
+    from benchmarks.bench_segmentation import make_textured_image
+    from sklearn_falcon import ImageSegmenter
+
+    if bench.torch is None:
+        return "torch not installed: section skipped"
+    torch = bench.torch
+    images = [make_textured_image(res, 6, random_state=s)[0]
+              for s in range(max(n_images, n_dataset) + 1)]
+    out = ["| device | tokens | segment, s / image | segment_dataset, images / s |",
+           "|---|---:|---:|---:|"]
+    for dev in ["cpu"] + (["cuda"] if cuda else []):
+        try:
+            torch.manual_seed(0)
+            seg = ImageSegmenter(model="vit_small_patch8_224", pretrained=False,
+                                 n_segments=6, resolution=res, device=dev,
+                                 random_state=0)
+            n_tok = int(np.prod(seg.extract_features(images[0]).shape[:2]))
+            times = []
+            for i, img in enumerate(images[: n_images + 1]):
+                bench.sync(dev)
+                t0 = time.perf_counter()
+                seg.segment(img)
+                bench.sync(dev)
+                if i:
+                    times.append(time.perf_counter() - t0)
+            n_ds = n_dataset if dev == "cuda" else min(n_dataset, 8)
+            seg.segment_dataset(images[:batch], batch_size=batch, progress=False)
+            bench.sync(dev)
+            t0 = time.perf_counter()
+            seg.segment_dataset(images[1: n_ds + 1], batch_size=batch, progress=False)
+            bench.sync(dev)
+            rate = n_ds / (time.perf_counter() - t0)
+            out.append(f"| {dev} | {n_tok:,} | {np.median(times):.4f} | {rate:.1f} |")
+        except Exception as exc:  # e.g. CUDA OOM: report it, go on
+            out.append(f"| {dev} | | {type(exc).__name__}: {str(exc)[:80]} | |")
+        print(out[-1], flush=True)
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------- memory
 class _RSSSampler:
     """Largest resident set size seen while active, sampled every 0.5 ms from
@@ -531,8 +585,9 @@ def main(argv=None):
                     help="images of the CPU batched/loop rows")
     ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
                     help="largest token graph of the torch-cpu matrix-free row")
-    ap.add_argument("--sections", default="fit,batch,segment",
-                    help="comma-separated sections to run: fit, batch, segment")
+    ap.add_argument("--sections", default="fit,batch,segment,pipeline",
+                    help="comma-separated sections to run: fit, batch, segment, "
+                         "pipeline")
     ap.add_argument("--segment-models", default="vit_small_patch8_224",
                     help="timm ViTs of the ImageSegmenter section, comma separated "
                          "('' skips it)")
@@ -571,10 +626,10 @@ def main(argv=None):
                 fh.write(text + "\n")
         return 0
     sections = {x for x in args.sections.split(",") if x}
-    unknown = sections - {"fit", "batch", "segment"}
+    unknown = sections - {"fit", "batch", "segment", "pipeline"}
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; "
-                 "choose among fit, batch, segment")
+                 "choose among fit, batch, segment, pipeline")
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
@@ -602,6 +657,10 @@ def main(argv=None):
         parts += ["\n## ImageSegmenter on ViT tokens (random weights), "
                   "median s per image\n",
                   segment_section(bench, models, res, cuda)]
+    if "pipeline" in sections:
+        parts += ["\n## ImageSegmenter pipeline on the device (ViT-S, random weights)\n",
+                  pipeline_section(bench, cuda, n_images=3 if args.quick else 8,
+                                   n_dataset=8 if args.quick else 128)]
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
         parts += ["\n## Peak CPU memory of the matrix-free path\n",
