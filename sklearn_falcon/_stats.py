@@ -82,9 +82,8 @@ def cluster_pair_weights(W, labels, n_clusters):
     y = np.ascontiguousarray(labels, dtype=np.int64)
     if sp.issparse(W):
         W = W.tocsr()
-        WX = nb.cluster_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
-    else:
-        WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
-    C = np.zeros((n_clusters, n_clusters))
-    np.add.at(C, y, WX)
-    return C
+        return nb.cluster_pair_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
+    WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
+    flat = (y[:, None] * n_clusters + np.arange(n_clusters)).ravel()
+    return np.bincount(flat, weights=WX.ravel(),
+                       minlength=n_clusters * n_clusters).reshape(n_clusters, -1)

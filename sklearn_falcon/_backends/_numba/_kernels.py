@@ -370,6 +370,18 @@ def own_cluster_weights_csr(indptr, indices, data, labels):
 
 
 @_jit
+def cluster_pair_weights_csr(indptr, indices, data, labels, n_clusters):
+    """``C[a, b] = sum of W_ij`` over ``labels_i = a``, ``labels_j = b``, for
+    CSR W, in one pass over the nonzeros (no ``(n, K)`` matrix)."""
+    C = np.zeros((n_clusters, n_clusters), dtype=np.float64)
+    for i in range(indptr.shape[0] - 1):
+        a = labels[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            C[a, labels[indices[p]]] += data[p]
+    return C
+
+
+@_jit
 def cluster_stats(WX, labels, degrees, n_clusters):
     """Cluster volumes and associations ``(vol, assoc)``, each of shape (K,)."""
     vol = np.zeros(n_clusters, dtype=np.float64)

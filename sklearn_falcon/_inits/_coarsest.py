@@ -1,0 +1,128 @@
+"""Starting partitions of the coarsest graph of the multilevel scheme.
+
+The coarsest graph has a few dozen nodes per cluster, so anything is cheap
+there, and no single kind of start wins on every family of graphs
+(measured on the benchmark suite of ``benchmarks/bench_peers.py``):
+
+* **random** labels: a spread of local optima;
+* **region growing**: graph Voronoi cells of ``K`` seeds spread out by
+  k-means++ on shortest-path distances (edge length ``1 / (W_ij /
+  sqrt(d_i d_j))``): compact regions, what meshes and pixel graphs want;
+* **spectral**: the relaxed K-way solution (an eigensolve of the small
+  coarsest graph);
+* **recursive bisection**: the cluster whose best bisection raises ``f``
+  most is split, ``K - 1`` times (Shi and Malik's recursive 2-way cut, on
+  the coarsest graph): it isolates small, weakly attached regions that no
+  K-way start finds.
+
+Each start is refined by the solver and the caller keeps the best by ``f``.
+"""
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from .._stats import cluster_statistics, objective_of
+from ._moves import best_bisection, subgraph
+from ._simple import fill_empty, random_labels
+from ._spectral import spectral_embedding_labels
+
+__all__ = ["coarse_starts", "recursive_bisection", "region_growing"]
+
+
+def _lengths(W, degrees):
+    """Edge lengths ``sqrt(d_i d_j) / W_ij`` (self-loops dropped), CSR."""
+    G = sp.csr_matrix(W, dtype=np.float64, copy=True)
+    G.setdiag(0)
+    G.eliminate_zeros()
+    C = G.tocoo()
+    s = np.sqrt(degrees)
+    return sp.csr_matrix((s[C.row] * s[C.col] / C.data, (C.row, C.col)),
+                         shape=G.shape)
+
+
+def region_growing(W, degrees, n_clusters, rng, lengths=None):
+    """Graph Voronoi cells of ``n_clusters`` seeds chosen by k-means++ on
+    shortest-path distances.
+
+    Nodes no seed reaches (another connected component) are labelled
+    randomly.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._inits._coarsest import region_growing
+    >>> W = np.kron(np.eye(2), np.ones((3, 3))) + 0.01
+    >>> y = region_growing(W, W.sum(1), 2, np.random.default_rng(0))
+    >>> len(set(y[:3].tolist())), len(set(y[3:].tolist())), len(set(y.tolist()))
+    (1, 1, 2)
+    """
+    n = W.shape[0]
+    L = _lengths(W, degrees) if lengths is None else lengths
+    seeds = [int(rng.integers(n))]
+    dist = dijkstra(L, directed=False, indices=seeds[0])
+    for _ in range(n_clusters - 1):
+        finite = np.isfinite(dist)
+        far = dist[finite].max() if finite.any() else 1.0
+        p = np.where(finite, dist, 2.0 * far + 1.0) ** 2
+        p[seeds] = 0.0
+        total = p.sum()
+        s = int(rng.choice(n, p=p / total)) if total > 0 else int(rng.integers(n))
+        seeds.append(s)
+        dist = np.minimum(dist, dijkstra(L, directed=False, indices=s))
+    _, _, sources = dijkstra(L, directed=False, indices=seeds, min_only=True,
+                             return_predecessors=True)
+    where = {s: k for k, s in enumerate(seeds)}
+    labels = np.array([where.get(int(s), -1) for s in sources], dtype=np.int64)
+    lost = labels < 0
+    labels[lost] = rng.integers(n_clusters, size=int(lost.sum()))
+    return labels
+
+
+def recursive_bisection(W, degrees, n_clusters, rng, options=None):
+    """``n_clusters - 1`` splits, each of the cluster whose best bisection
+    (:func:`~._moves.best_bisection`) raises ``f`` most.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._inits._coarsest import recursive_bisection
+    >>> W = np.kron(np.eye(3), np.ones((4, 4)))
+    >>> recursive_bisection(W, W.sum(1), 3, np.random.default_rng(0)).tolist()
+    [0, 0, 0, 0, 2, 2, 2, 2, 1, 1, 1, 1]
+    """
+    n = W.shape[0]
+    labels = np.zeros(n, dtype=np.int64)
+    gains = {}
+    for k in range(1, n_clusters):
+        for c in range(k):
+            if c not in gains:
+                idx = np.flatnonzero(labels == c)
+                S = subgraph(W, idx)
+                val, mask = best_bisection(S, degrees[idx], rng, options)
+                f_c = objective_of(*cluster_statistics(S, np.zeros(idx.size, np.int64),
+                                                       1, degrees[idx]))
+                gains[c] = (val - f_c, idx, mask)
+        c = max((c for c in gains if gains[c][2] is not None),
+                key=lambda c: gains[c][0], default=None)
+        if c is None:
+            break
+        _, idx, mask = gains.pop(c)
+        labels[idx[mask]] = k
+    return fill_empty(labels, n_clusters, rng)
+
+
+def coarse_starts(W, degrees, n_clusters, rng, *, n_random=8, n_grow=8,
+                  spectral=True, bisection=True, options=None):
+    """The starting labellings of the coarsest graph, in a fixed order:
+    random, region growing, spectral, recursive bisection."""
+    starts = [random_labels(W.shape[0], n_clusters, rng) for _ in range(n_random)]
+    if n_grow:
+        L = _lengths(W, degrees)
+        starts += [fill_empty(region_growing(W, degrees, n_clusters, rng, L),
+                              n_clusters, rng) for _ in range(n_grow)]
+    if spectral:
+        starts.append(spectral_embedding_labels(W, degrees, n_clusters, rng))
+    if bisection:
+        starts.append(recursive_bisection(W, degrees, n_clusters, rng, options))
+    return starts
