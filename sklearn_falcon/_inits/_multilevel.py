@@ -18,8 +18,10 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
    projection, so they compare fairly).
 4. **V-cycles** on the finest partition: coarsen again within its clusters
    (so that every level represents it), re-bisect pairs of clusters and
-   split-and-merge on the coarsest level, and refine back down; repeated
-   while ``f`` rises, at most ``N_VCYCLES`` times.
+   split-and-merge on the coarsest levels, and refine back down; repeated
+   while ``f`` rises by a relative ``VCYCLE_MIN_GAIN``, at most
+   ``N_VCYCLES`` times (once on graphs of over ``LARGE_ENTRIES`` stored
+   entries, where a cycle costs a few passes over the graph).
 
 Every step only accepts what raises ``f``, so the labels it returns are at
 least as good as any start it refined.
@@ -28,7 +30,7 @@ least as good as any start it refined.
 import numpy as np
 
 from .._solver import SolverOptions
-from .._stats import cluster_statistics, objective_of
+from .._stats import cluster_statistics, n_entries, objective_of
 from ._coarsen import coarsen
 from ._coarsest import coarse_starts
 from ._moves import pair_rebisection, refine, split_merge
@@ -43,8 +45,10 @@ N_RANDOM = 8  # random starts on the coarsest graph
 N_GROW = 8  # region-growing starts on the coarsest graph
 N_KEEP = 4  # coarse candidates carried up
 BEAM_MAX_NODES = 50_000  # above this level size only the best candidate goes up
-N_VCYCLES = 3
-PAIR_PER_CLUSTER = 300  # pair re-bisections on levels of at most this * K nodes
+N_VCYCLES = 3  # at most; 1 on graphs of more than LARGE_ENTRIES stored entries
+VCYCLE_MIN_GAIN = 1e-4  # another V-cycle only after a relative gain of f this large
+LARGE_ENTRIES = 1_000_000
+PAIR_PER_CLUSTER = 60  # pair re-bisections on levels of at most this * K nodes
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
 
@@ -205,9 +209,12 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     f, _, y = kept[0]
     if level > 0:
         y, f = _uncoarsen(H, y, level, K, rng, opt)
-    for _ in range(N_VCYCLES):
+    n_vcycles = N_VCYCLES if n_entries(W) <= LARGE_ENTRIES else 1
+    for _ in range(n_vcycles):
         y2, f2 = _vcycle(W, degrees, y, K, rng, opt)
-        if f2 <= f + 1e-12 * max(1.0, abs(f)):
+        gain = f2 - f
+        if gain > 0:
+            y, f = y2, f2
+        if gain <= VCYCLE_MIN_GAIN * max(1.0, abs(f)):
             break
-        y, f = y2, f2
     return y, f
