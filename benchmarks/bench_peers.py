@@ -2,11 +2,13 @@
 
 Usage::
 
-    python -m benchmarks.bench_peers                # full run -> benchmarks/results/peers.md
-    python -m benchmarks.bench_peers --quick        # a few graphs per family -> results/quick/
-    python -m benchmarks.bench_peers --quick --falcon ml2='{"init": "multilevel", "n_init": 2}'
+    python -m benchmarks.bench_peers           # full run -> results/peers.md
+    python -m benchmarks.bench_peers --quick   # a few graphs a family -> results/quick/
+    python -m benchmarks.bench_peers --quick \
+        --falcon ml2='{"init": "multilevel", "n_init": 2}'
     python -m benchmarks.bench_peers --families pixel grid --graphs 'coffee|grid2d'
-    python -m benchmarks.bench_peers --quick --refresh-peers   # recompute the cached peers
+    python -m benchmarks.bench_peers --quick --refresh-peers  # recompute the peers
+    python -m benchmarks.bench_peers --quick --rewrite  # tables again from peers.json
 
 On every graph of :mod:`benchmarks.families` it runs, side by side:
 
@@ -243,8 +245,8 @@ def run_peers(g, path, ghash, st, box, log):
                 res = box.run(path, kind, seed=st.seed, timeout=budget, **params)
                 store_cached(st.cache, g.name, job_id, st.seed, ghash, budget, res)
                 res["cached"] = False
-                log(f"    {job_id}: {res['status']} "
-                    f"{res['wall_s']:.2f} s {res['message'].splitlines()[0] if res['message'] else ''}")
+                first = (res["message"] or " ").splitlines()[0]
+                log(f"    {job_id}: {res['status']} {res['wall_s']:.2f} s {first}")
             res.update(group=group, job=job_id, kind=kind, params=params)
             records.append(res)
             if res["status"] in ("timeout", "memory"):
@@ -287,7 +289,8 @@ def run_falcon(g, path, st, box, best_labels, refs, log):
                           name=name, **job)
             if res["status"] != "ok":
                 rec.update(status=res["status"], message=res["message"])
-                log(f"    falcon {name}: {res['status']} {res['message'].splitlines()[0]}")
+                first = (res["message"] or " ").splitlines()[0]
+                log(f"    falcon {name}: {res['status']} {first}")
                 continue
             out = res["outputs"][0]
             if r == 0:
@@ -373,6 +376,8 @@ def build_parser():
                     help="resident memory budget of a run (default 6144)")
     ap.add_argument("--repeats", type=int, default=None,
                     help="timing rounds (default 3 full, 2 quick)")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="only write the tables again from OUT/peers.json")
     return ap
 
 
@@ -381,6 +386,12 @@ def main(argv=None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.simplefilter("ignore")
     st = Settings(args)
+    if args.rewrite:
+        from .peers_report import Report
+
+        Report.from_json(st, st.out / "peers.json").write()
+        print(f"[bench_peers] tables written again in {st.out}")
+        return 0
     if not st.specs:
         raise SystemExit("no graph matches the selection")
     run(st)

@@ -277,7 +277,8 @@ def _falcon(W, K, seed, params=None, init_labels=None, name="falcon"):
         est.fit(W)
         seconds = time.perf_counter() - t0
     path = np.asarray(getattr(est, "objective_path_", []), dtype=np.float64)
-    monotone = bool(path.size < 2 or np.all(np.diff(path) >= -1e-12 * max(1.0, abs(path).max())))
+    slack = -1e-12 * max(1.0, float(np.abs(path).max())) if path.size else 0.0
+    monotone = bool(path.size < 2 or np.all(np.diff(path) >= slack))
     return [_output(name, est.labels_, seconds, n_iter=int(est.n_iter_),
                     ncut=float(est.ncut_), monotone=monotone)]
 

@@ -39,7 +39,8 @@ Graph families (`benchmarks/families.py`; every W symmetric, nonnegative, no \
 zero-degree node):
 
 * `pixel`: 8-neighbour pixel graphs of scikit-image's coffee, astronaut, chelsea \
-and rocket at 50x75, 100x150 and 200x300, K = 4, 8, 16; Shi-Malik weights \
+and rocket at 50x75 and 100x150 with K = 4, 8, 16, and at 200x300 with K = 8; \
+Shi-Malik weights \
 exp(-dc^2 / sigma_c^2) exp(-dp^2 / sigma_p^2) (dc, dp: the colour and position \
 distances of the two pixels), RGB in [0, 1], \
 sigma_c^2 = the image's mean squared neighbour colour difference, sigma_p = 4 px;
@@ -211,6 +212,19 @@ class Report:
             self.machine[mod] = _version(mod)
         self.machine["load average at start"] = self.machine.pop("load average")
 
+    @classmethod
+    def from_json(cls, st, path):
+        """The report of an earlier run (its ``peers.json``), to write again."""
+        data = json.loads(Path(path).read_text())
+        rep = cls(st)
+        rep.rows, rep.failed_graphs = data["rows"], data.get("failed_graphs", [])
+        rep.elapsed = data.get("elapsed_s")
+        rep.machine = {k: v for k, v in data["machine"].items()
+                       if k != "load average at end"}
+        rep._end_load = data["machine"].get("load average at end")
+        st.variants = data.get("variants", st.variants)
+        return rep
+
     # ------------------------------------------------------------ rows
     def graph_failed(self, spec, message):
         self.failed_graphs.append({"graph": spec.name, "family": spec.family,
@@ -227,8 +241,8 @@ class Report:
                "best_ncut": best_ncut,
                "best_ari": None if best is None else best["ari"],
                "max_peer_ari": max((p["ari"] for p in peers.values()
-                                    if p["status"] == "ok" and p.get("ari") is not None),
-                                   default=None),
+                                    if p["status"] == "ok"
+                                    and p.get("ari") is not None), default=None),
                "falcon": {}, "peers": {}}
         for name, rec in falcon.items():
             f = {"status": rec["status"], "seconds": rec.get("seconds"),
@@ -288,20 +302,26 @@ class Report:
                and r["best_ari"] is not None]
         ari_ok = sum(f["ari"] >= r["best_ari"] - 0.02 for r, f in ari)
         out.append(("ARI >= best peer's ARI - 0.02 (graphs with a truth)",
-                    f"{ari_ok}/{len(ari)} graphs", (ari_ok == len(ari)) if ari else None))
+                    f"{ari_ok}/{len(ari)} graphs",
+                    (ari_ok == len(ari)) if ari else None))
         pairs = [(r["falcon"]["default"]["ncut"], r["falcon"]["n_init=10"]["ncut"])
                  for r in rows if r["falcon"].get("default", {}).get("ncut") is not None
                  and r["falcon"].get("n_init=10", {}).get("ncut") is not None]
         worse = sum(b > a * (1 + WIN_TOL) + 1e-12 for a, b in pairs)
         better = sum(b < a * (1 - WIN_TOL) - 1e-12 for a, b in pairs)
-        out.append(("n_init=10 never worse than n_init=1",
+        from sklearn_falcon import FalconNCut
+
+        n1 = f"the default (n_init={FalconNCut().get_params()['n_init']})"
+        out.append((f"n_init=10 never worse than {n1}",
                     f"worse on {worse}/{len(pairs)} graphs", worse == 0))
-        out.append(("n_init=10 strictly better than n_init=1 on some graphs",
+        out.append((f"n_init=10 strictly better than {n1} on some graphs",
                     f"better on {better}/{len(pairs)} graphs", better > 0))
-        big = [r for r in rows if r["family"] == "scale" and r["time_metis"] is not None]
+        big = [r for r in rows
+               if r["family"] == "scale" and r["time_metis"] is not None]
         ok = [r for r in big if r["time_metis"] <= 1 / 3 and
               r["falcon"]["default"]["ncut"] <= r["metis_ncut"] * (1 + WIN_TOL)]
-        out.append(("scale group (n ~ 1e5, 1e6): >= 3x faster than METIS, NCut <= METIS's",
+        out.append(("scale group (n ~ 1e5, 1e6): >= 3x faster than METIS, "
+                    "NCut <= METIS's",
                     f"{len(ok)}/{len(big)} graphs (time/METIS "
                     + ", ".join(f"{r['time_metis']:.2f}" for r in big) + ")",
                     (len(ok) == len(big)) if big else None))
@@ -309,7 +329,8 @@ class Report:
                and r["time_metis"] is not None]
         ok = [r for r in mid if r["time_metis"] <= 2.0]
         out.append(("1k <= n < 100k (other families): within 2x of METIS",
-                    f"{len(ok)}/{len(mid)} graphs", (len(ok) == len(mid)) if mid else None))
+                    f"{len(ok)}/{len(mid)} graphs",
+                    (len(ok) == len(mid)) if mid else None))
         flagged = [c for c in self.cost_check() if c["flagged"]]
         out.append(("no graph costs > 3x its same-size family graphs",
                     f"{len(flagged)} flagged", not flagged))
@@ -406,14 +427,15 @@ class Report:
                      "Falcon s": r["falcon_s"], "METIS s": r["metis_live_s"],
                      "Falcon/METIS": r["time_metis"], "METIS grid s": r["metis_grid_s"],
                      "Falcon NCut/METIS NCut": ratio,
-                     "3x faster and NCut <=": (None if r["time_metis"] is None or ratio is None
-                                               else bool(r["time_metis"] <= 1 / 3
-                                                         and ratio <= 1 + WIN_TOL))})
+                     "3x faster and NCut <=": (
+                         None if r["time_metis"] is None or ratio is None
+                         else bool(r["time_metis"] <= 1 / 3 and ratio <= 1 + WIN_TOL))})
         return t
 
     def failure_table(self):
         t = Table("Peers that failed, timed out, ran out of memory or returned fewer "
-                  "than K clusters", ["graph", "peer", "status", "configs ok", "message"])
+                  "than K clusters",
+                  ["graph", "peer", "status", "configs ok", "message"])
         for r in self.rows:
             for name, p in r["peers"].items():
                 if p["status"] != "ok" or p.get("message"):
@@ -489,7 +511,8 @@ class Report:
         machine = dict(self.machine)
         import os
 
-        machine["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        machine["load average at end"] = getattr(self, "_end_load", None) or " ".join(
+            f"{x:.2f}" for x in os.getloadavg())
         tgt = Table("Targets of issue 15", ["target", "measured", "holds"])
         targets = self.targets() if self.rows else []
         for text, measured, holds in targets:
@@ -508,13 +531,13 @@ class Report:
                   cost, self.failure_table(), mach]
         title = "Falcon against every peer, family by family"
         md = [f"## {title}", "", self.intro(), "", ABOUT, ""]
-        md += [t.markdown() for t in tables]
+        md += [_markdown(t) for t in tables]
         md.append("Per-peer NCut, ARI, time and chosen configuration of every "
                   "graph: `peers_detail.md`.\n")
         (out / "peers.md").write_text("\n".join(md))
         rst = [title, "-" * len(title), "", self.intro().replace("`", "``"), "",
                ABOUT.replace("`", "``"), ""]
-        rst += [t.rst() for t in tables]
+        rst += [_rst(t) for t in tables]
         (out / "peers.rst").write_text("\n".join(rst))
         detail = [f"## {title}: every peer on every graph", "", self.intro(), ""]
         detail += [t.markdown() for t in self.detail_tables()]
@@ -525,6 +548,21 @@ class Report:
             "targets": [list(t) for t in targets], "rows": self.rows,
             "failed_graphs": self.failed_graphs,
         }, indent=1, default=_jdefault))
+
+
+def _markdown(table):
+    if table.rows:
+        return table.markdown()
+    note = f"{table.note}\n\n" if table.note else ""
+    return f"### {table.title}\n\n{note}None.\n"
+
+
+def _rst(table):
+    """A table's rst (a list-table needs a body row: an empty one is a line)."""
+    if table.rows:
+        return table.rst()
+    return (f"{table.title}\n{'~' * len(table.title)}\n\n"
+            + (f"{table.note}\n\n" if table.note else "") + "None.\n")
 
 
 def _jdefault(o):

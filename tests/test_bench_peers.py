@@ -148,3 +148,7 @@ def test_runner_end_to_end_with_cache(tmp_path, capsys):
     assert "rncut: ok" not in second and "metis[" not in second
     data = json.loads((tmp_path / "out" / "peers.json").read_text())
     assert "three" in data["rows"][0]["falcon"]
+    # the tables can be written again from peers.json alone
+    (tmp_path / "out" / "peers.md").unlink()
+    assert B.main(["--smoke", "--out", str(tmp_path / "out"), "--rewrite"]) == 0
+    assert "three/best" in (tmp_path / "out" / "peers.md").read_text()
