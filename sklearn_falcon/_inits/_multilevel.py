@@ -16,7 +16,13 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
    are small (up to ``BEAM_MAX_NODES`` nodes) all kept candidates go up;
    above, only the best by ``f`` (``f`` is preserved exactly by
    projection, so they compare fairly).
-4. **V-cycles** on the finest partition: coarsen again within its clusters
+4. A **spectral candidate** on graphs where ``nnz * K`` is at most
+   ``SPECTRAL_BUDGET``: the coarsest graph's leading eigenvectors,
+   projected, refined by a few LOBPCG iterations on the input graph and
+   discretized, then refined by the solver.  The coarse starts see the
+   input graph through coarse graphs that distort its shape; on meshes the
+   spectral embedding of the input graph finds the global arrangement.
+5. **V-cycles** on the finest partitions: coarsen again within its clusters
    (so that every level represents it), re-bisect pairs of clusters and
    split-and-merge on the coarsest levels, and refine back down; repeated
    while ``f`` rises by a relative ``VCYCLE_MIN_GAIN``, at most
@@ -35,6 +41,7 @@ from ._coarsen import coarsen
 from ._coarsest import coarse_starts
 from ._moves import pair_rebisection, refine, split_merge
 from ._simple import fill_empty
+from ._spectral import leading_vectors, spectral_embedding_labels
 
 __all__ = ["Hierarchy", "multilevel_labels"]
 
@@ -48,6 +55,7 @@ BEAM_MAX_NODES = 50_000  # above this level size only the best candidate goes up
 N_VCYCLES = 3  # at most; 1 on graphs of more than LARGE_ENTRIES stored entries
 VCYCLE_MIN_GAIN = 1e-4  # another V-cycle only after a relative gain of f this large
 LARGE_ENTRIES = 1_000_000
+SPECTRAL_BUDGET = 10_000_000  # a fine spectral candidate when nnz * K is at most this
 PAIR_PER_CLUSTER = 60  # pair re-bisections on levels of at most this * K nodes
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
@@ -209,12 +217,28 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     f, _, y = kept[0]
     if level > 0:
         y, f = _uncoarsen(H, y, level, K, rng, opt)
-    n_vcycles = N_VCYCLES if n_entries(W) <= LARGE_ENTRIES else 1
-    for _ in range(n_vcycles):
-        y2, f2 = _vcycle(W, degrees, y, K, rng, opt)
-        gain = f2 - f
-        if gain > 0:
-            y, f = y2, f2
-        if gain <= VCYCLE_MIN_GAIN * max(1.0, abs(f)):
-            break
+    finals = [(f, y)]
+    if top > 0 and n_entries(W) * K <= SPECTRAL_BUDGET:
+        # the spectral embedding of the input graph, from the coarsest
+        # graph's projected: the global shape of a mesh, which coarse
+        # starts miss (their coarse graph distorts it)
+        start = H.project(leading_vectors(Wc, dc, K, rng), top)
+        ys = spectral_embedding_labels(W, degrees, K, rng, start=start)
+        ys, fs = refine(W, degrees, ys, K, opt)
+        finals.append((fs, ys))
+    large = n_entries(W) > LARGE_ENTRIES
+    if large:
+        finals = [max(finals, key=lambda c: c[0])]
+    n_vcycles = N_VCYCLES if not large else 1
+    out = []
+    for f, y in finals:
+        for _ in range(n_vcycles):
+            y2, f2 = _vcycle(W, degrees, y, K, rng, opt)
+            gain = f2 - f
+            if gain > 0:
+                y, f = y2, f2
+            if gain <= VCYCLE_MIN_GAIN * max(1.0, abs(f)):
+                break
+        out.append((f, y))
+    f, y = max(out, key=lambda c: c[0])
     return y, f

@@ -11,13 +11,14 @@ from scipy.sparse.linalg import ArpackNoConvergence, eigsh, lobpcg
 from .._stats import cluster_statistics, objective_of
 from ._simple import fill_empty
 
-__all__ = ["cluster_qr", "leading_vectors", "spectral_embedding_labels"]
+__all__ = ["cluster_qr", "discretize", "leading_vectors", "spectral_embedding_labels"]
 
 # dense eigendecomposition up to this many nodes; bounds of the iterative
 # eigensolvers above (see leading_vectors)
 _DENSE_MAX = 600
 _ARPACK_MAXITER = 300
 _LOBPCG_MAXITER = 200
+_LOBPCG_WARM_MAXITER = 30
 
 
 def cluster_qr(vectors):
@@ -57,15 +58,30 @@ def _kmeans_pp(emb, n_clusters, rng):
     return ((C**2).sum(1)[None, :] - 2.0 * emb @ C.T).argmin(axis=1)
 
 
-def leading_vectors(W, degrees, n_vectors, rng):
+def _normalized(W, inv):
+    if sp.issparse(W):
+        Dm = sp.diags(inv)
+        return (Dm @ W.astype(np.float64) @ Dm).tocsr()
+    return inv[:, None] * np.asarray(W, dtype=np.float64) * inv[None, :]
+
+
+def _lobpcg(M, X, maxiter):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return lobpcg(M, X, largest=True, tol=1e-6, maxiter=maxiter)
+
+
+def leading_vectors(W, degrees, n_vectors, rng, start=None):
     """The ``n_vectors`` leading eigenvectors of ``D^-1/2 W D^-1/2``, scaled
     back by ``D^-1/2`` (columns by decreasing eigenvalue).
 
-    Dense ``eigh`` up to ``_DENSE_MAX`` nodes.  Above, ARPACK with at most
-    ``_ARPACK_MAXITER`` restarts; if it has not converged by then (a nearly
-    degenerate spectrum: one pixel graph once took 16,259 iterations), LOBPCG
-    with at most ``_LOBPCG_MAXITER`` iterations from ARPACK's vectors gives
-    the embedding.  Either way the cost is bounded.
+    Dense ``eigh`` up to ``_DENSE_MAX`` nodes.  Above, with ``start`` (an
+    approximation of the result, e.g. the vectors of a coarse level
+    projected), LOBPCG from it for at most ``_LOBPCG_WARM_MAXITER``
+    iterations; without, ARPACK with at most ``_ARPACK_MAXITER`` restarts,
+    and if it has not converged by then (a nearly degenerate spectrum: one
+    pixel graph once took 16,259 iterations), LOBPCG with at most
+    ``_LOBPCG_MAXITER`` iterations.  Either way the cost is bounded.
     """
     n = W.shape[0]
     inv = 1.0 / np.sqrt(degrees)
@@ -74,42 +90,42 @@ def leading_vectors(W, degrees, n_vectors, rng):
         M = inv[:, None] * M * inv[None, :]
         _, vec = eigh(M, subset_by_index=[n - n_vectors, n - 1])
         return vec[:, ::-1] * inv[:, None]
-    if sp.issparse(W):
-        Dm = sp.diags(inv)
-        M = (Dm @ W.astype(np.float64) @ Dm).tocsr()
+    M = _normalized(W, inv)
+    if start is not None:
+        vals, vec = _lobpcg(M, start * np.sqrt(degrees)[:, None], _LOBPCG_WARM_MAXITER)
     else:
-        M = inv[:, None] * np.asarray(W, dtype=np.float64) * inv[None, :]
-    v0 = rng.uniform(-1, 1, n)
-    # a loose tolerance (1e-3) gave a different partition for each v0 on
-    # nearly degenerate spectra (kNN mixtures); 1e-6 is stable
-    try:
-        vals, vec = eigsh(M, k=n_vectors, which="LA", v0=v0, tol=1e-6,
-                          maxiter=_ARPACK_MAXITER)
-    except ArpackNoConvergence:
-        X = rng.uniform(-1, 1, (n, n_vectors))
-        X[:, 0] = np.sqrt(degrees)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            vals, vec = lobpcg(M, X, largest=True, tol=1e-5,
-                               maxiter=_LOBPCG_MAXITER)
+        v0 = rng.uniform(-1, 1, n)
+        # a loose tolerance (1e-3) gave a different partition for each v0 on
+        # nearly degenerate spectra (kNN mixtures); 1e-6 is stable
+        try:
+            vals, vec = eigsh(M, k=n_vectors, which="LA", v0=v0, tol=1e-6,
+                              maxiter=_ARPACK_MAXITER)
+        except ArpackNoConvergence:
+            X = rng.uniform(-1, 1, (n, n_vectors))
+            X[:, 0] = np.sqrt(degrees)
+            vals, vec = _lobpcg(M, X, _LOBPCG_MAXITER)
     order = np.argsort(-vals)
     return vec[:, order] * inv[:, None]
 
 
-def spectral_embedding_labels(W, degrees, n_clusters, rng, n_restarts=3):
-    """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
-    (:func:`leading_vectors`), discretized on the row-normalized embedding
-    by k-means started from cluster-QR and from ``n_restarts`` k-means++
+def discretize(emb, W, degrees, n_clusters, rng, n_restarts=3):
+    """Labels from a spectral embedding: k-means on the row-normalized
+    embedding started from cluster-QR and from ``n_restarts`` k-means++
     seedings; the labelling of highest ``f`` on ``W`` is kept (cluster-QR
-    alone can be far off on overlapping clusters).
-    """
-    n = W.shape[0]
-    emb = leading_vectors(W, degrees, n_clusters, rng)
+    alone can be far off on overlapping clusters)."""
     tries = [cluster_qr(emb)]
-    if n > n_clusters:
+    if emb.shape[0] > n_clusters:
         emb = emb / (np.linalg.norm(emb, axis=1, keepdims=True) + 1e-300)
         tries += [_kmeans_pp(emb, n_clusters, rng) for _ in range(n_restarts)]
         tries = [_lloyd(emb, y, n_clusters) for y in tries]
     tries = [fill_empty(y, n_clusters, rng) for y in tries]
     return max(tries, key=lambda y: objective_of(
         *cluster_statistics(W, y, n_clusters, degrees)))
+
+
+def spectral_embedding_labels(W, degrees, n_clusters, rng, start=None):
+    """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
+    (:func:`leading_vectors`, from ``start`` if given), discretized
+    (:func:`discretize`)."""
+    emb = leading_vectors(W, degrees, n_clusters, rng, start=start)
+    return discretize(emb, W, degrees, n_clusters, rng)
