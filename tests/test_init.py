@@ -326,3 +326,17 @@ def test_coarsen_csr_is_pt_w_p(dtype):
     np.testing.assert_allclose(Wc.toarray(), nk.coarsen_dense(W, mapping, 9), rtol=1e-5)
 
 
+
+
+def test_dijkstra_matches_scipy():
+    from scipy.sparse.csgraph import dijkstra
+
+    _, S = _graph(n=80, seed=11, density=0.08)
+    S = sp.csr_matrix(S)
+    sources = np.array([3, 40, 77])
+    dist, owner = _coarsest.dijkstra_csr(S.indptr, S.indices, S.data, sources)
+    ref = dijkstra(S, directed=False, indices=sources)
+    np.testing.assert_allclose(dist, ref.min(0))
+    reach = np.isfinite(ref.min(0))
+    np.testing.assert_array_equal(dist[reach], ref[owner[reach], np.flatnonzero(reach)])
+    assert np.all(owner[~reach] == -1)

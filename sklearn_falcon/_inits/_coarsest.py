@@ -20,18 +20,80 @@ Each start is refined by the solver and the caller keeps the best by ``f``.
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import dijkstra
 
+from .._jit import jit as _jit
 from .._stats import cluster_statistics, objective_of
 from ._moves import best_bisection, subgraph
 from ._simple import fill_empty, random_labels
 from ._spectral import spectral_embedding_labels
 
-__all__ = ["coarse_starts", "recursive_bisection", "region_growing"]
+__all__ = ["coarse_starts", "dijkstra_csr", "recursive_bisection", "region_growing"]
+
+
+@_jit
+def dijkstra_csr(indptr, indices, lengths, sources):
+    """Shortest-path distances from the nearest of ``sources`` (a binary heap
+    with lazy deletion), and the index in ``sources`` of that nearest source
+    (-1 where none reaches)."""
+    n = indptr.shape[0] - 1
+    dist = np.full(n, np.inf)
+    owner = np.full(n, -1, dtype=np.int64)
+    cap = indices.shape[0] + sources.shape[0] + 1
+    hk = np.empty(cap, dtype=np.float64)
+    hv = np.empty(cap, dtype=np.int64)
+    size = 0
+    for s_i in range(sources.shape[0]):
+        s = sources[s_i]
+        if dist[s] > 0.0:
+            dist[s] = 0.0
+            owner[s] = s_i
+            hk[size] = 0.0
+            hv[size] = s
+            size += 1
+    # the sources, all of key 0, already form a heap
+    while size > 0:
+        key = hk[0]
+        u = hv[0]
+        size -= 1
+        hk[0] = hk[size]
+        hv[0] = hv[size]
+        p = 0
+        while True:  # sift down
+            c = 2 * p + 1
+            if c >= size:
+                break
+            if c + 1 < size and hk[c + 1] < hk[c]:
+                c += 1
+            if hk[c] >= hk[p]:
+                break
+            hk[p], hk[c] = hk[c], hk[p]
+            hv[p], hv[c] = hv[c], hv[p]
+            p = c
+        if key > dist[u]:
+            continue
+        for q in range(indptr[u], indptr[u + 1]):
+            v = indices[q]
+            nd = key + lengths[q]
+            if nd < dist[v]:
+                dist[v] = nd
+                owner[v] = owner[u]
+                c = size  # sift up
+                hk[c] = nd
+                hv[c] = v
+                size += 1
+                while c > 0:
+                    p = (c - 1) // 2
+                    if hk[p] <= hk[c]:
+                        break
+                    hk[p], hk[c] = hk[c], hk[p]
+                    hv[p], hv[c] = hv[c], hv[p]
+                    c = p
+    return dist, owner
 
 
 def _lengths(W, degrees):
-    """Edge lengths ``sqrt(d_i d_j) / W_ij`` (self-loops dropped), CSR."""
+    """The graph with edge lengths ``sqrt(d_i d_j) / W_ij`` (self-loops
+    dropped), as CSR."""
     G = sp.csr_matrix(W, dtype=np.float64, copy=True)
     G.setdiag(0)
     G.eliminate_zeros()
@@ -59,8 +121,13 @@ def region_growing(W, degrees, n_clusters, rng, lengths=None):
     """
     n = W.shape[0]
     L = _lengths(W, degrees) if lengths is None else lengths
+    ptr, ind, length = L.indptr, L.indices, L.data
+
+    def dist_from(seeds):
+        return dijkstra_csr(ptr, ind, length, np.asarray(seeds, dtype=np.int64))
+
     seeds = [int(rng.integers(n))]
-    dist = dijkstra(L, directed=False, indices=seeds[0])
+    dist = dist_from(seeds)[0]
     for _ in range(n_clusters - 1):
         finite = np.isfinite(dist)
         far = dist[finite].max() if finite.any() else 1.0
@@ -69,11 +136,8 @@ def region_growing(W, degrees, n_clusters, rng, lengths=None):
         total = p.sum()
         s = int(rng.choice(n, p=p / total)) if total > 0 else int(rng.integers(n))
         seeds.append(s)
-        dist = np.minimum(dist, dijkstra(L, directed=False, indices=s))
-    _, _, sources = dijkstra(L, directed=False, indices=seeds, min_only=True,
-                             return_predecessors=True)
-    where = {s: k for k, s in enumerate(seeds)}
-    labels = np.array([where.get(int(s), -1) for s in sources], dtype=np.int64)
+        dist = np.minimum(dist, dist_from([s])[0])
+    labels = dist_from(seeds)[1]
     lost = labels < 0
     labels[lost] = rng.integers(n_clusters, size=int(lost.sum()))
     return labels

@@ -37,7 +37,8 @@ from .._backends import make_problem
 from .._backends._numba import cluster_weights_dense, own_cluster_weights_csr
 from .._jit import jit as _jit
 from .._solver import SolverOptions, solve
-from .._stats import cluster_pair_weights, cluster_statistics, objective_of
+from .._stats import (cluster_pair_weights, cluster_statistics, cluster_weight_summary,
+                      objective_of)
 from ._coarsen import coarsen
 from ._simple import fill_empty
 from ._spectral import leading_vectors
@@ -286,31 +287,27 @@ def best_bisection(S, degrees, rng, options=None):
     return float(best), mask
 
 
-def _extraction(W, degrees, labels, n_clusters, vol, assoc):
-    """Per cluster, the node whose extraction (alone in a cluster of its own)
-    raises ``f`` most, and that gain (``-inf`` where none is allowed)."""
-    y = labels
-    if sp.issparse(W):
-        own = own_cluster_weights_csr(W.indptr, W.indices, W.data, y)
-        self_w = W.diagonal().astype(np.float64)
-    else:
-        WX = cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
-        own = WX[np.arange(y.size), y]
-        self_w = np.diagonal(W).astype(np.float64)
-    rest_vol = vol[y] - degrees
-    safe = np.where(rest_vol > 0, rest_vol, 1.0)
-    gain = (self_w / degrees + (assoc[y] - 2.0 * own + self_w) / safe
-            - assoc[y] / vol[y])
-    counts = np.bincount(y, minlength=n_clusters)
-    gain[(counts[y] < 2) | (rest_vol <= 0)] = -np.inf
-    best_gain = np.full(n_clusters, -np.inf)
-    best_node = np.full(n_clusters, -1, dtype=np.int64)
-    order = np.lexsort((-gain, y))  # by cluster, best gain first
-    first = np.ones(y.size, dtype=bool)
-    first[1:] = y[order[1:]] != y[order[:-1]]
-    heads = order[first]
-    best_gain[y[heads]] = gain[heads]
-    best_node[y[heads]] = heads
+@_jit
+def _best_extractions(own, self_w, labels, degrees, vol, assoc):
+    """Per cluster, the node whose extraction (alone in a cluster of its own,
+    ``f = w_ii / d_i``) raises ``f`` most, and that gain (``-inf`` where none
+    is allowed: clusters of one node)."""
+    K = vol.shape[0]
+    counts = np.zeros(K, dtype=np.int64)
+    for i in range(labels.shape[0]):
+        counts[labels[i]] += 1
+    best_gain = np.full(K, -np.inf)
+    best_node = np.full(K, -1, dtype=np.int64)
+    for i in range(labels.shape[0]):
+        a = labels[i]
+        rest = vol[a] - degrees[i]
+        if counts[a] < 2 or rest <= 0.0 or degrees[i] <= 0.0:
+            continue
+        g = (self_w[i] / degrees[i] + (assoc[a] - 2.0 * own[i] + self_w[i]) / rest
+             - assoc[a] / vol[a])
+        if g > best_gain[a]:
+            best_gain[a] = g
+            best_node[a] = i
     return best_gain, best_node
 
 
@@ -357,16 +354,18 @@ def split_merge(W, degrees, labels, n_clusters, rng, options, *, bisect=True,
     """
     K = n_clusters
     y = np.array(labels, dtype=np.int64, copy=True)
-    vol, assoc = cluster_statistics(W, y, K, degrees)
-    f = objective_of(vol, assoc)
-    if K < 3:
-        return y, f
+    f = None
     cache = {}
     for _ in range(max_rounds):
-        C = cluster_pair_weights(W, y, K)
-        vol, assoc = C.sum(1), np.diag(C).copy()
+        C, own, self_w = cluster_weight_summary(W, y, K)
+        vol = np.bincount(y, weights=degrees, minlength=K)
+        assoc = np.diag(C).copy()
+        if f is None:
+            f = objective_of(vol, assoc)
+        if K < 3:
+            break
         f_k = assoc / vol
-        gain, split = _extraction(W, degrees, y, K, vol, assoc)
+        gain, split = _best_extractions(own, self_w, y, degrees, vol, assoc)
         split = [np.array([i]) if i >= 0 else None for i in split]
         if bisect:
             for c in range(K):
@@ -380,6 +379,8 @@ def split_merge(W, degrees, labels, n_clusters, rng, options, *, bisect=True,
                     gain[c] = val - f_k[c]
                     split[c] = idx[mask]
         L = _merge_losses(C, vol, assoc)
+        if gain.max() - L.min() <= _tol(f):
+            break  # no split pays for the cheapest merge
         best_net, move = _tol(f), None
         for c in np.argsort(-gain)[:n_try]:
             if split[c] is None:

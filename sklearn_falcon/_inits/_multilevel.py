@@ -48,8 +48,11 @@ __all__ = ["Hierarchy", "multilevel_labels"]
 # The effort of the scheme.  Each constant was chosen on the benchmark
 # suite (benchmarks/bench_peers.py); see docs/user_guide.rst, "init".
 COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
-N_RANDOM = 8  # random starts on the coarsest graph
-N_GROW = 8  # region-growing starts on the coarsest graph
+# random and region-growing starts on the coarsest graph: each at least
+# N_STARTS, and more for few clusters, whose coarsest graph is tiny (with
+# K = 2, ring-separating seeds of noisy circles are drawn by few starts)
+N_STARTS = 8
+STARTS_TIMES_K = 48
 N_KEEP = 4  # coarse candidates carried up
 BEAM_MAX_NODES = 50_000  # above this level size only the best candidate goes up
 N_VCYCLES = 3  # at most; 1 on graphs of more than LARGE_ENTRIES stored entries
@@ -59,6 +62,7 @@ SPECTRAL_BUDGET = 10_000_000  # a fine spectral candidate when nnz * K is at mos
 PAIR_PER_CLUSTER = 60  # pair re-bisections on levels of at most this * K nodes
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
+MAX_POLISH = 20  # exact-move sweeps per refinement inside the init
 
 
 class Hierarchy:
@@ -186,6 +190,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     ([5, 5, 5], 2.942)
     """
     opt = SolverOptions() if options is None else options
+    opt = opt.replace(max_polish=min(opt.max_polish, MAX_POLISH))
     K = n_clusters
     n = W.shape[0]
     if K == 1:
@@ -194,7 +199,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     top = len(H.maps)
     Wc, dc = H.graphs[top]
     cands = []
-    for y in coarse_starts(Wc, dc, K, rng, n_random=N_RANDOM, n_grow=N_GROW,
+    n_starts = max(N_STARTS, STARTS_TIMES_K // K)
+    for y in coarse_starts(Wc, dc, K, rng, n_random=n_starts, n_grow=n_starts,
                            options=opt):
         y, f = refine(Wc, dc, fill_empty(y, K, rng), K, opt)
         cands.append((f, len(cands), y))
