@@ -64,6 +64,44 @@ def _pair_two_hops(match, heavy, order):
 
 
 @_jit
+def _top_of_row(u, cols, vals, inv, part):
+    """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part."""
+    t = 0.0
+    for q in range(cols.shape[0]):
+        j = cols[q]
+        if j != u and part[j] == part[u]:
+            s = np.float64(vals[q]) * inv[j]
+            if s > t:
+                t = s
+    return t
+
+
+@_jit
+def _match_row(u, cols, vals, inv, part, alpha, top, match, heavy):
+    """Visit node ``u`` (its row: neighbours ``cols``, weights ``vals``):
+    pair it with its best eligible unmatched neighbour, and note its
+    heaviest eligible neighbour for the two-hop pairing."""
+    best = 0.0
+    best_j = -1
+    for q in range(cols.shape[0]):
+        j = cols[q]
+        w = np.float64(vals[q])
+        if j == u or w <= 0.0 or part[j] != part[u]:
+            continue
+        s = w * inv[j]
+        if s < alpha * top[u] or w * inv[u] < alpha * top[j]:
+            continue
+        if s == top[u]:
+            heavy[u] = j
+        if match[j] < 0 and s > best:
+            best = s
+            best_j = j
+    if best_j >= 0:
+        match[u] = best_j
+        match[best_j] = u
+
+
+@_jit
 def match_csr(indptr, indices, data, degrees, order, part, alpha):
     """Randomized normalized heavy-edge matching of a CSR graph.
 
@@ -88,75 +126,37 @@ def match_csr(indptr, indices, data, degrees, order, part, alpha):
         Coarse node of each node.
     """
     n = indptr.shape[0] - 1
-    top = np.zeros(n, dtype=np.float64)
+    inv = 1.0 / degrees
+    top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        for p in range(indptr[u], indptr[u + 1]):
-            j = indices[p]
-            if j != u and part[j] == part[u]:
-                s = data[p] / degrees[j]
-                if s > top[u]:
-                    top[u] = s
+        top[u] = _top_of_row(u, indices[indptr[u]:indptr[u + 1]],
+                             data[indptr[u]:indptr[u + 1]], inv, part)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
-        if match[u] >= 0:
-            continue
-        best = 0.0
-        best_j = -1
-        for p in range(indptr[u], indptr[u + 1]):
-            j = indices[p]
-            if j == u or part[j] != part[u]:
-                continue
-            s = data[p] / degrees[j]
-            if s < alpha * top[u] or data[p] / degrees[u] < alpha * top[j]:
-                continue
-            if s > 0.0 and s == top[u]:
-                heavy[u] = j
-            if match[j] < 0 and s > best:
-                best = s
-                best_j = j
-        if best_j >= 0:
-            match[u] = best_j
-            match[best_j] = u
+        if match[u] < 0:
+            _match_row(u, indices[indptr[u]:indptr[u + 1]],
+                       data[indptr[u]:indptr[u + 1]], inv, part, alpha, top, match,
+                       heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 
 
 @_jit
 def match_dense(W, degrees, order, part, alpha):
-    """Dense twin of :func:`match_csr` (zero entries are not edges)."""
+    """Dense twin of :func:`match_csr` (zero entries are not edges): the same
+    visits, on rows that hold every node."""
     n = W.shape[0]
     inv = 1.0 / degrees
-    top = np.zeros(n, dtype=np.float64)
+    cols = np.arange(n)
+    top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        t = 0.0
-        for j in range(n):
-            s = np.float64(W[u, j]) * inv[j]
-            if j != u and part[j] == part[u] and s > t:
-                t = s
-        top[u] = t
+        top[u] = _top_of_row(u, cols, W[u], inv, part)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
-        if match[u] >= 0:
-            continue
-        best = 0.0
-        best_j = -1
-        for j in range(n):
-            w = np.float64(W[u, j])
-            if j == u or w <= 0.0 or part[j] != part[u]:
-                continue
-            s = w * inv[j]
-            if s < alpha * top[u] or w * inv[u] < alpha * top[j]:
-                continue
-            if s == top[u]:
-                heavy[u] = j
-            if match[j] < 0 and s > best:
-                best = s
-                best_j = j
-        if best_j >= 0:
-            match[u] = best_j
-            match[best_j] = u
+        if match[u] < 0:
+            _match_row(u, cols, W[u], inv, part, alpha, top, match, heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 

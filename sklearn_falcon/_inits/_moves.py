@@ -102,21 +102,16 @@ def subgraph(W, idx):
 
 
 @_jit
-def sweep_csr(indptr, indices, data, degrees, order):
-    """Best prefix split of ``order`` by ``a_1 / v_1 + a_2 / v_2``.
-
-    The prefix ``order[:t + 1]`` is part 1; associations count both
-    directions of an edge and self-loops, volumes are ``degrees`` (which may
-    exceed the row sums).  One pass over the nonzeros.  Returns
-    ``(best value, t)``, ``t = -1`` when ``n < 2``.
-    """
+def _sweep_rows(indptr, cols, vals, degrees, order):
+    """The sweep of :func:`sweep_csr` on rows ``cols[indptr[u]:indptr[u + 1]]``
+    (a dense ``S`` passes full rows)."""
     n = order.shape[0]
     rank = np.empty(n, dtype=np.int64)
     for t in range(n):
         rank[order[t]] = t
     total = 0.0
-    for p in range(data.shape[0]):
-        total += data[p]
+    for p in range(vals.shape[0]):
+        total += vals[p]
     vol_total = 0.0
     for i in range(n):
         vol_total += degrees[i]
@@ -131,13 +126,13 @@ def sweep_csr(indptr, indices, data, degrees, order):
         w_out = 0.0
         w_self = 0.0
         for p in range(indptr[u], indptr[u + 1]):
-            j = indices[p]
+            j = cols[p]
             if j == u:
-                w_self += data[p]
+                w_self += vals[p]
             elif rank[j] < t:
-                w_in += data[p]
+                w_in += vals[p]
             else:
-                w_out += data[p]
+                w_out += vals[p]
         assoc1 += 2.0 * w_in + w_self
         cut += w_out - w_in
         vol1 += degrees[u]
@@ -152,45 +147,26 @@ def sweep_csr(indptr, indices, data, degrees, order):
 
 
 @_jit
+def sweep_csr(indptr, indices, data, degrees, order):
+    """Best prefix split of ``order`` by ``a_1 / v_1 + a_2 / v_2``.
+
+    The prefix ``order[:t + 1]`` is part 1; associations count both
+    directions of an edge and self-loops, volumes are ``degrees`` (which may
+    exceed the row sums).  One pass over the nonzeros.  Returns
+    ``(best value, t)``, ``t = -1`` when ``n < 2``.
+    """
+    return _sweep_rows(indptr, indices, data.astype(np.float64), degrees, order)
+
+
+@_jit
 def sweep_dense(S, degrees, order):
-    """Dense twin of :func:`sweep_csr`."""
-    n = order.shape[0]
-    rank = np.empty(n, dtype=np.int64)
-    for t in range(n):
-        rank[order[t]] = t
-    total = 0.0
-    vol_total = 0.0
+    """Dense twin of :func:`sweep_csr` (the same sweep over full rows)."""
+    n = S.shape[0]
+    indptr = np.arange(n + 1) * n
+    cols = np.empty(n * n, dtype=np.int64)
     for i in range(n):
-        vol_total += degrees[i]
-        for j in range(n):
-            total += S[i, j]
-    assoc1 = 0.0
-    cut = 0.0
-    vol1 = 0.0
-    best = -np.inf
-    best_t = -1
-    for t in range(n - 1):
-        u = order[t]
-        w_in = 0.0
-        w_out = 0.0
-        for j in range(n):
-            if j == u:
-                continue
-            if rank[j] < t:
-                w_in += S[u, j]
-            else:
-                w_out += S[u, j]
-        assoc1 += 2.0 * w_in + S[u, u]
-        cut += w_out - w_in
-        vol1 += degrees[u]
-        vol2 = vol_total - vol1
-        if vol1 <= 0.0 or vol2 <= 0.0:
-            continue
-        g = assoc1 / vol1 + (total - assoc1 - 2.0 * cut) / vol2
-        if g > best:
-            best = g
-            best_t = t
-    return best, best_t
+        cols[i * n:(i + 1) * n] = np.arange(n)
+    return _sweep_rows(indptr, cols, S.astype(np.float64).ravel(), degrees, order)
 
 
 def _sweep(S, degrees, order):

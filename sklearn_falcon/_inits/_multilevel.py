@@ -8,16 +8,16 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
    seed, so every restart (``n_init``) coarsens differently.
 2. **Partition the coarsest graph** from many starts (:mod:`._coarsest`:
    random, region growing, spectral, recursive bisection), each refined by
-   the solver; the ``N_KEEP`` best are improved by split-and-merge moves and
+   the solver; the ``Effort.n_keep`` best are improved by split-and-merge moves and
    pair re-bisections (:mod:`._moves`).
 3. **Uncoarsen**: project level by level, refining at every level with the
    solver (proximal steps, then exact single-node moves) and with
    split-and-merge moves that extract whole coarse nodes.  While the levels
-   are small (up to ``BEAM_MAX_NODES`` nodes) all kept candidates go up;
+   are small (up to ``Effort.beam_max_nodes`` nodes) all kept candidates go up;
    above, only the best by ``f`` (``f`` is preserved exactly by
    projection, so they compare fairly).
 4. A **spectral candidate** on graphs where ``nnz * K`` is at most
-   ``SPECTRAL_BUDGET``: the coarsest graph's leading eigenvectors,
+   ``Effort.spectral_budget``: the coarsest graph's leading eigenvectors,
    projected, refined by a few LOBPCG iterations on the input graph and
    discretized, then refined by the solver.  The coarse starts see the
    input graph through coarse graphs that distort its shape; on meshes the
@@ -25,15 +25,22 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
 5. **V-cycles** on the finest partitions: coarsen again within its clusters
    (so that every level represents it), re-bisect pairs of clusters and
    split-and-merge on the coarsest levels, and refine back down; repeated
-   while ``f`` rises by a relative ``VCYCLE_MIN_GAIN``, at most
-   ``N_VCYCLES`` times (once on graphs of over ``LARGE_ENTRIES`` stored
-   entries, where a cycle costs a few passes over the graph).
+   while ``f`` rises by a relative ``Effort.vcycle_min_gain``, at most
+   ``Effort.n_vcycles`` times (fewer on graphs of over
+   ``Effort.large_entries`` stored entries, where a cycle costs a few
+   passes over the graph).
+
+How much of 2-5 is done is an :class:`Effort`: ``SPARSE`` for sparse
+graphs, the lighter ``DENSE`` for dense (feature) graphs.
 
 Every step only accepts what raises ``f``, so the labels it returns are at
 least as good as any start it refined.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.sparse as sp
 
 from .._solver import SolverOptions
 from .._stats import cluster_statistics, n_entries, objective_of
@@ -43,23 +50,57 @@ from ._moves import pair_rebisection, refine, split_merge
 from ._simple import fill_empty
 from ._spectral import leading_vectors, spectral_embedding_labels
 
-__all__ = ["Hierarchy", "multilevel_labels"]
+__all__ = ["DENSE", "SPARSE", "Effort", "Hierarchy", "multilevel_labels"]
 
-# The effort of the scheme.  Each constant was chosen on the benchmark
-# suite (benchmarks/bench_peers.py); see docs/user_guide.rst, "init".
+@dataclass(frozen=True)
+class Effort:
+    """How much work the scheme does beyond one pass down and up.
+
+    Attributes
+    ----------
+    n_starts : int
+        Random and region-growing starts on the coarsest graph, each.
+    starts_times_k : int
+        At least this many over ``K`` (more starts for few clusters, whose
+        coarsest graph is tiny: with ``K = 2`` the ring-separating seeds of
+        noisy circles are drawn by few starts).
+    n_keep : int
+        Coarse candidates improved and carried up.
+    beam_max_nodes : int
+        Above this level size only the best candidate goes up.
+    n_vcycles : int
+        At most; ``n_vcycles_large`` on graphs of more than ``large_entries``
+        stored entries (where a cycle costs a few passes over the graph).
+    vcycle_min_gain : float
+        Another V-cycle only after a relative gain of ``f`` this large.
+    pair_per_cluster : int
+        Pair re-bisections on levels of at most this many nodes per cluster.
+    spectral_budget : int
+        A spectral candidate of the input graph when ``nnz * K`` is at most
+        this (0: never).
+    """
+
+    n_starts: int = 8
+    starts_times_k: int = 48
+    n_keep: int = 4
+    beam_max_nodes: int = 50_000
+    n_vcycles: int = 3
+    n_vcycles_large: int = 1
+    large_entries: int = 1_000_000
+    vcycle_min_gain: float = 1e-4
+    pair_per_cluster: int = 60
+    spectral_budget: int = 10_000_000
+
+
+# Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
+# graphs; dense token graphs for DENSE, see docs/user_guide.rst, "init").
+SPARSE = Effort()
+# Dense graphs are feature graphs (image tokens): there the extra candidates
+# and V-cycles changed the NCut of 4 of 30 token graphs by 1e-5 at twice
+# the time,
+# and the spectral candidate (meant for meshes) is a dense eigensolve.
+DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0)
 COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
-# random and region-growing starts on the coarsest graph: each at least
-# N_STARTS, and more for few clusters, whose coarsest graph is tiny (with
-# K = 2, ring-separating seeds of noisy circles are drawn by few starts)
-N_STARTS = 8
-STARTS_TIMES_K = 48
-N_KEEP = 4  # coarse candidates carried up
-BEAM_MAX_NODES = 50_000  # above this level size only the best candidate goes up
-N_VCYCLES = 3  # at most; 1 on graphs of more than LARGE_ENTRIES stored entries
-VCYCLE_MIN_GAIN = 1e-4  # another V-cycle only after a relative gain of f this large
-LARGE_ENTRIES = 1_000_000
-SPECTRAL_BUDGET = 10_000_000  # a fine spectral candidate when nnz * K is at most this
-PAIR_PER_CLUSTER = 60  # pair re-bisections on levels of at most this * K nodes
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
 MAX_POLISH = 20  # exact-move sweeps per refinement inside the init
@@ -127,39 +168,39 @@ def _f(W, degrees, labels, n_clusters):
     return objective_of(*cluster_statistics(W, labels, n_clusters, degrees))
 
 
-def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=False):
+def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0):
     """Project ``labels`` from ``level`` to ``to_level``, refining on every
-    level on the way (solver, then extraction moves; with ``pairs``, pair
-    re-bisections on the levels of at most ``PAIR_PER_CLUSTER * K`` nodes)."""
+    level on the way (solver, then extraction moves; pair re-bisections on
+    the levels of at most ``pairs * K`` nodes)."""
     K = n_clusters
     f = None
     for lv in range(level - 1, to_level - 1, -1):
         labels = labels[H.maps[lv]]
         Wl, dl = H.graphs[lv]
         labels, f = refine(Wl, dl, labels, K, options)
-        if pairs and Wl.shape[0] <= PAIR_PER_CLUSTER * K:
+        if Wl.shape[0] <= pairs * K:
             labels, f = pair_rebisection(Wl, dl, labels, K, rng, options)
         labels, f = split_merge(Wl, dl, labels, K, rng, options, bisect=False,
                                 max_rounds=3)
     return labels, f
 
 
-def _vcycle(W, degrees, labels, n_clusters, rng, options):
+def _vcycle(W, degrees, labels, n_clusters, rng, options, effort):
     """One V-cycle from ``labels``: returns ``(labels, f)``, never worse."""
     K = n_clusters
     H = Hierarchy(W, degrees, K, rng, part=labels)
     top = len(H.maps)
     Wc, dc = H.graphs[top]
     yc, _ = refine(Wc, dc, H.parts[top], K, options)
-    if Wc.shape[0] <= PAIR_PER_CLUSTER * K:
+    if Wc.shape[0] <= effort.pair_per_cluster * K:
         yc, _ = pair_rebisection(Wc, dc, yc, K, rng, options)
     yc, fc = split_merge(Wc, dc, yc, K, rng, options, bisect=top > 0)
     if top == 0:
         return yc, fc
-    return _uncoarsen(H, yc, top, K, rng, options, pairs=True)
+    return _uncoarsen(H, yc, top, K, rng, options, pairs=effort.pair_per_cluster)
 
 
-def multilevel_labels(W, degrees, n_clusters, rng, options=None):
+def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
     """Labels of one restart of the multilevel V-cycle scheme.
 
     Parameters
@@ -172,6 +213,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
         Draws the matchings and the coarse starts.
     options : SolverOptions, default=None
         Options of the refinements.
+    effort : Effort, default=None
+        ``SPARSE`` for a sparse ``W``, ``DENSE`` for a dense one.
 
     Returns
     -------
@@ -191,6 +234,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     """
     opt = SolverOptions() if options is None else options
     opt = opt.replace(max_polish=min(opt.max_polish, MAX_POLISH))
+    eff = effort if effort is not None else (SPARSE if sp.issparse(W) else DENSE)
     K = n_clusters
     n = W.shape[0]
     if K == 1:
@@ -199,21 +243,21 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     top = len(H.maps)
     Wc, dc = H.graphs[top]
     cands = []
-    n_starts = max(N_STARTS, STARTS_TIMES_K // K)
+    n_starts = max(eff.n_starts, eff.starts_times_k // K)
     for y in coarse_starts(Wc, dc, K, rng, n_random=n_starts, n_grow=n_starts,
                            options=opt):
         y, f = refine(Wc, dc, fill_empty(y, K, rng), K, opt)
         cands.append((f, len(cands), y))
     cands.sort(key=lambda c: (-c[0], c[1]))
     kept = []
-    for _, i, y in cands[:N_KEEP]:
+    for _, i, y in cands[:eff.n_keep]:
         y, f = split_merge(Wc, dc, y, K, rng, opt)
         y, f = pair_rebisection(Wc, dc, y, K, rng, opt)
         kept.append((f, i, y))
     kept.sort(key=lambda c: (-c[0], c[1]))
     # carry the candidates up while the levels are small, then the best
     level = top
-    while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= BEAM_MAX_NODES:
+    while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
         up = []
         for _, i, y in kept:
             y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1)
@@ -224,7 +268,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
     if level > 0:
         y, f = _uncoarsen(H, y, level, K, rng, opt)
     finals = [(f, y)]
-    if top > 0 and n_entries(W) * K <= SPECTRAL_BUDGET:
+    if top > 0 and n_entries(W) * K <= eff.spectral_budget:
         # the spectral embedding of the input graph, from the coarsest
         # graph's projected: the global shape of a mesh, which coarse
         # starts miss (their coarse graph distorts it)
@@ -232,18 +276,18 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None):
         ys = spectral_embedding_labels(W, degrees, K, rng, start=start)
         ys, fs = refine(W, degrees, ys, K, opt)
         finals.append((fs, ys))
-    large = n_entries(W) > LARGE_ENTRIES
+    large = n_entries(W) > eff.large_entries
     if large:
         finals = [max(finals, key=lambda c: c[0])]
-    n_vcycles = N_VCYCLES if not large else 1
+    n_vcycles = min(eff.n_vcycles, eff.n_vcycles_large) if large else eff.n_vcycles
     out = []
     for f, y in finals:
         for _ in range(n_vcycles):
-            y2, f2 = _vcycle(W, degrees, y, K, rng, opt)
+            y2, f2 = _vcycle(W, degrees, y, K, rng, opt, eff)
             gain = f2 - f
             if gain > 0:
                 y, f = y2, f2
-            if gain <= VCYCLE_MIN_GAIN * max(1.0, abs(f)):
+            if gain <= eff.vcycle_min_gain * max(1.0, abs(f)):
                 break
         out.append((f, y))
     f, y = max(out, key=lambda c: c[0])
