@@ -78,8 +78,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           coarsening, many starts on the coarsest graph (random, region
           growing, spectral, recursive bisection) improved by split-and-merge
           and pair re-bisection moves, refinement on every level, a spectral
-          candidate of the input graph when ``nnz * K <= 1e7``, then V-cycles.
-          Each ``n_init`` restart draws its own matchings.
+          candidate of a sparse input graph when ``nnz * K <= 2e6``, then
+          V-cycles.  Each ``n_init`` restart draws its own matchings.
         - ``"kmeans"``: k-means++ on the features (not for precomputed
           affinities).
         - ``"spectral"``: leading eigenvectors of ``D^-1/2 W D^-1/2``

@@ -86,10 +86,10 @@ class Effort:
     beam_max_nodes: int = 50_000
     n_vcycles: int = 3
     n_vcycles_large: int = 1
-    large_entries: int = 1_000_000
+    large_entries: int = 200_000
     vcycle_min_gain: float = 1e-4
     pair_per_cluster: int = 60
-    spectral_budget: int = 10_000_000
+    spectral_budget: int = 2_000_000
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
