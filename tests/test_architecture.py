@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_falcon"
 
 LAYERS = [
-    {"_jit", "_threads", "_miou"},
+    {"_jit", "_threads", "_miou", "_memory"},
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
     {"_inits", "metrics"},
