@@ -127,8 +127,20 @@ def test_predict_precomputed_cross_affinity():
     assert adjusted_rand_score(est.labels_[:50], pred) > 0.95
     with pytest.raises(ValueError, match="expecting 300 features"):
         est.predict(W[:50, :10])
-    with pytest.raises(ValueError, match="score needs features"):
-        est.score(W)
+    # score: -NCut of the bipartite graph between new and training samples
+    # (defect 7 of issue 18: it raised); rows cut from their own cluster score
+    # lower than rows that fall inside it
+    good = est.score(W[:50])
+    assert -3 <= good <= 0
+    A = W[:50]
+    B = np.zeros((100, 300))
+    B[:50] = A
+    B[50:] = A  # the same rows again: the same bipartite cut
+    assert est.score(B) == pytest.approx(good)
+    # the same value from the explicit bipartite graph
+    G = np.block([[np.zeros((50, 50)), A], [A.T, np.zeros((300, 300))]])
+    both = np.r_[est.predict(A), est.labels_]
+    assert good == pytest.approx(-normalized_cut(G, both), rel=1e-12)
 
 
 def test_precomputed_nearest_neighbors_matches_features():
@@ -224,12 +236,6 @@ def test_isolated_nodes_deterministic():
     big = np.argmax(est.cluster_volumes_)
     assert est.labels_[5] == est.labels_[17] == big
     assert np.isfinite(est.ncut_)
-
-
-def test_verbose_prints(blobs, capsys):
-    X, _ = blobs
-    FalconNCut(4, verbose=1, random_state=0).fit(X)
-    assert "[Falcon]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("n_jobs, expected", [(1, 1), (-1, "max"), (99, "max"),

@@ -16,7 +16,9 @@ from ._kinds import (
     Affinity,
     cosine_power,
     cosine_power_affinity,
+    cosine_similarity,
     make_affinity,
+    zero_norm,
 )
 
 PRECOMPUTED = tuple(name for name, cls in AFFINITIES.items() if cls.precomputed)
@@ -32,5 +34,7 @@ __all__ = [
     "clean_csr",
     "cosine_power",
     "cosine_power_affinity",
+    "cosine_similarity",
     "make_affinity",
+    "zero_norm",
 ]

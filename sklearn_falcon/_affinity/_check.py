@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._jit import jit
+from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
            "check_nonnegative", "clean_csr"]
@@ -119,6 +120,10 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
         W = clean_csr(W)
         data = W.data
     else:
+        check_allocation(
+            W.size * W.dtype.itemsize, f"A copy of the dense {W.shape} affinity {name}",
+            "Pass a sparse matrix (e.g. a kNN graph, or "
+            "affinity='precomputed_nearest_neighbors' with distances) instead.")
         W = np.array(W, order="C", copy=True)
         data = W
     check_nonnegative(data, name)
@@ -148,8 +153,8 @@ def check_nonnegative(data, name):
     values of an affinity) has a negative entry."""
     if data.size and data.min() < 0:
         raise ValueError(
-            f"The affinity {name} must be nonnegative; found a minimum value of "
-            f"{float(data.min()):.6g}."
+            f"Negative values in data passed as the affinity {name}: it must be "
+            f"nonnegative; found a minimum value of {float(data.min()):.6g}."
         )
 
 

@@ -15,13 +15,68 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
+from sklearn.metrics.pairwise import check_pairwise_arrays, rbf_kernel
 from sklearn.neighbors import NearestNeighbors
+from sklearn.preprocessing import normalize
+from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
+from .._memory import check_allocation, dense_nbytes
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
-           "make_affinity"]
+           "cosine_similarity", "make_affinity", "zero_norm"]
+
+# What to do instead of a dense affinity that does not fit in memory.
+DENSE_ADVICE = (
+    "Use affinity='nearest_neighbors' (a sparse kNN graph, O(n * n_neighbors) "
+    "memory), or backend='torch', which forms the 'rbf' and 'cosine' affinities "
+    "matrix-free, in row blocks (O(n * (n_features + n_clusters)) memory; every "
+    "iteration then recomputes W, at O(n**2 * (n_features + n_clusters)) time)."
+)
+
+
+def check_dense_fits(n_rows, n_cols, dtype, what, advice=DENSE_ADVICE):
+    """Refuse (MemoryError with ``advice``) a dense ``(n_rows, n_cols)``
+    affinity of ``dtype`` that cannot fit in the available memory, before
+    it is allocated."""
+    check_allocation(dense_nbytes((n_rows, n_cols), dtype),
+                     f"The dense ({n_rows}, {n_cols}) {np.dtype(dtype).name} {what}",
+                     advice)
+
+
+def zero_norm(dtype):
+    """Row norms below this count as zero in the cosine affinity: ``10 eps``
+    of the features' dtype, as in :func:`sklearn.preprocessing.normalize`."""
+    return 10 * float(np.finfo(dtype).eps)
+
+
+def _unit_rows(X):
+    """Rows of ``X`` scaled to unit norm (:func:`sklearn.preprocessing.normalize`,
+    a copy); rows of zero norm (below :func:`zero_norm`) become exactly zero."""
+    U = normalize(X, copy=True)
+    tiny = row_norms(X) < zero_norm(X.dtype)
+    if tiny.any():
+        if sp.issparse(U):
+            U = sp.csr_matrix(U)
+            U.data[np.repeat(tiny, np.diff(U.indptr))] = 0
+        else:
+            U[tiny] = 0
+    return U
+
+
+def cosine_similarity(X, Y=None):
+    """Cosine similarity of the rows of ``X`` (and ``Y``): a dense array.
+
+    As :func:`sklearn.metrics.pairwise.cosine_similarity`, except that a row
+    of zero norm (below :func:`zero_norm`) has similarity exactly 0 to every
+    row, itself included: scikit-learn leaves such a row unscaled, so that a
+    row of norm 1e-28 gets similarities of about 1e-28, whose sign and size
+    are rounding noise.  The matrix-free torch rows follow the same rule.
+    """
+    X, Y = check_pairwise_arrays(X, Y)
+    U = _unit_rows(X)
+    V = U if Y is X else _unit_rows(Y)
+    return np.asarray(safe_sparse_dot(U, V.T, dense_output=True))
 
 
 def cosine_power(S, lo, hi, power):
@@ -33,9 +88,9 @@ def cosine_power(S, lo, hi, power):
     cosine affinity of DiffCut and Falcon.  ``S`` is overwritten (it is
     only ever a fresh similarity matrix) and returned.
     """
-    lo, hi, power = float(lo), float(hi), float(power)
-    span = hi - lo
-    if span <= 0:
+    lo, hi, power = S.dtype.type(lo), S.dtype.type(hi), float(power)
+    span = hi - lo  # in the dtype of S: a span that rounds to 0 there is flat
+    if not span > 0:
         S[...] = 1
     else:
         S -= lo
@@ -50,8 +105,8 @@ def cosine_power_affinity(X, power=1.0):
     """Dense cosine-power affinity ``W`` of the rows of ``X`` (see
     :func:`cosine_power`), with ``lo``/``hi`` taken over ``X`` itself.
 
-    Rows of zero norm (below ``10 eps``) have similarity 0 to every row, as
-    in :func:`sklearn.metrics.pairwise.cosine_similarity`.
+    Rows of zero norm (below :func:`zero_norm`) have similarity 0 to every
+    row (:func:`cosine_similarity`).
 
     Returns
     -------
@@ -59,6 +114,8 @@ def cosine_power_affinity(X, power=1.0):
     lo, hi : float
         The similarity range.
     """
+    n = X.shape[0]
+    check_dense_fits(n, n, X.dtype, "cosine affinity")
     S = cosine_similarity(X)
     lo, hi = float(S.min()), float(S.max())
     return np.ascontiguousarray(cosine_power(S, lo, hi, power)), lo, hi
@@ -99,6 +156,12 @@ class Affinity:
         """Affinity ``(n_new, n_train)`` of new samples to the training set."""
         raise NotImplementedError
 
+    def cross_row_bytes(self, n_train):
+        """Memory that :meth:`cross` needs per new sample (``predict`` takes
+        the new samples in chunks that fit ``working_memory``): a dense row
+        of float64 and one temporary of the same size."""
+        return 2 * 8 * n_train
+
 
 class PrecomputedAffinity(Affinity):
     """``X`` is the affinity matrix (dense or sparse)."""
@@ -134,6 +197,11 @@ class NearestNeighborsAffinity(Affinity):
     def cross(self, X_new):
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
 
+    def cross_row_bytes(self, n_train):
+        # a sparse row of n_neighbors entries (kneighbors chunks its own
+        # distance computations by working_memory)
+        return 16 * min(self.n_neighbors, n_train) + 8
+
 
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
@@ -148,6 +216,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
         data = X.data if sp.issparse(X) else X
         if data.size and data.min() < 0:
             raise ValueError(
+                "Negative values in data passed as X: "
                 "affinity='precomputed_nearest_neighbors' expects nonnegative "
                 f"distances in X; found a minimum of {float(data.min()):.6g}."
             )
@@ -181,12 +250,14 @@ class RBFAffinity(Affinity):
         self.X_fit_ = X
 
     def fit(self, X):
+        check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity")
         self.adopt(X, None)
         return self.recompute()
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
         X = self.X_fit_
+        check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
         return np.ascontiguousarray(
             rbf_kernel(X, gamma=self.gamma).astype(X.dtype, copy=False))
 
@@ -216,6 +287,8 @@ class CosineAffinity(Affinity):
         return W
 
     def recompute(self):
+        n = self.X_fit_.shape[0]
+        check_dense_fits(n, n, self.X_fit_.dtype, "cosine affinity", _RECOMPUTE)
         return np.ascontiguousarray(cosine_power(
             cosine_similarity(self.X_fit_), self.cos_min_, self.cos_max_,
             self.power))
@@ -223,6 +296,13 @@ class CosineAffinity(Affinity):
     def cross(self, X_new):
         return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,
                             self.cos_max_, self.power)
+
+
+_RECOMPUTE = (
+    "A matrix-free fit never forms W: affinity_matrix_ recomputes it when read, "
+    "and it does not fit. labels_, ncut_, cluster_volumes_ and "
+    "cluster_associations_ hold what was computed from it."
+)
 
 
 class CallableAffinity(Affinity):

@@ -92,7 +92,8 @@ def _start_multilevel(ctx):
     # the hierarchy is deterministic: built once, reused by every restart
     H = ctx.cache.get("hierarchy")
     candidates, H = multilevel_candidates(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
-                                          options=ctx.options.quieter(), hierarchy=H)
+                                          options=ctx.options.quieter(), hierarchy=H,
+                                          verbose=ctx.options.verbose)
     ctx.cache["hierarchy"] = H
     return candidates
 

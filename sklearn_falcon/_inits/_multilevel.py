@@ -19,6 +19,7 @@ is kept.
 import numpy as np
 
 from .._backends import make_problem
+from .._log import log_stage
 from .._solver import SolverOptions, solve
 from .._stats import n_entries
 from ._coarsen import coarsen
@@ -80,6 +81,7 @@ def multilevel_candidates(
     spectral_max_nnz=100_000,
     options=None,
     hierarchy=None,
+    verbose=0,
 ):
     """Candidate labelings of the finest graph from a multilevel scheme.
 
@@ -108,6 +110,9 @@ def multilevel_candidates(
         Options of the refinement on the coarse levels (defaults when None).
     hierarchy : Hierarchy, default=None
         Reuse a hierarchy built earlier (it is deterministic).
+    verbose : int, default=0
+        When > 0, log the hierarchy and each start's ``f`` on every level
+        it is refined on (stage ``level`` of the ``sklearn_falcon`` logger).
 
     Returns
     -------
@@ -120,6 +125,8 @@ def multilevel_candidates(
     params = options if options is not None else SolverOptions()
     H = hierarchy if hierarchy is not None else Hierarchy(W, degrees, n_clusters)
     sizes = H.sizes
+    if verbose:
+        log_stage("level", "hierarchy of %d levels, %s nodes", len(sizes), sizes)
     starts = []
     for depth in depths:
         if depth is None:
@@ -153,10 +160,15 @@ def multilevel_candidates(
             if f > best_f:
                 best, best_f = y, f
         labels, f = best, best_f
+        if verbose:
+            log_stage("level", "%d (%d nodes): %s start, best f=%.6f of %d", level,
+                      n_l, kind, f, len(tries))
         for lv in range(level - 1, 0, -1):
             labels = labels[H.maps[lv]]
             Wf, df = H.graphs[lv]
             labels, f = _refine(Wf, df, labels, n_clusters, params)
+            if verbose:
+                log_stage("level", "%d (%d nodes): refined, f=%.6f", lv, sizes[lv], f)
         candidates.append((level, f, labels))
     if not candidates:  # the graph did not coarsen and is too large to restart
         return [random_labels(W.shape[0], n_clusters, rng)], H
