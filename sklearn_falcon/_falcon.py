@@ -1,18 +1,22 @@
 """FalconNCut: discrete K-way normalized-cut clustering."""
 
 import time
-import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 from sklearn.base import BaseEstimator, ClusterMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._affinity import AFFINITIES, PRECOMPUTED, check_dtype_kind, make_affinity
+from ._affinity import (
+    AFFINITIES,
+    PRECOMPUTED,
+    active_subgraph,
+    check_dtype_kind,
+    make_affinity,
+)
 from ._backends import BACKENDS, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
 from ._log import log_stage, logs_progress
@@ -117,13 +121,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``f`` is kept.
 
     max_iter : int, default=100
-        Maximum number of proximal iterations per solve: the final solve
-        from each initialization, and each refinement inside the
-        ``"multilevel"`` initialization.  ``max_iter=0`` is allowed and runs
-        no proximal iteration at all: the labels are the initial ones
-        (followed by the polishing sweeps when ``polish=True``), ``n_iter_``
-        is 0 and ``objective_path_`` starts at ``f`` of the initial labels.
-        Use it to study an initialization on its own.
+        Maximum number of proximal iterations of each solve (from each
+        start, and in the multilevel start's refinements).  ``max_iter=0``
+        runs none: the labels are the initial ones (then polished if
+        ``polish``) and ``n_iter_`` is 0; useful to study an initialization.
 
     tol : float, default=1e-6
         Stop when the relative gain of ``f`` in one iteration falls below
@@ -168,16 +169,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Seed of the initialization.
 
     verbose : int, default=0
-        Progress messages, through the standard :mod:`logging` logger
-        ``"sklearn_falcon"`` (INFO records whose text starts with the stage:
-        ``affinity``, ``init``, ``level``, ``solve`` or ``polish``; the
-        record's ``stage`` attribute holds it too).  ``0`` is silent;
-        ``1`` logs the initialization, each level of the multilevel start,
-        each iteration and each polishing sweep, with the elapsed time (the
-        matrix-free torch path also logs the cost of one pass over ``W``);
-        ``2`` adds the iterations of the refinements inside the
-        initialization.  When logging is not configured, the messages are
-        printed to ``sys.stderr`` during the call.
+        ``0`` is silent; ``1`` logs each stage (``affinity``, ``init``,
+        ``level``, ``solve``, ``polish``: every iteration and sweep, with the
+        elapsed time) to the :mod:`logging` logger ``"sklearn_falcon"``,
+        printed to stderr when logging is not configured; ``2`` adds the
+        inner solves of the initialization.  See :ref:`progress`.
 
     Attributes
     ----------
@@ -348,9 +344,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         W, degrees, problem = self._affinity_graph(X, K, backend, device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
-        W_act, d_act = self._active_subgraph(W, degrees, active, K)
-        if W_act is not None:
-            self._warn_if_disconnected(W_act, K)
+        W_act, d_act = active_subgraph(W, degrees, active, K, n_neighbors=(
+            "nearest_neighbors" in str(self.affinity) and self.n_neighbors))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
         with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
@@ -433,13 +428,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
             degrees = problem.degrees_numpy()[0]
             if self.verbose:
-                n = X.shape[0]
-                log_stage(
-                    "affinity", "matrix-free %s of %d samples on %s: its degrees (a "
-                    "pass over all %.3g entries of W, %.3g flops) took %.2f s; an "
-                    "iteration costs about one such pass", self.affinity, n, device,
-                    float(n) * n, 2.0 * n * n * (X.shape[1] + K),
-                    time.perf_counter() - t0)
+                n, p = X.shape
+                log_stage("affinity", "matrix-free %s of %d samples on %s: its "
+                          "degrees (a pass over all %.3g entries of W, %.3g flops) "
+                          "took %.2f s; an iteration costs about one such pass",
+                          self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
+                          time.perf_counter() - t0)
             if np.all(degrees > 0):
                 self._affinity.adopt(X, problem)
             else:  # isolated samples need the explicit sub-graph: dense path
@@ -448,52 +442,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             W = self._affinity.fit(X)
             degrees = degrees_of(W)
         return W, degrees, problem
-
-    def _active_subgraph(self, W, degrees, active, K):
-        """Check the degrees and drop zero-degree samples from the solve."""
-        n_samples = degrees.shape[0]
-        n_active = int(active.sum())
-        if n_active == 0:
-            raise ValueError(
-                "The affinity matrix is all zeros: no sample has a nonzero degree, so "
-                "the normalized cut is undefined."
-            )
-        if n_active < K:
-            raise ValueError(
-                f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
-                f"than n_clusters={K}."
-            )
-        if n_active == n_samples:
-            return W, degrees
-        warnings.warn(
-            f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
-            "sample); they are left out of the solve and given the cluster of "
-            "largest volume.",
-            UserWarning,
-            stacklevel=3,
-        )
-        idx = np.flatnonzero(active)
-        if sp.issparse(W):
-            return W[idx][:, idx].tocsr(), degrees[idx]
-        return W[np.ix_(idx, idx)], degrees[idx]
-
-    def _warn_if_disconnected(self, W, K):
-        """Warn, with the number of components, when a sparse ``W`` is not
-        connected (as scikit-learn's spectral embedding does)."""
-        if not sp.issparse(W):  # dense kernels have no structural zeros
-            return
-        n_comp = connected_components(W, directed=False, return_labels=False)
-        if n_comp <= 1:
-            return
-        hint = (f" Increase n_neighbors (now {self.n_neighbors}) to connect it."
-                if "nearest_neighbors" in str(self.affinity) else "")
-        warnings.warn(
-            f"The affinity graph is not fully connected: it has {n_comp} connected "
-            f"components (n_clusters={K}). The normalized cut separates components "
-            f"at no cost.{hint}",
-            UserWarning,
-            stacklevel=5,
-        )
 
     @property
     def affinity_matrix_(self):
@@ -570,11 +518,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         return labels
 
     def score(self, X, y=None):
-        """Negative normalized cut of :meth:`predict`'s labels on a graph of
-        ``X``; higher is better.
-
-        It lets :class:`~sklearn.model_selection.GridSearchCV` compare
-        settings without labels.
+        """Negative NCut of :meth:`predict`'s labels on a graph of ``X``:
+        higher is better, with no labels needed (e.g. in a grid search).
 
         - **Features** (every affinity but the precomputed ones):
           ``-normalized_cut(W_X, predict(X))``, where ``W_X`` is the affinity
@@ -586,9 +531,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           graph is the bipartite one between the two sets: the new samples
           labelled by :meth:`predict`, the training samples by ``labels_``,
           and an edge of weight ``A[i, j]`` between new sample ``i`` and
-          training sample ``j`` (``A`` the cross-affinity).  Its normalized
-          cut is low when each new sample's affinity falls inside its own
-          cluster.  New samples with no affinity take no part.
+          training sample ``j``: its NCut is low when each new sample's
+          affinity falls inside its own cluster.
 
         Parameters
         ----------

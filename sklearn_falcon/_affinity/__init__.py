@@ -5,11 +5,13 @@
 """
 
 from ._check import (
+    active_subgraph,
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
     check_nonnegative,
     clean_csr,
+    warn_if_disconnected,
 )
 from ._kinds import (
     AFFINITIES,
@@ -27,6 +29,7 @@ __all__ = [
     "AFFINITIES",
     "PRECOMPUTED",
     "Affinity",
+    "active_subgraph",
     "check_affinity",
     "check_cross_affinity",
     "check_dtype_kind",
@@ -36,5 +39,6 @@ __all__ = [
     "cosine_power_affinity",
     "cosine_similarity",
     "make_affinity",
+    "warn_if_disconnected",
     "zero_norm",
 ]
