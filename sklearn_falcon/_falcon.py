@@ -299,7 +299,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     def _validate_X(self, X, reset):
         check_dtype_kind(X, name="X")
         return validate_data(
-            self, X, accept_sparse=("csr", "csc", "coo"),
+            self, X, accept_sparse="csr",
             dtype=(np.float64, np.float32), ensure_min_samples=2 if reset else 1,
             reset=reset,
         )
@@ -506,8 +506,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
-        if sp.issparse(X):
-            X = X.tocsr()  # row slices
         labels = np.empty(X.shape[0], dtype=np.int64)
         row_bytes = self._affinity.cross_row_bytes(self.labels_.shape[0])
         with fit_threads(self.n_jobs, limit_blas=False):

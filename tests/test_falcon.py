@@ -264,3 +264,43 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
 def test_n_jobs_zero_is_an_error(blobs):
     with pytest.raises(ValueError, match="n_jobs == 0"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
+
+
+def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
+    # found by check_estimator over more configurations (issue 18): a sparse
+    # distance matrix with a row of fewer than n_neighbors stored distances
+    # was refused by scikit-learn's NearestNeighbors; the row keeps the
+    # neighbours it has, and the other rows get the same graph as before
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+    D = NearestNeighbors(n_neighbors=12).fit(X).kneighbors_graph(mode="distance")
+    D = D.tolil()
+    D[0, :] = 0  # sample 0: only its 3 nearest distances stored
+    D[0, [1, 2, 3]] = [1.0, 2.0, 3.0]
+    D = D.tocsr()
+    D.eliminate_zeros()
+    est = FalconNCut(3, affinity="precomputed_nearest_neighbors", n_neighbors=10,
+                     random_state=0).fit(D)
+    W = est.affinity_matrix_
+    assert set(W[0].indices) >= {1, 2, 3}
+    ref = NearestNeighbors(n_neighbors=10, metric="precomputed").fit(D[1:, 1:])
+    C = ref.kneighbors_graph(D[1:, 1:], mode="connectivity")
+    # rows 1.. only differ from the reference through their edges to row 0
+    diff = abs((W[1:, 1:] - 0.5 * (C + C.T)))
+    assert diff.max() <= 0.5 + 1e-12
+    assert est.predict(D[:5]).shape == (5,)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_coo_and_csc_features_are_accepted(backend):
+    pytest.importorskip("torch") if backend == "torch" else None
+    X = sp.random(60, 8, density=0.5, random_state=0) + sp.eye(60, 8)
+    for fmt in ("coo", "csc"):
+        Xf = X.asformat(fmt)
+        est = FalconNCut(3, affinity="cosine", init="kmeans", backend=backend,
+                         device="cpu", random_state=0).fit(Xf)
+        assert est.predict(Xf).shape == (60,)
+        ref = FalconNCut(3, affinity="cosine", init="kmeans", backend=backend,
+                         device="cpu", random_state=0).fit(X.tocsr())
+        np.testing.assert_array_equal(est.labels_, ref.labels_)

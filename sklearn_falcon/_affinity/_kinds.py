@@ -203,9 +203,34 @@ class NearestNeighborsAffinity(Affinity):
         return 16 * min(self.n_neighbors, n_train) + 8
 
 
+def _knn_connectivity(D, k):
+    """kNN connectivity (CSR, float64) of the rows of a distance matrix,
+    the ``k`` smallest distances of each row (ties in column order).
+
+    Dense ``D``: every entry is a distance.  Sparse ``D``: only the stored
+    entries are (a missing entry is no edge, as in scikit-learn's
+    precomputed graphs), and a row with fewer than ``k`` of them keeps them
+    all, where scikit-learn's ``NearestNeighbors`` refuses the whole matrix.
+    """
+    n_rows, n_cols = D.shape
+    if sp.issparse(D):
+        D = sp.csr_matrix(D)
+        rows = np.repeat(np.arange(n_rows), np.diff(D.indptr))
+        order = np.lexsort((D.data, rows))  # by row, then distance; stable
+        rank = np.arange(order.size) - D.indptr[rows[order]]
+        keep = order[rank < k]
+        r, c = rows[keep], D.indices[keep]
+    else:
+        c = np.argsort(D, axis=1, kind="stable")[:, :k].ravel()
+        r = np.repeat(np.arange(n_rows), min(k, n_cols))
+    return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n_rows, n_cols))
+
+
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
-    neighbours give ``W``."""
+    neighbours give ``W``.  For a sparse ``X`` only the stored distances
+    count, and a row with fewer than ``n_neighbors`` keeps the ones it has
+    (:func:`_knn_connectivity`)."""
 
     name = "precomputed_nearest_neighbors"
     precomputed = True
@@ -223,7 +248,11 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
 
     def fit(self, X):
         self._check_distances(X)
-        return super().fit(X)
+        if not sp.issparse(X):
+            return super().fit(X)
+        self.n_train_ = X.shape[0]
+        C = _knn_connectivity(X, min(self.n_neighbors, X.shape[0]))
+        return clean_csr((0.5 * (C + C.T)).astype(X.dtype))
 
     def cross(self, X_new):
         if X_new.shape[1] != self.n_train_:
@@ -233,7 +262,9 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"shape={X_new.shape}."
             )
         self._check_distances(X_new)
-        return super().cross(X_new)
+        if hasattr(self, "nn_") and not sp.issparse(X_new):
+            return super().cross(X_new)
+        return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
 class RBFAffinity(Affinity):
