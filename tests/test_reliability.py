@@ -208,3 +208,37 @@ def test_disconnected_precomputed_graph_warns():
     W = sp.block_diag([np.ones((5, 5)), np.ones((5, 5))], format="csr")
     with pytest.warns(UserWarning, match="2 connected components"):
         FalconNCut(2, affinity="precomputed").fit(W)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", ["numba", pytest.param("torch", marks=needs_torch)])
+def test_cosine_of_identical_rows_is_flat_not_rounding_noise(dtype, backend):
+    # found by the fuzz test (tests/test_fuzz.py): identical rows have
+    # cosines 1 +- a few eps; min-max normalisation stretched that rounding
+    # noise to [0, 1], and the torch fit's ncut_ (0.92) disagreed with the
+    # NCut of its affinity_matrix_ (0.0)
+    X = np.full((13, 3), 1.5, dtype=dtype)
+    est = FalconNCut(2, affinity="cosine", backend=backend, device="cpu",
+                     random_state=0).fit(X)
+    W = est.affinity_matrix_
+    np.testing.assert_array_equal(W, np.ones((13, 13)))
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-12)
+    assert est.ncut_ == pytest.approx(1.0)  # any 2 clusters of a complete graph
+
+
+@needs_torch
+def test_torch_cosine_range_is_the_dense_one():
+    import torch
+
+    from sklearn_falcon._affinity import cosine_range, cosine_similarity
+    from sklearn_falcon._backends._torch._affinity import Affinity
+
+    rng = np.random.default_rng(0)
+    for X in (np.ones((6, 3)) + 1e-9 * rng.normal(size=(6, 3)),  # within rounding
+              np.ones((6, 3)) + 1e-3 * rng.normal(size=(6, 3)),  # a real spread
+              rng.normal(size=(6, 3))):
+        lo, hi = cosine_range(cosine_similarity(X))
+        A = Affinity(torch.as_tensor(X)[None], torch.ones(1, 6, dtype=torch.bool))
+        assert (float(A.lo[0]) == float(A.hi[0])) == (lo == hi)
+        assert float(A.lo[0]) == pytest.approx(lo, abs=1e-12)
+        assert float(A.hi[0]) == pytest.approx(hi, abs=1e-12)

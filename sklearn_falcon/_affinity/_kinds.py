@@ -24,6 +24,7 @@ from .._memory import check_allocation, dense_nbytes
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
+           "cosine_range",
            "cosine_similarity", "make_affinity", "zero_norm"]
 
 # What to do instead of a dense affinity that does not fit in memory.
@@ -79,12 +80,25 @@ def cosine_similarity(X, Y=None):
     return np.asarray(safe_sparse_dot(U, V.T, dense_output=True))
 
 
+def cosine_range(S):
+    """``(lo, hi)``: the similarity range of the training samples, with
+    ``hi = lo`` (every similarity equal) when the span is within rounding of
+    the compute dtype, ``hi - lo <= sqrt(eps)``: identical rows give
+    cosines that differ by a few ``eps`` only, and stretching those to
+    ``[0, 1]`` would make ``W`` rounding noise."""
+    lo, hi = float(S.min()), float(S.max())
+    if hi - lo <= float(np.finfo(S.dtype).eps) ** 0.5:
+        hi = lo
+    return lo, hi
+
+
 def cosine_power(S, lo, hi, power):
     """The cosine-power affinity of cosine similarities, in place.
 
     ``W = clip((S - lo) / (hi - lo), 0, 1) ** power``, all ones when
-    ``hi <= lo`` (every similarity equal); ``lo`` and ``hi`` are the minimum
-    and maximum similarity of the training samples.  This is the sharpened
+    ``hi <= lo`` (every similarity equal, see :func:`cosine_range`);
+    ``lo`` and ``hi`` are the minimum and maximum similarity of the
+    training samples.  This is the sharpened
     cosine affinity of DiffCut and Falcon.  ``S`` is overwritten (it is
     only ever a fresh similarity matrix) and returned.
     """
@@ -117,7 +131,7 @@ def cosine_power_affinity(X, power=1.0):
     n = X.shape[0]
     check_dense_fits(n, n, X.dtype, "cosine affinity")
     S = cosine_similarity(X)
-    lo, hi = float(S.min()), float(S.max())
+    lo, hi = cosine_range(S)
     return np.ascontiguousarray(cosine_power(S, lo, hi, power)), lo, hi
 
 
@@ -304,12 +318,13 @@ class CosineAffinity(Affinity):
     matrix_free = True
 
     def adopt(self, X, problem):
-        """Record a matrix-free fit on ``X``, with the similarity range the
-        device computed."""
+        """Record a matrix-free fit on ``X``, with the similarity range and
+        the compute dtype of the device (:meth:`recompute` uses it too)."""
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
         lo, hi = problem.cosine_range
         self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
+        self.compute_dtype_ = problem.compute_dtype
 
     def fit(self, X):
         self.n_train_ = X.shape[0]
@@ -318,11 +333,16 @@ class CosineAffinity(Affinity):
         return W
 
     def recompute(self):
-        n = self.X_fit_.shape[0]
-        check_dense_fits(n, n, self.X_fit_.dtype, "cosine affinity", _RECOMPUTE)
-        return np.ascontiguousarray(cosine_power(
-            cosine_similarity(self.X_fit_), self.cos_min_, self.cos_max_,
-            self.power))
+        """The dense training affinity of a matrix-free fit, computed in the
+        device's dtype (so that it is the ``W`` the device solved), in the
+        dtype of the features."""
+        X = self.X_fit_
+        n = X.shape[0]
+        dtype = getattr(self, "compute_dtype_", X.dtype)
+        check_dense_fits(n, n, dtype, "cosine affinity", _RECOMPUTE)
+        S = cosine_similarity(X.astype(dtype, copy=False))
+        W = cosine_power(S, self.cos_min_, self.cos_max_, self.power)
+        return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
         return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,

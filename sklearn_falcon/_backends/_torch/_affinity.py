@@ -130,7 +130,10 @@ class Affinity:
                 lo = torch.minimum(lo, S.amin(dim=(1, 2)))
                 hi = torch.maximum(hi, S.amax(dim=(1, 2)))
             del S
-        self.lo, self.hi = lo, hi
+        # a span within rounding is flat: hi = lo (as the dense
+        # sklearn_falcon._affinity.cosine_range, tested equal)
+        flat = (hi - lo) <= torch.finfo(self.X.dtype).eps ** 0.5
+        self.lo, self.hi = lo, torch.where(flat, lo, hi)
 
     def rows(self, idx):
         """Rows ``idx`` (int64, ``(B, m)``) of ``W``: a ``(B, m, n)`` tensor,

@@ -222,6 +222,11 @@ class TorchProblem:
         return (bd.to_numpy(A.lo.to(torch.float64)),
                 bd.to_numpy(A.hi.to(torch.float64)))
 
+    @property
+    def compute_dtype(self):
+        """The NumPy dtype of the device's computations."""
+        return bd.to_numpy(torch.zeros(0, dtype=self.dtype)).dtype
+
     def labels_list(self, labels):
         """Per-graph NumPy label vectors, padding removed."""
         arr = labels if isinstance(labels, np.ndarray) else self.to_numpy(labels)
