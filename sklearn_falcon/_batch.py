@@ -201,9 +201,10 @@ def falcon_batch(
     affinity : str, default="cosine"
         Any affinity of :class:`~sklearn_falcon.FalconNCut` but a callable,
         with the same definition: ``"cosine"`` is
-        ``clip((S - min S) / (max S - min S), 0, 1) ** power`` of the cosine
-        similarities ``S`` of each graph, ``"rbf"`` is
-        ``exp(-gamma ||x - y||^2)``; on the torch backend both are computed
+        :math:`\\mathrm{clip}((S - \\min S) / (\\max S - \\min S), 0, 1)^{p}` of
+        the cosine similarities :math:`S` of each graph (:math:`p` =
+        ``power``), ``"rbf"`` is :math:`\\exp(-\\gamma \\|x - y\\|^2)`; on the
+        torch backend both are computed
         matrix-free.  The other affinities are built on the host, one graph
         at a time.
     power : float, default=1.0

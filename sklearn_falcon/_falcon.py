@@ -74,7 +74,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         - ``"nearest_neighbors"``: symmetrized kNN connectivity
           ``(C + C') / 2`` with ``n_neighbors`` neighbours (self included),
           sparse; as in :class:`sklearn.cluster.SpectralClustering`.
-        - ``"rbf"``: dense ``exp(-gamma ||x - y||^2)``.
+        - ``"rbf"``: dense :math:`\\exp(-\\gamma \\|x - y\\|^2)`.
         - ``"cosine"``: dense cosine similarity, min-max normalized to
           ``[0, 1]`` and raised to ``power`` (as in DiffCut and Falcon).
         - ``"precomputed"``: ``X`` is the affinity matrix (dense or sparse).
@@ -132,7 +132,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     tau : float, default=0.01
         Initial proximal (inertia) parameter, in units of the typical score
-        magnitude ``K * mean(d) / sum(d)``, so that one value suits graphs
+        magnitude :math:`K \\bar{d} / \\sum_i d_i`, so that one value suits graphs
         of every size.  Larger values move fewer rows per step.
 
     gamma_backtrack : float, default=2.0
@@ -431,7 +431,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 n, p = X.shape
                 log_stage("affinity", "matrix-free %s of %d samples on %s: its "
                           "degrees (a pass over all %.3g entries of W, %.3g flops) "
-                          "took %.2f s; an iteration costs about one such pass",
+                          "took %.2f s; each iteration and polishing sweep costs "
+                          "about one such pass",
                           self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
                           time.perf_counter() - t0)
             if np.all(degrees > 0):
@@ -483,10 +484,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     def predict(self, X):
         """Assign new samples to the learned clusters.
 
-        A new sample with affinity row ``w`` to the training samples and
-        degree ``d = sum(w)`` gets ``argmax_k 2 w.x_k / vol_k - d assoc_k /
-        vol_k**2``: Falcon's score for one row.  A sample with no affinity to
-        the training set gets the cluster of largest volume.
+        A new sample with affinity row :math:`w` to the training samples and
+        degree :math:`d = \\sum_j w_j` gets the cluster
+        :math:`\\arg\\max_k 2 w^\\top x_k / \\mathrm{vol}_k - d\\,
+        \\mathrm{assoc}_k / \\mathrm{vol}_k^2`: Falcon's score for one row.  A
+        sample with no affinity to the training set gets the cluster of
+        largest volume.
 
         The new samples are processed in row chunks whose cross-affinity
         fits in scikit-learn's ``working_memory`` (see

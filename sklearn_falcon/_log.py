@@ -59,8 +59,9 @@ def verbose_logging(verbose):
 
     The messages are INFO records (with ``verbose >= 2`` the nested solves
     of an initialization log their iterations too).  If logging is not
-    configured (no handler on the logger or its ancestors), a handler that writes ``[sklearn_falcon] <message>`` lines to
-    ``sys.stderr`` is attached for the duration of the block.  The logger's
+    configured (no handler on the logger or its ancestors), a handler that
+    writes ``[sklearn_falcon] <message>`` lines to ``sys.stderr`` is
+    attached for the duration of the block.  The logger's
     level and handlers are restored afterwards.
     """
     if not verbose:

@@ -17,7 +17,7 @@ LAYERS = [
     {"_jit", "_threads", "_miou", "_memory", "_log"},
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
-    {"_inits", "metrics"},
+    {"_inits", "metrics", "plotting"},
     {"_falcon", "_batch"},
     {"image"},
     {"__init__", "cli"},

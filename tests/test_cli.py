@@ -216,7 +216,8 @@ def test_cli_version(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"sklearn-falcon {sklearn_falcon.__version__}"
+    version = capsys.readouterr().out.strip()
+    assert version == f"sklearn-falcon {sklearn_falcon.__version__}"
 
 
 def test_cli_pretrained_offline_names_the_model_and_suggests_checkpoint(tmp_path):

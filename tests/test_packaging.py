@@ -6,6 +6,7 @@ isolation on a copy of the sources, so it needs no network.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def test_sdist_and_wheel_ship_the_license(dist):
     (wheel,) = out.glob("*.whl")
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    assert {"LICENSE", "CHANGELOG.rst", "CITATION.cff", "sklearn_falcon/py.typed"} <= names
+    assert {"LICENSE", "CHANGELOG.rst", "CITATION.cff",
+            "sklearn_falcon/py.typed"} <= names
     assert not [n for n in names if n.endswith((".nbi", ".nbc", ".pyc"))]
     with zipfile.ZipFile(wheel) as zf:
         wnames = set(zf.namelist())
@@ -75,3 +77,23 @@ def test_twine_check_passes(dist):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("PASSED") == 2
+
+
+def test_readme_links_are_absolute():
+    # relative links (``docs/``) are broken on PyPI, which shows the README
+    text = (ROOT / "README.rst").read_text(encoding="utf-8")
+    targets = re.findall(r"<([^<>]+)>`_", text)
+    assert all(t.startswith(("https://", "http://")) for t in targets), targets
+    assert "https://sklearn-falcon.readthedocs.io" in text
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text  # CPU torch
+
+
+def test_readme_test_command_is_the_one_ci_runs():
+    ci = ROOT / ".ci" / "run"
+    if not ci.exists():
+        pytest.skip("no .ci/run (not a clone of the repository)")
+    readme = (ROOT / "README.rst").read_text(encoding="utf-8")
+    command = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[all]"'
+    assert command + " && python -m pytest" in readme
+    assert command + " && python -m pytest" in ci.read_text(encoding="utf-8")
+    assert "pip install -e . && python -m sklearn_falcon" in readme
