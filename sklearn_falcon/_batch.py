@@ -25,6 +25,7 @@ from ._affinity import (
 )
 from ._backends import BACKENDS, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
 from ._threads import fit_threads
@@ -159,6 +160,7 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
     },
     prefer_skip_nested_validation=True,
 )
+@logs_progress
 def falcon_batch(
     graphs,
     n_clusters,

@@ -84,13 +84,18 @@ def verbose_logging(verbose):
         logger.setLevel(old_level)
 
 
-def logs_progress(method):
-    """Decorate an estimator method so that it runs inside
-    :func:`verbose_logging` with the estimator's ``verbose``."""
+def logs_progress(func):
+    """Run ``func`` inside :func:`verbose_logging`, with its ``verbose``
+    keyword argument (a function) or its estimator's ``verbose`` (a
+    method)."""
 
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with verbose_logging(getattr(self, "verbose", 0)):
-            return method(self, *args, **kwargs)
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if "verbose" in kwargs:
+            verbose = kwargs["verbose"]
+        else:
+            verbose = getattr(args[0], "verbose", 0) if args else 0
+        with verbose_logging(verbose):
+            return func(*args, **kwargs)
 
     return wrapper

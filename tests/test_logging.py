@@ -100,3 +100,19 @@ def test_solve_results_do_not_depend_on_verbose(X):
     b = FalconNCut(3, verbose=1, random_state=0).fit(X)
     np.testing.assert_array_equal(a.labels_, b.labels_)
     np.testing.assert_array_equal(a.objective_path_, b.objective_path_)
+
+
+def test_falcon_batch_verbose_logs_through_the_logger(caplog):
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 2)) + 5 * (np.arange(30) % 2)[:, None]
+              for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", verbose=1,
+                     random_state=0)
+    assert "solve" in _stages(caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", random_state=0)
+    assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
