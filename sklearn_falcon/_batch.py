@@ -140,26 +140,28 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
         *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
 
 
-@validate_params(
-    {
-        "graphs": ["array-like", list, tuple],
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "affinity": [StrOptions(set(AFFINITIES))],
-        "power": [Interval(Real, 0, None, closed="neither")],
-        "gamma": [Interval(Real, 0, None, closed="neither")],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions(set(INITS)), list, tuple],
-        "random_state": ["random_state"],
-        **SOLVER_CONSTRAINTS,
-        "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
-        "backend": [StrOptions({"auto"} | set(BACKENDS))],
-        "device": [str],
-        "dtype": "no_validation",
-        "block_elems": [Interval(Integral, 1, None, closed="left"), None],
-        "verbose": ["verbose"],
-    },
-    prefer_skip_nested_validation=True,
-)
+# (a module constant: Sphinx's source highlighter cannot parse a ``**``
+# inside a decorator's dict, and the source page of this module went missing)
+_BATCH_CONSTRAINTS = {
+    "graphs": ["array-like", list, tuple],
+    "n_clusters": [Interval(Integral, 1, None, closed="left")],
+    "affinity": [StrOptions(set(AFFINITIES))],
+    "power": [Interval(Real, 0, None, closed="neither")],
+    "gamma": [Interval(Real, 0, None, closed="neither")],
+    "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+    "init": [StrOptions(set(INITS)), list, tuple],
+    "random_state": ["random_state"],
+    **SOLVER_CONSTRAINTS,
+    "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
+    "backend": [StrOptions({"auto"} | set(BACKENDS))],
+    "device": [str],
+    "dtype": "no_validation",
+    "block_elems": [Interval(Integral, 1, None, closed="left"), None],
+    "verbose": ["verbose"],
+}
+
+
+@validate_params(_BATCH_CONSTRAINTS, prefer_skip_nested_validation=True)
 @logs_progress
 def falcon_batch(
     graphs,
