@@ -34,7 +34,7 @@ import numpy as np
 from skimage import data, graph, segmentation
 
 from sklearn_falcon import ImageSegmenter
-from sklearn_falcon.cli import overlay
+from sklearn_falcon.plotting import overlay
 
 names = ["astronaut", "coffee", "chelsea", "rocket"]
 segmenter = ImageSegmenter(n_segments=6, random_state=0)
