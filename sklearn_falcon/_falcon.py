@@ -127,7 +127,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         start, no ``init``, no ``n_init``), as scikit-learn's ``warm_start``
         does: refitting a slightly changed graph (the next frame of a video,
         a re-weighted graph) then costs a few iterations.  Otherwise ``init``
-        is used, and with ``verbose`` the reason is printed.
+        is used, and with ``verbose`` the reason is logged.
 
     max_iter : int, default=100
         Maximum number of proximal iterations of each solve (from each
@@ -479,22 +479,19 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     def _warm_labels(self, n_samples):
         """The previous ``labels_`` when ``warm_start`` applies, else None."""
+        prev = self.__dict__.get("labels_") if self.warm_start else None
         if not self.warm_start:
             return None
-        prev = self.__dict__.get("labels_")
-        if prev is None:
-            reason = "no previous fit"
-        elif prev.shape[0] != n_samples:
-            reason = f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
-        elif int(prev.max()) >= self.n_clusters:
-            reason = (f"the previous labels have ids up to {int(prev.max())}, "
-                      f"n_clusters is now {self.n_clusters}")
-        else:
-            if self.verbose:
-                print("[FalconNCut] warm start from the previous labels_")
+        if prev is not None and prev.shape[0] == n_samples and \
+                int(prev.max()) < self.n_clusters:
+            log_stage("init", "warm start from the previous labels_")
             return prev.copy()
-        if self.verbose:
-            print(f"[FalconNCut] warm_start=True but {reason}: init={self.init!r}")
+        reason = ("no previous fit" if prev is None else
+                  f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
+                  if prev.shape[0] != n_samples else
+                  f"the previous labels have ids up to {int(prev.max())}, "
+                  f"n_clusters is now {self.n_clusters}")
+        log_stage("init", "warm_start=True but %s: init=%r", reason, self.init)
         return None
 
     def _check_init_labels(self, init, n_samples):

@@ -1,5 +1,7 @@
 """FalconNCut(warm_start=True): fit starts from the previous labels_."""
 
+import logging
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -15,17 +17,22 @@ def _planted(n=300, k=4, seed=0):
     return W, y
 
 
-def test_warm_start_starts_from_previous_labels(capsys):
+def _messages(caplog):
+    out = " ".join(r.getMessage() for r in caplog.records)
+    caplog.clear()
+    return out
+
+
+def test_warm_start_starts_from_previous_labels(caplog):
+    caplog.set_level(logging.INFO, logger="sklearn_falcon")
     W, _ = _planted()
     est = FalconNCut(4, affinity="precomputed", warm_start=True, random_state=0,
                      verbose=1)
     est.fit(W)
-    out = capsys.readouterr().out
-    assert "no previous fit" in out
+    assert "no previous fit" in _messages(caplog)
     first = est.labels_.copy()
     est.fit(W)
-    out = capsys.readouterr().out
-    assert "warm start from the previous labels_" in out
+    assert "warm start from the previous labels_" in _messages(caplog)
     # already a local optimum: the solver stops at once and keeps the labels
     assert np.array_equal(est.labels_, first)
     assert est.n_iter_ <= 1
@@ -45,18 +52,17 @@ def test_warm_start_on_a_perturbed_graph_keeps_labels():
     assert est.ncut_ <= cold.ncut_ + 0.05
 
 
-def test_warm_start_falls_back_when_the_shape_changes(capsys):
+def test_warm_start_falls_back_when_the_shape_changes(caplog):
+    caplog.set_level(logging.INFO, logger="sklearn_falcon")
     W, _ = _planted(n=120)
     est = FalconNCut(3, affinity="precomputed", warm_start=True, verbose=1,
                      random_state=0).fit(W)
-    capsys.readouterr()
+    _messages(caplog)
     est.fit(W[:100, :100])
-    out = capsys.readouterr().out
-    assert "previous fit had 120 samples, not 100" in out
+    assert "previous fit had 120 samples, not 100" in _messages(caplog)
     assert est.labels_.shape == (100,)
     est.set_params(n_clusters=2).fit(W[:100, :100])
-    out = capsys.readouterr().out
-    assert "n_clusters is now 2" in out
+    assert "n_clusters is now 2" in _messages(caplog)
     assert est.labels_.max() <= 1
 
 
