@@ -23,7 +23,7 @@ from skimage import data
 from skimage.transform import resize
 
 from sklearn_falcon import ImageSegmenter
-from sklearn_falcon.cli import overlay
+from sklearn_falcon.plotting import overlay
 
 size, r, n_frames = 192, 32, 6
 
