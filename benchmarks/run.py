@@ -1232,6 +1232,12 @@ def markdown_to_rst(md, title):
     return "\n".join(out) + "\n"
 
 
+# tables of the image benchmarks run by their own scripts (issue 17)
+IMAGE_PAGES = (("mosaics", "Mosaics of real photographs and textures"),
+               ("image_scale", "Image segmentation at photo scale"),
+               ("warm_video", "Warm starts and video"))
+
+
 def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
     """Assemble ``docs/benchmarks.rst`` from the ``*.rst`` fragments."""
     results_dir, docs_dir = Path(results_dir), Path(docs_dir)
@@ -1271,6 +1277,10 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
                 size = md.stem.split("_")[1]
                 parts.append(markdown_to_rst(
                     md.read_text(), f"Image segmentation, {size} images"))
+            for stem, title in IMAGE_PAGES:  # benchmarks/bench_{mosaics,...}.py
+                md = results_dir / f"{stem}.md"
+                if md.exists():
+                    parts.append(markdown_to_rst(md.read_text(), title))
     gpu = results_dir / "gpu_check.md"
     if gpu.exists():  # benchmarks/gpu_check.py, run by hand on a CUDA machine
         parts.append(markdown_to_rst(gpu.read_text(), "GPU check of the torch backend"))
