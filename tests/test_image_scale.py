@@ -268,3 +268,27 @@ def test_segment_dataset_batched_solve_on_cpu_torch():
     assert [o.shape for o in out] == [(64, 96)] * 3
     assert miou(out, masks) > 0.75  # the batched solve starts from a kNN graph
     assert all(len(np.unique(o)) <= 3 for o in out)
+
+
+def _cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="CUDA is not available")
+def test_device_pipeline_on_cuda():
+    img, mask = _blocks(96, 128, seed=2)
+    from sklearn_falcon.image._budget import resize_rgb
+
+    small = resize_rgb(img, (24, 32))
+    coarse = resize_labels(mask, (24, 32))
+    cpu = upsample_labels(coarse, img, small)
+    gpu = upsample_labels(coarse, img, small, device="cuda")
+    assert np.mean(cpu == gpu) > 0.999
+    seg = ImageSegmenter(n_segments=3, device="cuda", max_tokens=64, random_state=0)
+    out = seg.segment_dataset([img, img], batch_size=2, progress=False)
+    assert [o.shape for o in out] == [(96, 128)] * 2
+    assert miou(out, [mask, mask]) > 0.75
