@@ -67,8 +67,15 @@ def _color_features():
     return make_extractor("color")
 
 
-#: name -> factory returning an extractor (``extract(rgb) -> (gh, gw, C)``).
-FEATURES = {"color": _color_features}
+def _color_position_features():
+    from sklearn_falcon.image import make_extractor
+
+    return make_extractor("color-position")
+
+
+#: name -> factory returning an extractor (``extract(rgb) -> (gh, gw, C)``);
+#: ``color`` is the offline default, ``color-position`` the earlier one.
+FEATURES = {"color": _color_features, "color-position": _color_position_features}
 
 
 def register_features(name, factory):

@@ -123,7 +123,8 @@ def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
     if (h, w) != (H, W):
         parts["full label map"] = 8 * H * W
         parts["full image"] = 3 * H * W  # the resized copy is counted below
-    parts["features"] = px * (3 + (_FEATURE_BYTES_PER_PIXEL if vit_tokens is None else 12))
+    per_pixel = _FEATURE_BYTES_PER_PIXEL if vit_tokens is None else 12
+    parts["features"] = px * (3 + per_pixel)
     graph_bytes = {"dense": 3 * 4 * n * n,  # W, the similarity temporaries
                    "knn": 3 * 12 * n * KNN_NEIGHBORS + 4 * n * 2048,
                    "matrix-free": 4 * n * (n_features + 2 * k)}[graph]
