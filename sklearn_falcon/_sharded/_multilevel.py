@@ -51,11 +51,12 @@ MAX_LEVELS = 20
 
 
 def coarse_max_entries():
-    """Largest coarse graph (stored entries) gathered on one worker: the Dask
-    config key ``sklearn_falcon.dask.coarse_max_entries`` (default 8,000,000,
-    about 100 MB as CSR),
-    and at most what takes a twentieth of the smallest worker's
-    ``memory_limit`` as CSR (the single-machine start needs several copies)."""
+    """Largest coarse graph (stored entries) gathered on one worker.
+
+    The Dask config key ``sklearn_falcon.dask.coarse_max_entries`` (default
+    8,000,000: about 100 MB as CSR), and at most what takes a twentieth of
+    the smallest worker's ``memory_limit`` as CSR (the single-machine start
+    needs several copies of its graph)."""
     from .._backends._dask._graph import _worker_memory_limits
 
     limit = int(dask.config.get("sklearn_falcon.dask.coarse_max_entries",
@@ -249,16 +250,23 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     """
     t0 = time.perf_counter()
     max_entries = coarse_max_entries() if max_entries is None else max_entries
-    levels, maps = [G], []
+    # a streamed graph (larger than the workers' memory) keeps only the
+    # coarse level in the making: the others are released, and refinement
+    # waits for the finest level
+    keep = G.persisted
+    levels, maps, sizes = [G], [], [(G.n, G.nnz)]
     while levels[-1].nnz > max_entries and len(maps) < MAX_LEVELS:
         fine = levels[-1]
         coarse, mp, n_active = coarsen_sharded(fine)
         if n_active < n_clusters or coarse.n > 0.95 * fine.n:
             break
+        if not keep and len(levels) > 1:
+            levels[-1] = None
         levels.append(coarse)
         maps.append(mp)
+        sizes.append((coarse.n, coarse.nnz))
     if info is not None:
-        info["levels"] = [(g.n, g.nnz) for g in levels]
+        info["levels"] = sizes
         info["coarsen_s"] = time.perf_counter() - t0
     top = levels[-1]
     start = dask.delayed(_coarse_init_task)(
@@ -271,10 +279,11 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     blocks = [dask.delayed(_slice_task)(start, a, b) for a, b in
               zip(top.starts, top.starts[1:] + [top.n])]
     quiet = options.quieter()
+    top = levels[-1] = None  # released once its start is computed
     for lv in range(len(maps) - 1, -1, -1):
         blocks = [dask.delayed(_project_task)(maps[lv][b], *blocks)
-                  for b in range(levels[lv].n_blocks)]
-        if lv > 0:
+                  for b in range(len(maps[lv]))]
+        if lv > 0 and levels[lv] is not None:
             P = DaskProblem(levels[lv], n_clusters, gather_labels=False)
             res = solve(P, P.from_labels(blocks_labels(P, blocks)), quiet)
             blocks = P.from_labels(res.labels[0]).blocks
