@@ -40,6 +40,7 @@ from .._backends import make_problem
 from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
 from .._backends._dask._graph import persist_compute
+from .._backends._dask._problem import join_blocks
 from .._inits import InitContext, fill_empty, make_starts
 from .._inits._coarsen import coarsen_csr, forest_components, heaviest_neighbor_csr
 from .._solver import solve
@@ -137,11 +138,12 @@ def _sum_task(*pieces):
     return S, (S.nnz, S.data.nbytes + S.indices.nbytes + S.indptr.nbytes)
 
 
-def _coarse_init_task(n_clusters, init, n_init, rng, options, degrees, *blocks):
-    """The single-machine start on the joined coarsest graph: the best, by
-    ``f``, of the registry's candidates solved with the Numba backend."""
-    W = sp.vstack([as_csr(b) for b in blocks], format="csr")
-    d = np.concatenate(degrees)
+def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
+    """The single-machine start on the joined coarsest graph (``parts``: the
+    blocks' degrees, then the blocks): the best, by ``f``, of the registry's
+    candidates solved with the Numba backend."""
+    W = sp.vstack([as_csr(b) for b in parts[n_blocks:]], format="csr")
+    d = np.concatenate(parts[:n_blocks])
     active = d > 0
     idx = np.flatnonzero(active)
     if idx.size < W.shape[0]:
@@ -198,7 +200,8 @@ def coarsen_sharded(G):
     """
     B = G.n_blocks
     target = dask.delayed(_target_task)
-    targets = [target(G.blocks[b], G.starts[b], *G.degrees) for b in range(B)]
+    degrees = join_blocks(G.degrees)
+    targets = [target(G.blocks[b], G.starts[b], *degrees) for b in range(B)]
     comp = dask.delayed(_components_task)(B, *targets, *G.degrees)
     item, cut = dask.delayed(_item_task), dask.delayed(_slice_task)
     mapping, bounds, dc = item(comp, 0), item(comp, 1), item(comp, 2)
@@ -206,7 +209,8 @@ def coarsen_sharded(G):
     kept, (bounds,) = persist_compute([dc] + maps, [bounds])
     dc, maps = kept[0], kept[1:]
     task = dask.delayed(_pieces_task, nout=B)
-    pieces = [task(G.blocks[b], G.starts[b], bounds, *maps) for b in range(B)]
+    joined = join_blocks(maps)
+    pieces = [task(G.blocks[b], G.starts[b], bounds, *joined) for b in range(B)]
     sums = [dask.delayed(_sum_task, nout=2)(*[pieces[b][c] for b in range(B)])
             for c in range(B)]
     degrees = [cut(dc, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -270,8 +274,8 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
         info["coarsen_s"] = time.perf_counter() - t0
     top = levels[-1]
     start = dask.delayed(_coarse_init_task)(
-        n_clusters, init, n_init, copy.deepcopy(rng), options, top.degrees,
-        *top.blocks)
+        n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
+        *top.degrees, *top.blocks)
     start = dask.persist(start)[0]
     if info is not None:
         dask.compute(start[:0])  # wait for it, to time it
@@ -281,7 +285,8 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     quiet = options.quieter()
     top = levels[-1] = None  # released once its start is computed
     for lv in range(len(maps) - 1, -1, -1):
-        blocks = [dask.delayed(_project_task)(maps[lv][b], *blocks)
+        coarse = join_blocks(blocks)
+        blocks = [dask.delayed(_project_task)(maps[lv][b], *coarse)
                   for b in range(len(maps[lv]))]
         if lv > 0 and levels[lv] is not None:
             P = DaskProblem(levels[lv], n_clusters, gather_labels=False)

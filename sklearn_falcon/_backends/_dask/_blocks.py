@@ -26,9 +26,9 @@ from .._numba._kernels import (
 )
 from .._numba._polish import local_move_sweep_csr
 
-__all__ = ["add_parts", "as_csr", "freeze_task", "isolated_task", "label_dtype",
+__all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task", "label_dtype",
            "pass_task", "polish_task", "random_task", "relabel_task", "step_task",
-           "summary_task", "symmetry_sums"]
+           "sum_values", "summary_task", "symmetry_sums"]
 
 
 def label_dtype(n_clusters):
@@ -117,6 +117,19 @@ def summary_task(block, r0, n_rows, n, salt):
 
 
 # ---------------------------------------------------------------- solver
+# Tasks take many Dask values as separate arguments, never as one list: a
+# list of persisted values is passed to the scheduler as bare futures, which
+# it may release before the task runs ("lost dependencies").
+def concat_blocks(*blocks):
+    """The blocks' arrays joined in order (the labels of all nodes, ...)."""
+    return np.concatenate(blocks)
+
+
+def sum_values(*values):
+    """The sum of numbers (the moves of all blocks)."""
+    return int(sum(values))
+
+
 def add_parts(*parts):
     """Element-wise sum of tuples of partial sums (arrays or numbers), in
     order: one node of the reduction tree."""

@@ -7,17 +7,31 @@ import dask
 from .._numba._kernels import objective
 from ._blocks import (
     add_parts,
+    concat_blocks,
     freeze_task,
     label_dtype,
     pass_task,
     polish_task,
     step_task,
+    sum_values,
 )
 from ._graph import persist_compute
 
-__all__ = ["DaskProblem", "Labels", "tree_reduce"]
+__all__ = ["DaskProblem", "Labels", "join_blocks", "tree_reduce"]
 
 _FANIN = 16  # partial sums added per task of the reduction tree
+# Up to this many blocks every task that needs all nodes' labels (or maps,
+# or degrees) reads the blocks themselves; beyond, one task joins them first,
+# so that the scheduler tracks 2 B dependencies a pass rather than B**2.
+_JOIN_DIRECT_MAX = 8
+
+
+def join_blocks(blocks):
+    """The arguments that give a task the values of all blocks: the blocks
+    themselves, or one Delayed that concatenates them (many blocks)."""
+    if len(blocks) <= _JOIN_DIRECT_MAX:
+        return list(blocks)
+    return [dask.delayed(concat_blocks)(*blocks)]
 
 
 def tree_reduce(parts):
@@ -99,6 +113,12 @@ class DaskProblem:
         self.label_dtype = label_dtype(self.n_clusters)
         self.host_degrees = [graph.degrees_array()]
 
+    @property
+    def degrees(self):
+        """The degrees as a NumPy array (gathered: for graphs that fit the
+        client, e.g. those of ``falcon_batch``)."""
+        return np.asarray(self.host_degrees[0].compute())
+
     def compiled_graph(self):
         return None
 
@@ -107,7 +127,10 @@ class DaskProblem:
         """:class:`Labels` from a :class:`Labels` (a new container, same
         blocks), a Dask array or NumPy labels of shape ``(n,)`` or ``(1, n)``."""
         if isinstance(labels, Labels):
-            return Labels(labels.blocks, labels.state)
+            state = labels.state
+            if state is not None:  # its own Weights: polish updates it in place
+                state = (Weights(state[0].blocks),) + tuple(state[1:])
+            return Labels(labels.blocks, state)
         G = self.graph
         if dask.is_dask_collection(labels):
             arr = labels.reshape(-1).astype(self.label_dtype).rechunk((tuple(G.sizes),))
@@ -132,8 +155,9 @@ class DaskProblem:
         fresh pass with ``label_blocks``."""
         G = self.graph
         task = dask.delayed(pass_task, nout=2)
+        labels = join_blocks(label_blocks)
         parts = [task(G.blocks[b], G.starts[b], G.degrees[b], self.n_clusters,
-                      *label_blocks) for b in range(G.n_blocks)]
+                      *labels) for b in range(G.n_blocks)]
         return [p[0] for p in parts], tree_reduce([p[1] for p in parts])
 
     def evaluate(self, X):
@@ -182,7 +206,7 @@ class DaskProblem:
         while True:
             cand = [p[0] for p in parts]
             WXc, total = self._pass_graph(cand)
-            moved = dask.delayed(sum)([p[1] for p in parts])
+            moved = dask.delayed(sum_values)(*[p[1] for p in parts])
             kept, (total, n_moved) = persist_compute(cand + WXc, [total, moved])
             cvol, cassoc, counts = total
             emptied = (counts == 0) & (old_counts > 0)
