@@ -159,16 +159,27 @@ def test_fit_on_a_cluster_matches_one_machine(graph, thread_client):
 
 
 def test_coarsened_start_reaches_the_one_machine_ncut(graph):
-    """Forced to coarsen (a tiny coarse_max_entries): the levels are those
-    of the single-machine coarsening, and the NCut is as good.  (10 blocks:
-    the tasks read the joined labels and maps, not every block.)"""
-    W, _ = graph
-    ref = _est(backend="numba").fit(W)
-    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 3000}):
-        est = _est().fit(shards(W, 10))
-    levels = est._dask_info["levels"]
-    assert len(levels) >= 3 and levels[-1][1] <= 3000
-    assert est.ncut_ <= ref.ncut_ * 1.01
+    """Forced to coarsen (a tiny coarse_max_entries), blockwise: with shards
+    that keep communities together the levels shrink to the limit and the
+    NCut is that of one machine; with nodes in random order (a block holds a
+    tenth of each node's edges) coarsening stalls, and the start is made on
+    the stalled level.  (10 blocks: the tasks read joined arrays.)"""
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    conf = {"sklearn_falcon.dask.coarse_max_entries": 3000}
+    for G, ordered in ((local, True), (W, False)):
+        ref = _est(backend="numba").fit(G)
+        with dask.config.set(conf):
+            est = _est().fit(shards(G, 10))
+        levels = est._dask_info["levels"]
+        assert len(levels) >= 2
+        assert [n for n, _ in levels] == sorted(n for n, _ in levels)[::-1]
+        if ordered:
+            assert levels[-1][1] <= 3000
+        else:  # stalled: the last level kept more than 95% of its nodes
+            assert levels[-1][1] > 3000
+        assert est.ncut_ <= ref.ncut_ * 1.01
 
 
 def test_same_start_same_labels_dense_and_streamed():

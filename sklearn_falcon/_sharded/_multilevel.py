@@ -1,22 +1,19 @@
 """The initialization of a sharded graph: coarsen on the cluster, start on
 one worker, project back and refine on the cluster.
 
-1. **Coarsen on the cluster**, exactly as on one machine
-   (:mod:`sklearn_falcon._inits._coarsen`): every node points at its
-   heaviest neighbour by ``W_ij / (d_i d_j)`` -- a row is local to its block,
-   and the degrees of all nodes travel to every task, like the labels -- and
-   the components of that forest become the coarse nodes.  The forest's
-   components are found by one task (``n`` integers on one worker); the
-   coarse nodes are dealt to the blocks in turn, so that the coarse blocks
-   stay balanced whatever the order of the nodes, and every block sends its
-   coarse rows ``P_b' W_b P`` to the blocks that own them, where they are
-   added.  Levels are added until the graph has at most
-   :func:`coarse_max_entries` stored entries (it then fits one worker) or
-   coarsening stalls.  (Matching each block's nodes among themselves only,
-   with no exchange, was tried first: on a 600,000-node SBM whose nodes are
-   in random order a block holds a sixth of each node's neighbours, the
-   coarse nodes mixed communities and the fit ended at NCut 5.2 where one
-   machine reaches 1.99.)
+1. **Coarsen blockwise.**  Each row block matches its own nodes with the
+   single-machine coarsening (:func:`~sklearn_falcon._inits._coarsen.coarsen`:
+   a randomized matching by ``W_ij / (d_i d_j)``, with the global degrees)
+   on its own columns, so that no task needs another block's rows and the
+   coarse nodes of fine block ``b`` form coarse block ``b``: labels project
+   back block by block.  The coarse rows of a block, ``P_b' W_b P``, need the
+   coarse index of every column: the blocks' maps travel to every task, like
+   the labels (``n`` integers).  Levels are added until the graph has at
+   most :func:`coarse_max_entries` stored entries (it then fits one worker)
+   or coarsening stalls.  A block holds the edges among its own nodes only:
+   the better the shards keep neighbours together, the more it coarsens (on
+   a graph whose nodes are in random order, a block of ``B`` holds ``1/B`` of
+   each node's edges).
 2. **Start on one worker.**  One task joins the coarsest graph and runs the
    single-machine initialization there, through the registry
    (:func:`~sklearn_falcon._inits.make_starts`), solves from each
@@ -40,9 +37,8 @@ from .._backends import make_problem
 from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
 from .._backends._dask._graph import persist_compute
-from .._backends._dask._problem import join_blocks
 from .._inits import InitContext, fill_empty, make_starts
-from .._inits._coarsen import coarsen_csr, forest_components, heaviest_neighbor_csr
+from .._inits._coarsen import coarsen, coarsen_csr
 from .._solver import solve
 
 __all__ = ["coarse_max_entries", "coarsen_sharded", "multilevel_start"]
@@ -69,73 +65,45 @@ def coarse_max_entries():
 
 
 # ------------------------------------------------------------------ tasks
-def _target_task(block, r0, *degree_blocks):
-    """Each node's heaviest neighbour by ``W_ij / (d_i d_j)`` among all its
-    neighbours (global indices; the node itself when it has none).
-
-    :func:`~sklearn_falcon._inits._coarsen.heaviest_neighbor_csr` numbers
-    rows and columns alike; the block's columns are shifted past its rows
-    (and self-loops get weight 0, so that they lose to any neighbour), which
-    keeps its rule, ties included.
-    """
+def _match_task(block, r0, degrees, seed):
+    """The block-local matching of a block's nodes, on its own columns:
+    ``(map, n_coarse)``."""
     W = as_csr(block)
     m = W.shape[0]
-    d = np.concatenate(degree_blocks)
-    rows = np.repeat(np.arange(r0, r0 + m), np.diff(W.indptr))
-    data = np.where(W.indices == rows, 0, W.data).astype(W.dtype)
-    t = heaviest_neighbor_csr(W.indptr, W.indices.astype(np.int64) + m, data,
-                              np.concatenate([np.zeros(m), d]))
-    return np.where(t >= m, t - m, np.arange(r0, r0 + m))
+    D = W[:, r0:r0 + m].tocsr()
+    D.eliminate_zeros()
+    d = np.where(degrees > 0, degrees, 1.0)  # nodes of zero degree stay single
+    _, _, mapping = coarsen(D, d, np.random.default_rng(seed))
+    return mapping, int(mapping.max()) + 1 if m else 0
 
 
-def _components_task(n_blocks, *parts):
-    """The coarse node of every node (the components of the forest
-    ``i -> target[i]``) and the coarse degrees, on one worker.
-
-    Coarse nodes are dealt to the ``n_blocks`` coarse blocks in turn (the
-    component numbered ``c`` goes to block ``c % n_blocks``), so that the
-    coarse blocks stay balanced whatever the order of the nodes; they are
-    numbered block after block.  Returns ``(mapping, bounds, degrees)``.
-    """
-    targets = np.concatenate(parts[:n_blocks])
-    d = np.concatenate(parts[n_blocks:])
-    n_comp, comp = forest_components(targets)
-    c = np.arange(n_comp)
-    counts = np.bincount(c % n_blocks, minlength=n_blocks)
-    bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    renumber = bounds[c % n_blocks] + c // n_blocks
-    mapping = renumber[comp]
-    return mapping, bounds, np.bincount(mapping, weights=d, minlength=n_comp)
-
-
-def _pieces_task(block, r0, bounds, *maps):
-    """``P_b' W_b P`` of a block, split by the coarse blocks of its rows.
+def _coarse_block_task(block, degrees, local_map, n_comp, global_map):
+    """The coarse rows ``P_b' W_b P`` of a block and their degrees.
 
     :func:`~sklearn_falcon._inits._coarsen.coarsen_csr` groups rows and
-    columns by one mapping; the block's columns are shifted past its rows so
-    that one array maps both.
+    columns by one mapping; the block's columns are shifted past its rows,
+    so that one array maps its rows (to the block's coarse nodes) and all
+    columns (to global coarse nodes).
     """
     W = as_csr(block)
     m = W.shape[0]
-    mp = np.concatenate(maps)
-    n_coarse = int(bounds[-1])
-    indptr, indices, data = coarsen_csr(
-        W.indptr, W.indices.astype(np.int64) + m, W.data,
-        np.concatenate([mp[r0:r0 + m], mp]), n_coarse)
-    C = sp.csr_matrix((data, indices, indptr), shape=(n_coarse, n_coarse))
-    return tuple(C[a:b] for a, b in zip(bounds[:-1], bounds[1:]))
+    n_coarse = int(global_map.max()) + 1
+    mapping = np.concatenate([local_map, global_map])
+    indptr, indices, data = coarsen_csr(W.indptr, W.indices.astype(np.int64) + m,
+                                        W.data, mapping, n_coarse)
+    indptr = indptr[:n_comp + 1]
+    if indices.shape[0] < np.iinfo(np.int32).max and n_coarse < np.iinfo(np.int32).max:
+        indptr, indices = indptr.astype(np.int32), indices.astype(np.int32)
+    Wc = sp.csr_matrix((data, indices, indptr), shape=(n_comp, n_coarse))
+    Wc.sort_indices()
+    dc = np.bincount(local_map, weights=degrees, minlength=n_comp)
+    nbytes = Wc.data.nbytes + Wc.indices.nbytes + Wc.indptr.nbytes
+    return Wc, dc, (Wc.nnz, nbytes, int(np.count_nonzero(dc > 0)))
 
 
-def _sum_task(*pieces):
-    """A coarse block: the sum of its pieces from every fine block."""
-    S = pieces[0]
-    for p in pieces[1:]:
-        S = S + p
-    S = sp.csr_matrix(S)
-    if S.nnz < np.iinfo(np.int32).max and S.shape[1] < np.iinfo(np.int32).max:
-        S.indptr, S.indices = S.indptr.astype(np.int32), S.indices.astype(np.int32)
-    S.sum_duplicates()
-    return S, (S.nnz, S.data.nbytes + S.indices.nbytes + S.indptr.nbytes)
+def _global_map(offsets, *maps):
+    """Every node's coarse node, numbered globally (block after block)."""
+    return np.concatenate([mp + off for mp, off in zip(maps, offsets[:-1])])
 
 
 def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
@@ -163,16 +131,8 @@ def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
     return labels.astype(label_dtype(n_clusters))
 
 
-def _project_task(mapping, *coarse_blocks):
-    return np.concatenate(coarse_blocks)[mapping]
-
-
-def _n_active_task(degrees):
-    return int(np.count_nonzero(degrees > 0))
-
-
-def _item_task(obj, i):
-    return obj[i]
+def _project_task(coarse, mapping):
+    return coarse[mapping]
 
 
 def _slice_task(values, a, b):
@@ -180,47 +140,38 @@ def _slice_task(values, a, b):
 
 
 # ----------------------------------------------------------------- driver
-def coarsen_sharded(G):
-    """One coarsening level of a sharded graph, as on one machine.
-
-    Every row picks its heaviest neighbour (rows are local to their block;
-    the degrees of all nodes travel to every task), one task finds the
-    components of that forest (``n`` integers on one worker), and every
-    block sends its coarse rows ``P_b' W_b P`` to the coarse blocks that
-    own them, where they are added.
+def coarsen_sharded(G, rng):
+    """One blockwise coarsening level of a sharded graph.
 
     Returns
     -------
     coarse : ShardedGraph
-        ``P' W P`` in row blocks, persisted.
+        ``P' W P`` in row blocks (coarse block ``b`` from fine block ``b``),
+        persisted.
     maps : list of Delayed
-        Per fine block, the coarse node of each of its nodes.
+        Per fine block, the coarse node (numbered within its coarse block)
+        of each of its nodes.
     n_active : int
         Coarse nodes of nonzero degree.
     """
     B = G.n_blocks
-    target = dask.delayed(_target_task)
-    degrees = join_blocks(G.degrees)
-    targets = [target(G.blocks[b], G.starts[b], *degrees) for b in range(B)]
-    comp = dask.delayed(_components_task)(B, *targets, *G.degrees)
-    item, cut = dask.delayed(_item_task), dask.delayed(_slice_task)
-    mapping, bounds, dc = item(comp, 0), item(comp, 1), item(comp, 2)
-    maps = [cut(mapping, a, b) for a, b in zip(G.starts, G.starts[1:] + [G.n])]
-    kept, (bounds,) = persist_compute([dc] + maps, [bounds])
-    dc, maps = kept[0], kept[1:]
-    task = dask.delayed(_pieces_task, nout=B)
-    joined = join_blocks(maps)
-    pieces = [task(G.blocks[b], G.starts[b], bounds, *joined) for b in range(B)]
-    sums = [dask.delayed(_sum_task, nout=2)(*[pieces[b][c] for b in range(B)])
-            for c in range(B)]
-    degrees = [cut(dc, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    count = dask.delayed(_n_active_task)(dc)
-    kept, infos = persist_compute([s[0] for s in sums] + degrees,
-                                  [s[1] for s in sums] + [count])
+    seeds = rng.integers(np.iinfo(np.int64).max, size=B)
+    match = dask.delayed(_match_task, nout=2)
+    parts = [match(G.blocks[b], G.starts[b], G.degrees[b], int(seeds[b]))
+             for b in range(B)]
+    maps, n_comp = persist_compute([p[0] for p in parts], [p[1] for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(n_comp)]).astype(np.int64)
+    # one task numbers every node's coarse node; each block reads it
+    global_map = dask.delayed(_global_map)(offsets, *maps)
+    task = dask.delayed(_coarse_block_task, nout=3)
+    parts = [task(G.blocks[b], G.degrees[b], maps[b], n_comp[b], global_map)
+             for b in range(B)]
+    kept, infos = persist_compute([p[0] for p in parts] + [p[1] for p in parts],
+                                  [p[2] for p in parts])
     coarse = ShardedGraph(
-        kept[:B], kept[B:], bounds, nnz=sum(i[0] for i in infos[:B]),
-        nbytes=sum(i[1] for i in infos[:B]), dtype=G.dtype, persisted=True)
-    return coarse, maps, int(infos[B])
+        kept[:B], kept[B:], offsets, nnz=sum(i[0] for i in infos),
+        nbytes=sum(i[1] for i in infos), dtype=G.dtype, persisted=True)
+    return coarse, maps, sum(i[2] for i in infos)
 
 
 def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
@@ -261,7 +212,7 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     levels, maps, sizes = [G], [], [(G.n, G.nnz)]
     while levels[-1].nnz > max_entries and len(maps) < MAX_LEVELS:
         fine = levels[-1]
-        coarse, mp, n_active = coarsen_sharded(fine)
+        coarse, mp, n_active = coarsen_sharded(fine, rng)
         if n_active < n_clusters or coarse.n > 0.95 * fine.n:
             break
         if not keep and len(levels) > 1:
@@ -285,8 +236,7 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     quiet = options.quieter()
     top = levels[-1] = None  # released once its start is computed
     for lv in range(len(maps) - 1, -1, -1):
-        coarse = join_blocks(blocks)
-        blocks = [dask.delayed(_project_task)(maps[lv][b], *coarse)
+        blocks = [dask.delayed(_project_task)(blocks[b], maps[lv][b])
                   for b in range(len(maps[lv]))]
         if lv > 0 and levels[lv] is not None:
             P = DaskProblem(levels[lv], n_clusters, gather_labels=False)
