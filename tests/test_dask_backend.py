@@ -162,8 +162,9 @@ def test_coarsened_start_reaches_the_one_machine_ncut(graph):
     """Forced to coarsen (a tiny coarse_max_entries), blockwise: with shards
     that keep communities together the levels shrink to the limit and the
     NCut is that of one machine; with nodes in random order (a block holds a
-    tenth of each node's edges) coarsening stalls, and the start is made on
-    the stalled level.  (10 blocks: the tasks read joined arrays.)"""
+    tenth of each node's edges) coarsening stalls above the limit, and the
+    start is random labels on the last level, with a warning.  (10 blocks:
+    the tasks read joined arrays.)"""
     W, y = graph
     order = np.argsort(y, kind="stable")
     local = W[order][:, order].tocsr()
@@ -171,14 +172,15 @@ def test_coarsened_start_reaches_the_one_machine_ncut(graph):
     for G, ordered in ((local, True), (W, False)):
         ref = _est(backend="numba").fit(G)
         with dask.config.set(conf):
-            est = _est().fit(shards(G, 10))
+            if ordered:
+                est = _est().fit(shards(G, 10))
+            else:
+                with pytest.warns(UserWarning, match="stopped coarsening"):
+                    est = _est().fit(shards(G, 10))
         levels = est._dask_info["levels"]
-        assert len(levels) >= 2
+        assert len(levels) >= (3 if ordered else 1)
         assert [n for n, _ in levels] == sorted(n for n, _ in levels)[::-1]
-        if ordered:
-            assert levels[-1][1] <= 3000
-        else:  # stalled: the last level kept more than 95% of its nodes
-            assert levels[-1][1] > 3000
+        assert (levels[-1][1] <= 3000) == ordered
         assert est.ncut_ <= ref.ncut_ * 1.01
 
 

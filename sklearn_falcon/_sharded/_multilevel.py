@@ -10,14 +10,19 @@ one worker, project back and refine on the cluster.
    coarse index of every column: the blocks' maps travel to every task, like
    the labels (``n`` integers).  Levels are added until the graph has at
    most :func:`coarse_max_entries` stored entries (it then fits one worker)
-   or coarsening stalls.  A block holds the edges among its own nodes only:
+   or coarsening stalls: a level keeps 95% of the nodes, or is too large to
+   be kept in the workers' memory (a sparse graph sheds few of its entries
+   on the first levels, fewer still when its shards lack locality).  A block holds the edges among its own nodes only:
    the better the shards keep neighbours together, the more it coarsens (on
    a graph whose nodes are in random order, a block of ``B`` holds ``1/B`` of
    each node's edges).
 2. **Start on one worker.**  One task joins the coarsest graph and runs the
    single-machine initialization there, through the registry
    (:func:`~sklearn_falcon._inits.make_starts`), solves from each
-   candidate with the Numba backend and keeps the best ``f``.
+   candidate with the Numba backend and keeps the best ``f``.  When
+   coarsening stalls above the limit (shards without locality), the graph
+   would not fit one worker: the start is then random labels on the
+   coarsest level, drawn blockwise, with a warning.
 3. **Project and refine** level by level with the Dask problem.
 
 Coarsening preserves ``f`` of a projected labelling exactly (``W_c = P' W
@@ -27,6 +32,7 @@ fairly on the coarsest graph.
 
 import copy
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,10 +42,11 @@ import dask
 from .._backends import make_problem
 from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
-from .._backends._dask._graph import persist_compute
+from .._backends._dask._graph import decide_persist, persist_compute
 from .._inits import InitContext, fill_empty, make_starts
 from .._inits._coarsen import coarsen, coarsen_csr
 from .._solver import solve
+from ._starts import random_start
 
 __all__ = ["coarse_max_entries", "coarsen_sharded", "multilevel_start"]
 
@@ -213,7 +220,9 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     while levels[-1].nnz > max_entries and len(maps) < MAX_LEVELS:
         fine = levels[-1]
         coarse, mp, n_active = coarsen_sharded(fine, rng)
-        if n_active < n_clusters or coarse.n > 0.95 * fine.n:
+        if (n_active < n_clusters or coarse.n > 0.95 * fine.n
+                or not decide_persist("auto", coarse.nbytes,
+                                      coarse.nbytes / coarse.n_blocks)):
             break
         if not keep and len(levels) > 1:
             levels[-1] = None
@@ -224,15 +233,27 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
         info["levels"] = sizes
         info["coarsen_s"] = time.perf_counter() - t0
     top = levels[-1]
-    start = dask.delayed(_coarse_init_task)(
-        n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
-        *top.degrees, *top.blocks)
-    start = dask.persist(start)[0]
+    if top.nnz > max_entries:  # stalled: it would not fit one worker
+        warnings.warn(
+            f"The sharded graph stopped coarsening at {top.n} nodes and {top.nnz} "
+            f"stored entries, more than coarse_max_entries={max_entries}: its "
+            "shards hold few edges among their own nodes. The start is random "
+            "labels on that level. Order the nodes so that shards keep neighbours "
+            "together (see the Dask guide), or raise the Dask config key "
+            "sklearn_falcon.dask.coarse_max_entries if one worker can hold that "
+            "graph.", UserWarning, stacklevel=4)
+        blocks = random_start(DaskProblem(top, n_clusters), rng).blocks
+    else:
+        start = dask.delayed(_coarse_init_task)(
+            n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
+            *top.degrees, *top.blocks)
+        start = dask.persist(start)[0]
+        if info is not None:
+            dask.compute(start[:0])  # wait for it, to time it
+        blocks = [dask.delayed(_slice_task)(start, a, b) for a, b in
+                  zip(top.starts, top.starts[1:] + [top.n])]
     if info is not None:
-        dask.compute(start[:0])  # wait for it, to time it
         info["coarse_start_s"] = time.perf_counter() - t0 - info["coarsen_s"]
-    blocks = [dask.delayed(_slice_task)(start, a, b) for a, b in
-              zip(top.starts, top.starts[1:] + [top.n])]
     quiet = options.quieter()
     top = levels[-1] = None  # released once its start is computed
     for lv in range(len(maps) - 1, -1, -1):
