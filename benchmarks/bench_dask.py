@@ -444,7 +444,17 @@ NOTES = [
     "**Time per iteration.** After its first pass the Numba backend updates WX from "
     "the rows of the nodes that moved; the Dask backend makes a fresh pass over "
     "every block at each trial step and sends the labels of all nodes to every task "
-    "(int16: 2 bytes a node), which is the traffic between workers reported.",
+    "(int16: 2 bytes a node), which is the traffic between workers reported. On this "
+    "shared 2-core machine the two worker processes and the client compete with "
+    "other jobs for the cores, and Dask's work stealing then moves blocks between "
+    "workers: the 2-worker times are an upper bound.",
+    "**Start at scale.** The nodes are in random order, so a shard holds 1/6 of each "
+    "node's edges: the blockwise matching (each shard pairs its own nodes) sheds few "
+    "entries per level; the coarsened fit's start is made on one worker at the first "
+    "level under its limit. The out-of-core graph (24 shards, 1/24 of the edges each) "
+    "stops coarsening at once, since its first coarse level would not fit the workers' "
+    "memory: its start is random labels, with a warning, from which Falcon reaches the "
+    "planted partition, as one machine does.",
 ]
 
 
