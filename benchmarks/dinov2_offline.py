@@ -208,7 +208,8 @@ def to_timm(params):
     out["cls_token"] = take("embeddings.cls_token")
     out["pos_embed"] = take("embeddings.position_embeddings")
     for p in ("weight", "bias"):
-        out[f"patch_embed.proj.{p}"] = take(f"embeddings.patch_embeddings.projection.{p}")
+        out[f"patch_embed.proj.{p}"] = take(
+            f"embeddings.patch_embeddings.projection.{p}")
     for i in range(DEPTH):
         hf, tm = f"encoder.layer.{i}.", f"blocks.{i}."
         att = hf + "attention.attention."

@@ -446,8 +446,8 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
     except Exception as exc:  # noqa: BLE001 - report, do not abort the check
         return f"DINOv2 checkpoint conversion failed: {type(exc).__name__}: {exc}"
     if ck is None:
-        return (f"no DINOv2 checkpoint (pass --dinov2-checkpoint, or {D.INSTALL_HINT}): "
-                "section skipped")
+        return ("no DINOv2 checkpoint (pass --dinov2-checkpoint, or "
+                f"{D.INSTALL_HINT}): section skipped")
     from PIL import Image
     from skimage import data
 
