@@ -304,8 +304,8 @@ def main(argv=None):
                   f"mIoU; input {RESOLUTION} x {RESOLUTION} (32 x 32 tokens), power "
                   f"{DEFAULT_POWER:g}, prototype upsampling + PAMR; blocks numbered "
                   "from 0 (`layer=`). All 24 choices of an image come from one "
-                  f"forward pass (hooks; largest difference to `TimmFeatures` run per choice: "
-                  f"{gap:.1e}), so the time column of the full tables "
+                  "forward pass (hooks; largest difference to `TimmFeatures` run "
+                  f"per choice: {gap:.1e}), so the time column of the full tables "
                   f"(`{path.name}`, `dinov2_mosaics_power{suffix}.md`) counts the ViT "
                   "in the first DINOv2 row of each image only: see the speed section "
                   "for the pipeline's time.", ""]
