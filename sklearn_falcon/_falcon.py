@@ -74,17 +74,18 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             shape (n_samples,), default="multilevel"
         Initial labels:
 
-        - ``"multilevel"``: coarsening (heaviest neighbour by
-          ``W_ij / (d_i d_j)``), multi-start solve of the coarsest graph,
-          then projection and refinement level by level; candidates from
-          two coarsening depths, and a spectral start on the finest level
-          with at most 100,000 stored entries (where an eigensolve is
-          cheap), are refined and the best ``f`` kept.
+        - ``"multilevel"``: a V-cycle scheme: randomized matching
+          coarsening, many starts on the coarsest graph (random, region
+          growing, spectral, recursive bisection) improved by split-and-merge
+          and pair re-bisection moves, refinement on every level, a spectral
+          candidate of the input graph when ``nnz * K <= 1e7``, then V-cycles.
+          Each ``n_init`` restart draws its own matchings.
         - ``"kmeans"``: k-means++ on the features (not for precomputed
           affinities).
         - ``"spectral"``: leading eigenvectors of ``D^-1/2 W D^-1/2``
-          (ARPACK), discretized by k-means on the row-normalized embedding
-          from cluster-QR and k-means++ seeds (best ``f`` kept).
+          (dense, or ARPACK then LOBPCG with iteration caps), discretized by
+          k-means on the row-normalized embedding from cluster-QR and
+          k-means++ seeds (best ``f`` kept).
         - ``"random"``: uniformly random labels (a weak start on real
           graphs; useful for studying the solver).
         - an array of labels in ``[0, n_clusters)``.

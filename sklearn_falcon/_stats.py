@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from ._backends import _numba as nb
 
-__all__ = ["cluster_pair_weights", "cluster_statistics", "degrees_of", "n_entries",
+__all__ = ["cluster_pair_weights", "cluster_statistics", "cluster_weight_summary",
+           "degrees_of", "n_entries",
            "ncut_from_objective", "ncut_of", "objective_of"]
 
 
@@ -75,16 +76,25 @@ def objective_of(vol, assoc):
                               np.ascontiguousarray(assoc, dtype=np.float64)))
 
 
+def cluster_weight_summary(W, labels, n_clusters):
+    """One pass over ``W``: the ``(K, K)`` weights between clusters
+    ``C[a, b] = sum of W_ij`` over ``i`` in ``a`` and ``j`` in ``b``
+    (``C.sum(1)`` are the volumes when the degrees are ``W 1``, and
+    ``diag(C)`` the associations), each node's weight to its own cluster, and
+    its self-loop.  Returns ``(C, own, self_w)``."""
+    y = np.ascontiguousarray(labels, dtype=np.int64)
+    if sp.issparse(W):
+        W = W.tocsr()
+        return nb.cluster_pair_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
+    WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
+    flat = (y[:, None] * n_clusters + np.arange(n_clusters)).ravel()
+    C = np.bincount(flat, weights=WX.ravel(), minlength=n_clusters * n_clusters)
+    return (C.reshape(n_clusters, -1), WX[np.arange(y.size), y],
+            np.diagonal(W).astype(np.float64))
+
+
 def cluster_pair_weights(W, labels, n_clusters):
     """``C[a, b] = sum of W_ij`` over ``i`` in ``a`` and ``j`` in ``b``: the
     ``(K, K)`` weights between clusters (``C.sum(1)`` are the volumes and
     ``diag(C)`` the associations)."""
-    y = np.ascontiguousarray(labels, dtype=np.int64)
-    if sp.issparse(W):
-        W = W.tocsr()
-        WX = nb.cluster_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
-    else:
-        WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
-    C = np.zeros((n_clusters, n_clusters))
-    np.add.at(C, y, WX)
-    return C
+    return cluster_weight_summary(W, labels, n_clusters)[0]
