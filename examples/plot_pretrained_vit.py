@@ -97,13 +97,14 @@ def offline(image, k):
 
 
 def slic_ncut(image, k):
-    sp = segmentation.slic(image, n_segments=300, compactness=10, start_label=0)
+    sp = segmentation.slic(image, n_segments=400, compactness=10, start_label=0)
     rag = graph.rag_mean_color(image, sp, mode="similarity")
     for seed in range(3):  # ARPACK inside cut_normalized may fail to converge
         try:
             return graph.cut_normalized(sp, rag.copy(), thresh=0.01, rng=seed)
         except Exception:  # noqa: BLE001 - scipy's ArpackError and friends
             continue
+    print("cut_normalized failed (ARPACK did not converge): one segment")
     return np.zeros_like(sp)
 
 
