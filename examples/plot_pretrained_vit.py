@@ -48,7 +48,7 @@ import numpy as np
 from skimage import data, graph, segmentation
 
 from sklearn_falcon import ImageSegmenter
-from sklearn_falcon.cli import overlay
+from sklearn_falcon.plotting import overlay
 
 try:
     from benchmarks import dinov2_offline
