@@ -91,7 +91,8 @@ class Init:
 def _start_multilevel(ctx):
     # each restart draws its own matchings and coarse starts from the seed
     labels, _ = multilevel_labels(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
-                                  options=ctx.options.quieter())
+                                  options=ctx.options.quieter(),
+                                  verbose=ctx.options.verbose)
     return [labels]
 
 

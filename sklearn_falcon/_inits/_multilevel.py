@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .._log import log_stage
 from .._solver import SolverOptions
 from .._stats import cluster_statistics, n_entries, objective_of
 from ._coarsen import coarsen
@@ -86,10 +87,10 @@ class Effort:
     beam_max_nodes: int = 50_000
     n_vcycles: int = 3
     n_vcycles_large: int = 1
-    large_entries: int = 1_000_000
+    large_entries: int = 200_000
     vcycle_min_gain: float = 1e-4
     pair_per_cluster: int = 60
-    spectral_budget: int = 10_000_000
+    spectral_budget: int = 2_000_000
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
@@ -200,7 +201,8 @@ def _vcycle(W, degrees, labels, n_clusters, rng, options, effort):
     return _uncoarsen(H, yc, top, K, rng, options, pairs=effort.pair_per_cluster)
 
 
-def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
+def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
+                      verbose=0):
     """Labels of one restart of the multilevel V-cycle scheme.
 
     Parameters
@@ -215,6 +217,9 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
         Options of the refinements.
     effort : Effort, default=None
         ``SPARSE`` for a sparse ``W``, ``DENSE`` for a dense one.
+    verbose : int, default=0
+        When > 0, log the hierarchy and ``f`` on each level (stage ``level``
+        of the ``sklearn_falcon`` logger).
 
     Returns
     -------
@@ -242,6 +247,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
     H = Hierarchy(W, degrees, K, rng)
     top = len(H.maps)
     Wc, dc = H.graphs[top]
+    if verbose:
+        log_stage("level", "hierarchy of %d levels, %s nodes", top + 1, H.sizes)
     cands = []
     n_starts = max(eff.n_starts, eff.starts_times_k // K)
     for y in coarse_starts(Wc, dc, K, rng, n_random=n_starts, n_grow=n_starts,
@@ -255,6 +262,9 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
         y, f = pair_rebisection(Wc, dc, y, K, rng, opt)
         kept.append((f, i, y))
     kept.sort(key=lambda c: (-c[0], c[1]))
+    if verbose:
+        log_stage("level", "%d (%d nodes): %d coarse starts, best f=%.6f", top,
+                  H.sizes[top], len(cands), kept[0][0])
     # carry the candidates up while the levels are small, then the best
     level = top
     while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
@@ -264,9 +274,14 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
             up.append((f, i, y))
         kept = sorted(up, key=lambda c: (-c[0], c[1]))
         level -= 1
+        if verbose:
+            log_stage("level", "%d (%d nodes): %d candidates, best f=%.6f", level,
+                      H.sizes[level], len(kept), kept[0][0])
     f, _, y = kept[0]
     if level > 0:
         y, f = _uncoarsen(H, y, level, K, rng, opt)
+        if verbose:
+            log_stage("level", "0 (%d nodes): refined, f=%.6f", n, f)
     finals = [(f, y)]
     if top > 0 and n_entries(W) * K <= eff.spectral_budget:
         # the spectral embedding of the input graph, from the coarsest
@@ -276,6 +291,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
         ys = spectral_embedding_labels(W, degrees, K, rng, start=start)
         ys, fs = refine(W, degrees, ys, K, opt)
         finals.append((fs, ys))
+        if verbose:
+            log_stage("level", "0 (%d nodes): spectral candidate, f=%.6f", n, fs)
     large = n_entries(W) > eff.large_entries
     if large:
         finals = [max(finals, key=lambda c: c[0])]
@@ -285,6 +302,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None):
         for _ in range(n_vcycles):
             y2, f2 = _vcycle(W, degrees, y, K, rng, opt, eff)
             gain = f2 - f
+            if verbose:
+                log_stage("level", "V-cycle: f=%.6f -> %.6f", f, max(f, f2))
             if gain > 0:
                 y, f = y2, f2
             if gain <= eff.vcycle_min_gain * max(1.0, abs(f)):
