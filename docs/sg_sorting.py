@@ -10,6 +10,7 @@ ORDER = (
     "plot_graph_clustering.py",
     "plot_segment_image.py",
     "plot_segment_video.py",
+    "plot_pretrained_vit.py",
     "plot_grid_search.py",
 )
 

@@ -18,9 +18,10 @@ from ._affinity import (
     make_affinity,
 )
 from ._backends import BACKENDS, resolve_backend
-from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._inits import INITS, InitContext, fill_empty, make_starts, warm_labels
 from ._log import log_stage, logs_progress
 from ._memory import row_chunks
+from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
     bipartite_ncut,
@@ -155,12 +156,17 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Finish with sequential sweeps of exact best single moves (the
         weighted kernel k-means gain); they never decrease ``f``.
 
-    backend : {"auto", "numba", "torch"}, default="auto"
-        ``"auto"`` uses torch on CUDA when torch and a GPU are available and
-        Numba otherwise.  With torch, the ``"cosine"`` and ``"rbf"``
-        affinities are matrix-free: ``W`` is computed in row blocks and never
-        stored, so memory is ``O(n (p + K))``; the graph initializations
-        (``"multilevel"``, ``"spectral"``) then run on the kNN graph of ``X``.
+    backend : {"auto", "numba", "torch", "dask"}, default="auto"
+        ``"auto"`` uses Dask for a ``dask.array.Array``, torch on CUDA when
+        torch and a GPU are available, and Numba otherwise.  With torch, the
+        ``"cosine"`` and ``"rbf"`` affinities are matrix-free: ``W`` is
+        computed in row blocks and never stored, so memory is
+        ``O(n (p + K))``; the graph initializations (``"multilevel"``,
+        ``"spectral"``) then run on the kNN graph of ``X``.  With Dask,
+        ``X`` is a ``dask.array.Array`` of row blocks of a precomputed ``W``
+        (CSR or dense chunks), clustered on the current
+        ``distributed.Client`` without gathering it (see
+        :ref:`the Dask guide <dask>`).
 
     device : str, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
@@ -323,10 +329,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features) or \
-                (n_samples, n_samples)
+        X : {array-like, sparse matrix, dask.array.Array} of shape \
+                (n_samples, n_features) or (n_samples, n_samples)
             Features, or an affinity / distance matrix when ``affinity`` is
-            ``"precomputed"`` / ``"precomputed_nearest_neighbors"``.
+            ``"precomputed"`` / ``"precomputed_nearest_neighbors"``; a Dask
+            array of row blocks of ``W`` with ``affinity="precomputed"``.
         y : Ignored
             Not used, present for API consistency.
 
@@ -335,6 +342,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
+        if is_dask_array(X):  # row blocks on a cluster: never gathered
+            return fit_sharded(self, X)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
         K = self.n_clusters
@@ -343,7 +352,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 f"n_clusters={K} must be <= n_samples={n_samples}."
             )
         backend, device = resolve_backend(self.backend, self.device)
-        init = self._warm_labels(n_samples)
+        init = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init)
+                if self.warm_start else None)
         if init is None:
             init = self.init
         if not isinstance(init, str):
@@ -476,23 +486,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         if W is None:
             W = self._affinity.recompute()
         return W
-
-    def _warm_labels(self, n_samples):
-        """The previous ``labels_`` when ``warm_start`` applies, else None."""
-        prev = self.__dict__.get("labels_") if self.warm_start else None
-        if not self.warm_start:
-            return None
-        if prev is not None and prev.shape[0] == n_samples and \
-                int(prev.max()) < self.n_clusters:
-            log_stage("init", "warm start from the previous labels_")
-            return prev.copy()
-        reason = ("no previous fit" if prev is None else
-                  f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
-                  if prev.shape[0] != n_samples else
-                  f"the previous labels have ids up to {int(prev.max())}, "
-                  f"n_clusters is now {self.n_clusters}")
-        log_stage("init", "warm_start=True but %s: init=%r", reason, self.init)
-        return None
 
     def _check_init_labels(self, init, n_samples):
         y0 = np.asarray(init)

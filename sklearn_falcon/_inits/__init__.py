@@ -20,11 +20,11 @@ import numpy as np
 
 from .._solver import SolverOptions
 from ._multilevel import Hierarchy, multilevel_labels
-from ._simple import fill_empty, kmeans_labels, random_labels
+from ._simple import fill_empty, kmeans_labels, random_labels, warm_labels
 from ._spectral import spectral_embedding_labels
 
 __all__ = ["INITS", "Init", "InitContext", "fill_empty", "make_starts",
-           "random_labels"]
+           "random_labels", "warm_labels"]
 
 
 @dataclass

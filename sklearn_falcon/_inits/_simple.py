@@ -1,9 +1,11 @@
-"""The simple starts: uniformly random labels, k-means++ on features, and
-the repair of empty clusters."""
+"""The simple starts: uniformly random labels, k-means++ on features, the
+previous fit's labels (``warm_start``), and the repair of empty clusters."""
 
 import numpy as np
 
-__all__ = ["fill_empty", "kmeans_labels", "random_labels"]
+from .._log import log_stage
+
+__all__ = ["fill_empty", "kmeans_labels", "random_labels", "warm_labels"]
 
 
 def random_labels(n, n_clusters, rng):
@@ -35,3 +37,20 @@ def kmeans_labels(X, n_clusters, rng):
     seed = int(rng.integers(np.iinfo(np.int32).max))
     km = KMeans(n_clusters=n_clusters, n_init=1, random_state=seed).fit(X)
     return fill_empty(km.labels_, n_clusters, rng)
+
+
+def warm_labels(prev, n_samples, n_clusters, init):
+    """Start labels of a ``warm_start`` fit: a copy of the previous
+    ``labels_`` when they fit ``n_samples`` and ``n_clusters``, else None
+    (the usual ``init`` runs); the choice and its reason are logged."""
+    if prev is not None and prev.shape[0] == n_samples and \
+            int(prev.max()) < n_clusters:
+        log_stage("init", "warm start from the previous labels_")
+        return prev.copy()
+    reason = ("no previous fit" if prev is None else
+              f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
+              if prev.shape[0] != n_samples else
+              f"the previous labels have ids up to {int(prev.max())}, "
+              f"n_clusters is now {n_clusters}")
+    log_stage("init", "warm_start=True but %s: init=%r", reason, init)
+    return None

@@ -1,6 +1,6 @@
 """Unsupervised image segmentation with Falcon normalized cuts.
 
-Pipeline: patch features (a timm ViT, or the offline colour + position
+Pipeline: patch features (a timm ViT, or the offline colour + texture
 extractor) -> cosine + power affinity -> :class:`~sklearn_falcon.FalconNCut`
 -> prototype reassignment at pixel resolution -> optional PAMR refinement.
 

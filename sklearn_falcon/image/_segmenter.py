@@ -1,6 +1,5 @@
 """ImageSegmenter: patch features -> Falcon normalized cut -> pixel masks."""
 
-import numbers
 import os
 from numbers import Integral, Real
 
@@ -75,9 +74,14 @@ class ImageSegmenter(BaseEstimator):
     feature : {"token", "key"}, default="token"
         ViT patch tokens or attention keys of block ``layer``.
     resolution : int or (int, int), default=None
-        ViT input size (shorter side, or exact ``(H, W)``); ``None`` uses the
-        model's pretrained input size.  Capped so that the ViT makes at most
-        ``max_tokens`` tokens.
+        ViT input size (shorter side, or exact ``(H, W)``), rounded to
+        multiples of the patch size; ``None`` uses the model's pretrained
+        input size.  Capped so that the ViT makes at most ``max_tokens``
+        tokens.
+    pos_interpolation : {"bicubic", "timm"}, default="bicubic"
+        How the ViT's position embedding is resized to other token grids:
+        bicubic without antialiasing as in the DINO/DINOv2 reference code,
+        or timm's own resampling (see :class:`~sklearn_falcon.image.TimmFeatures`).
     patch_size : int, default=None
         Cell size of the ``"color"`` extractors (8 if ``None``).
     max_tokens : int, default=4096
@@ -143,6 +147,7 @@ class ImageSegmenter(BaseEstimator):
         layer=-1,
         feature="token",
         resolution=None,
+        pos_interpolation="bicubic",
         patch_size=None,
         max_tokens=4096,
         power=None,
@@ -162,6 +167,7 @@ class ImageSegmenter(BaseEstimator):
         self.layer = layer
         self.feature = feature
         self.resolution = resolution
+        self.pos_interpolation = pos_interpolation
         self.patch_size = patch_size
         self.max_tokens = max_tokens
         self.power = power
@@ -183,7 +189,8 @@ class ImageSegmenter(BaseEstimator):
     def _extractor_key(self):
         model = self.model if isinstance(self.model, str) else id(self.model)
         return (model, self.pretrained, str(self.checkpoint_path), self.layer,
-                self.feature, str(self.resolution), self.patch_size, self.device)
+                self.feature, str(self.resolution), self.pos_interpolation,
+                self.patch_size, self.device)
 
     def _get_extractor(self):
         key = self._extractor_key()
@@ -198,6 +205,7 @@ class ImageSegmenter(BaseEstimator):
                 feature=self.feature,
                 resolution=self.resolution,
                 device=self.device,
+                pos_interpolation=self.pos_interpolation,
             )
             self._extractor_cache = (key, ext)
         ext = self._extractor_cache[1]
@@ -213,6 +221,7 @@ class ImageSegmenter(BaseEstimator):
         "layer": [Integral],
         "feature": [StrOptions({"token", "key"})],
         "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
+        "pos_interpolation": [StrOptions({"bicubic", "timm"})],
         "patch_size": [Interval(Integral, 1, None, closed="left"), None],
         "max_tokens": [Interval(Integral, 1, None, closed="left")],
         "power": [Interval(Real, 0, None, closed="neither"), None],
@@ -229,7 +238,7 @@ class ImageSegmenter(BaseEstimator):
     def _check_params(self):
         self._validate_params()
         r = self.auto_range
-        if not (len(r) == 2 and all(isinstance(v, numbers.Integral) for v in r)
+        if not (len(r) == 2 and all(isinstance(v, Integral) for v in r)
                 and 1 <= r[0] <= r[1]):
             raise ValueError(
                 "The 'auto_range' parameter of ImageSegmenter must be a pair of "
@@ -532,7 +541,7 @@ class ImageSegmenter(BaseEstimator):
         from joblib import Parallel, delayed
 
         self._check_params()
-        if not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        if not isinstance(batch_size, Integral) or batch_size < 1:
             raise ValueError(
                 f"batch_size must be a positive integer; got {batch_size!r}.")
         items = as_image_list(images)
