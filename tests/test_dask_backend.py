@@ -200,6 +200,18 @@ def test_same_start_same_labels_dense_and_streamed():
                                    rtol=1e-12)
 
 
+def test_warm_start_refits_from_the_previous_labels():
+    W, y = planted(700, K, seed=7)
+    y0 = noisy(y, K, 0.5, seed=2)
+    est = _est(init=y0, polish=False, max_iter=2, warm_start=True)
+    first = est.fit(shards(W, 3)).labels_.copy()
+    est.fit(shards(W, 3))  # two more iterations from `first`, not from y0
+    ref = _est(init=first, polish=False, max_iter=2, backend="numba").fit(W)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert not np.array_equal(est.labels_, first)
+    np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-12)
+
+
 def test_labels_as_a_dask_array_and_random_starts():
     W, _ = planted(600, K, seed=5)
     with dask.config.set({"sklearn_falcon.dask.labels": "dask"}):

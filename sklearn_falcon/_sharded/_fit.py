@@ -8,7 +8,7 @@ from sklearn.utils import check_random_state
 
 from .._affinity import check_active_count, check_dtype_kind, make_affinity
 from .._backends import BACKENDS
-from .._inits import INITS
+from .._inits import INITS, warm_labels
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
 
@@ -111,7 +111,9 @@ def fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
-    init = _check_init(est, est.init, n)
+    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init)
+            if est.warm_start else None)
+    init = _check_init(est, est.init if init is None else init, n)
     options = SolverOptions.from_params(est.get_params(deep=False))
     degrees = G.degrees_array()
     isolated = np.asarray(da.flatnonzero(degrees <= 0).compute())
