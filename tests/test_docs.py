@@ -249,11 +249,25 @@ def test_docstrings_have_no_control_characters():
 @pytest.mark.parametrize("obj", [sklearn_falcon.FalconNCut,
                                  sklearn_falcon.FalconNCut.predict,
                                  sklearn_falcon.metrics.normalized_cut,
-                                 sklearn_falcon.metrics.normalized_association])
+                                 sklearn_falcon.metrics.normalized_association,
+                                 sklearn_falcon.image.ImageSegmenter,
+                                 sklearn_falcon.image.ColorPositionFeatures,
+                                 sklearn_falcon.image.cosine_power_affinity,
+                                 sklearn_falcon.image.select_n_segments])
 def test_formulas_are_rendered_as_math(obj):
     doc = inspect.getdoc(obj)
     assert ".. math::" in doc or ":math:`" in doc
-    assert "sum_k" not in doc and "argmax_k" not in doc  # no plain-text formula
+
+
+def test_no_plain_text_formula_in_a_public_docstring():
+    # formulas outside :math: (examples aside) were written as code literals
+    # such as ``W = minmax(cosine(tokens)) ** power``
+    bad = []
+    for name, doc in _docstrings():
+        prose = re.sub(r":math:`[^`]*`", "", doc.split("Examples\n--------")[0])
+        bad += [(name, plain) for plain in ("sum_k", "argmax_k", "max_k", " ** ",
+                                            "sqrt(", "exp(") if plain in prose]
+    assert not bad, bad
 
 
 def test_gallery_imports_no_private_or_cli_helpers():

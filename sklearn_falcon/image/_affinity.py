@@ -20,9 +20,10 @@ _KNN_BLOCK_ELEMS = 1 << 24
     prefer_skip_nested_validation=True,
 )
 def cosine_power_affinity(features, power=10.0):
-    """Dense affinity ``W = ((S - min S) / (max S - min S)) ** power``.
+    """Dense affinity :math:`W = ((S - \\min S) / (\\max S - \\min S))^p`.
 
-    ``S`` is the cosine-similarity matrix of the rows of ``features``. This is
+    :math:`p` is ``power`` and :math:`S` the cosine-similarity matrix of the
+    rows of ``features``. This is
     the definition of ``FalconNCut(affinity="cosine", power=power)``, which
     this function calls (in float32).
 

@@ -14,11 +14,12 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     largest allowed K), the two clusters whose merge lowers the normalized
     cut the most are merged, repeatedly, down to ``min_segments``. Each level
     ``K`` of this hierarchy has a *K-way expansion*
-    ``rho(K) = max_k cut_k / vol_k`` (its worst cluster conductance), the
+    :math:`\\rho(K) = \\max_k \\mathrm{cut}_k / \\mathrm{vol}_k` (its worst
+    cluster conductance), the
     combinatorial counterpart, by the higher-order Cheeger inequality, of the
     K-th eigenvalue of the normalized Laplacian. Like counting eigenvalues
     below a threshold, the chosen K is the largest one with
-    ``rho(K) <= threshold`` (``min_segments`` if none qualifies), but no
+    :math:`\\rho(K) \\le` ``threshold`` (``min_segments`` if none qualifies), but no
     eigenvector is computed.
 
     Parameters

@@ -108,9 +108,10 @@ class ColorPositionFeatures:
       ``position_scale``).
 
     The descriptor ``d`` is then embedded with random Fourier features,
-    ``z = sqrt(2 / D) cos(d Omega + beta)`` with a fixed seed, so that the
-    cosine similarity of two embeddings approximates the Gaussian kernel
-    ``exp(-||d_i - d_j||^2 / 2)``. This makes the features a drop-in for the
+    :math:`z = \\sqrt{2 / D} \\cos(d \\Omega + \\beta)` with a fixed seed,
+    so that the cosine similarity of two embeddings approximates the
+    Gaussian kernel :math:`\\exp(-\\lVert d_i - d_j \\rVert^2 / 2)`. This
+    makes the features a drop-in for the
     cosine + power affinity used for ViT tokens.
 
     Parameters

@@ -32,8 +32,8 @@ class ImageSegmenter(BaseEstimator):
        no weights needed) or any timm Vision Transformer (patch tokens or
        attention keys);
     3. cluster the tokens with :class:`~sklearn_falcon.FalconNCut` on
-       ``W = minmax(cosine(tokens)) ** power`` (``affinity="cosine"``; above
-       16,384 tokens a sparse kNN graph of it,
+       :math:`W = \\mathrm{minmax}(S)^p` (:math:`S`: the tokens' cosine
+       similarity, :math:`p`: ``power``; above 16,384 tokens a kNN graph,
        :func:`knn_cosine_power_affinity`, unless Falcon runs matrix-free on
        a torch device);
     4. upsample to pixels by prototype reassignment over the bilinearly
