@@ -38,6 +38,30 @@ RESULTS = Path(__file__).resolve().parent / "results" / "segmentation.md"
 
 
 # --------------------------------------------------------------------- data
+def voronoi_regions(size, n_regions, rng, warp):
+    """A ``size x size`` map of ``n_regions`` well-spread Voronoi cells with
+    curved boundaries (distances warped by sines of amplitude ``warp`` px).
+
+    The seeds are drawn by rejection sampling with a minimum distance that
+    shrinks until ``n_regions`` fit; ``rng`` (a NumPy Generator) is advanced.
+    """
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    seeds = []
+    min_d = size / (1.6 * np.sqrt(n_regions))
+    while len(seeds) < n_regions:
+        p = rng.uniform(0, size, 2)
+        if all(np.hypot(*(p - q)) >= min_d for q in seeds):
+            seeds.append(p)
+        else:
+            min_d *= 0.995
+    warp_y = warp * np.sin(xx / size * 2 * np.pi * rng.uniform(0.5, 2)
+                           + rng.uniform(0, 6))
+    warp_x = warp * np.sin(yy / size * 2 * np.pi * rng.uniform(0.5, 2)
+                           + rng.uniform(0, 6))
+    d = np.stack([np.hypot(yy + warp_y - s[0], xx + warp_x - s[1]) for s in seeds])
+    return np.argmin(d, axis=0)
+
+
 def make_textured_image(size=160, n_regions=5, *, noise=10.0, random_state=None):
     """One piecewise-textured RGB image and its ground-truth region map.
 
@@ -59,23 +83,7 @@ def make_textured_image(size=160, n_regions=5, *, noise=10.0, random_state=None)
     """
     rng = np.random.default_rng(random_state)
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
-    # well-spread Voronoi seeds (rejection sampling with a minimum distance)
-    seeds = []
-    min_d = size / (1.6 * np.sqrt(n_regions))
-    while len(seeds) < n_regions:
-        p = rng.uniform(0, size, 2)
-        if all(np.hypot(*(p - q)) >= min_d for q in seeds):
-            seeds.append(p)
-        else:
-            min_d *= 0.995
-    seeds = np.asarray(seeds)
-    # slightly warped distances give curved boundaries
-    warp_y = 6 * np.sin(xx / size * 2 * np.pi * rng.uniform(0.5, 2) + rng.uniform(0, 6))
-    warp_x = 6 * np.sin(yy / size * 2 * np.pi * rng.uniform(0.5, 2) + rng.uniform(0, 6))
-    d = np.stack(
-        [np.hypot(yy + warp_y - s[0], xx + warp_x - s[1]) for s in seeds], axis=0
-    )
-    mask = np.argmin(d, axis=0)
+    mask = voronoi_regions(size, n_regions, rng, warp=6.0)
     img = np.zeros((size, size, 3))
     colours = []
     for r in range(n_regions):

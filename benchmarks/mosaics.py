@@ -86,20 +86,9 @@ def load_source(name):
 
 def _voronoi(size, n_regions, rng):
     """A label map of ``n_regions`` well-spread, slightly warped Voronoi cells."""
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
-    seeds = []
-    min_d = size / (1.6 * np.sqrt(n_regions))
-    while len(seeds) < n_regions:
-        p = rng.uniform(0, size, 2)
-        if all(np.hypot(*(p - q)) >= min_d for q in seeds):
-            seeds.append(p)
-        else:
-            min_d *= 0.995
-    amp = size / 40.0
-    warp_y = amp * np.sin(xx / size * 2 * np.pi * rng.uniform(0.5, 2) + rng.uniform(0, 6))
-    warp_x = amp * np.sin(yy / size * 2 * np.pi * rng.uniform(0.5, 2) + rng.uniform(0, 6))
-    d = np.stack([np.hypot(yy + warp_y - s[0], xx + warp_x - s[1]) for s in seeds])
-    truth = np.argmin(d, axis=0).astype(np.int64)
+    from .bench_segmentation import voronoi_regions
+
+    truth = voronoi_regions(size, n_regions, rng, warp=size / 40.0).astype(np.int64)
     # relabel so that every id 0..n-1 is present (a tiny cell could vanish)
     _, truth = np.unique(truth, return_inverse=True)
     return truth.reshape(size, size)
