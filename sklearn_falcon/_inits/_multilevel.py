@@ -296,6 +296,10 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
         finals.append((fs, ys))
         if verbose:
             log_stage("level", "0 (%d nodes): spectral candidate, f=%.6f", n, fs)
+    # the hierarchy's levels hold about as many entries as W each on graphs
+    # that coarsen slowly (7.8x the CSR in all on a 1M-node SBM): free them
+    # before a V-cycle builds its own
+    del H, Wc, dc
     large = n_entries(W) > eff.large_entries
     if large:
         finals = [max(finals, key=lambda c: c[0])]
