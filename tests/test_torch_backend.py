@@ -54,8 +54,7 @@ def test_kernels_match_numba():
     np.testing.assert_allclose(WX_csr.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(WX_dense.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
 
-    up_nb = WX_nb.copy()
-    nk.apply_moves_csr(W.indptr, W.indices, W.data, old, new, up_nb)
+    up_nb = nk.cluster_weights_csr(W.indptr, W.indices, W.data, new, 4)
     up_csr = tk.update_cluster_weights_csr(ip, ix, dv, t(old), t(new), WX_csr)
     up_dense = tk.update_cluster_weights_dense(t(Wd)[None], t(old)[None], t(new)[None],
                                                WX_dense[None])[0]

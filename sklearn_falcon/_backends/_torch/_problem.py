@@ -332,12 +332,15 @@ class TorchProblem:
         moves = np.zeros(self.n_graphs, dtype=np.int64)
         for b, G in enumerate(self._host_graphs):
             nb = int(self.sizes[b])
-            args = (self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
             if sp.issparse(G):
-                moves[b] = npol.local_move_sweep_csr(G.indptr, G.indices, G.data,
-                                                     *args)
+                # the CSR sweep sums each node's weights from its row: WX is
+                # left as it was (the loop does not read it after polishing)
+                moves[b] = npol.local_move_sweep_csr(
+                    G.indptr, G.indices, G.data, self.host_degrees[b], Xn[b, :nb],
+                    vn[b], an[b])
             else:
-                moves[b] = npol.local_move_sweep_dense(G, *args)
+                moves[b] = npol.local_move_sweep_dense(
+                    G, self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
         self._copy_back((labels, WX, vol, assoc), state)
         return moves
 
