@@ -19,7 +19,9 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
   with one ``RuntimeWarning``;
 * a cached kernel is tied to the sources of every kernel module, not only
   its own file (Numba's default): kernels compile their callees into
-  themselves, so an edit of a callee's module invalidates its callers too.
+  themselves, so an edit of a callee's module invalidates its callers too;
+* a read-only install whose ``__pycache__`` holds a prebuilt cache is read
+  from (Numba itself only uses directories it can write to).
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  ``python -m sklearn_falcon.prebuild`` compiles
@@ -62,7 +64,8 @@ logger = logging.getLogger("sklearn_falcon")
 
 _lock = threading.RLock()
 _state = {"numba": False, "cache_ok": CACHE, "warned_locator": False,
-          "warned_load": False, "warned_save": False, "stamp": None}
+          "warned_load": False, "warned_save": False, "stamp": None,
+          "notice": True}
 
 
 class Kernel:
@@ -171,11 +174,46 @@ def _make_dispatcher(py_func, options):
 
 @functools.cache
 def _tolerant_cache_class():
-    """Numba's per-function cache, made tolerant of unreadable entries and
-    tied to the sources of every kernel module (see the module docstring)."""
-    from numba.core.caching import FunctionCache, IndexDataCacheFile
+    """Numba's per-function cache, made tolerant of unreadable entries, tied
+    to the sources of every kernel module, and able to read a prebuilt cache
+    from a read-only install (see the module docstring)."""
+    from numba.core.caching import (
+        CompileResultCacheImpl,
+        FunctionCache,
+        IndexDataCacheFile,
+    )
+
+    # Numba's locators accept a cache directory only where they can write;
+    # a read-only install whose __pycache__ holds a prebuilt cache of the
+    # module is read from (a new signature is compiled, not saved) before
+    # falling back to the user-wide directory.
+    base = list(CompileResultCacheImpl._locator_classes)
+    in_tree = next((k for k, c in enumerate(base)
+                    if c.__name__.lstrip("_") == "InTreeCacheLocator"), None)
+    if in_tree is not None:
+        class PrebuiltLocator(base[in_tree]):
+            @classmethod
+            def from_function(cls, py_func, py_file):
+                if not os.path.exists(py_file):
+                    return None
+                self = cls(py_func, py_file)
+                prefix = os.path.splitext(os.path.basename(py_file))[0] + "."
+                try:
+                    names = os.listdir(self.get_cache_path())
+                except OSError:
+                    return None
+                if any(n.startswith(prefix) and n.endswith(".nbi") for n in names):
+                    return self
+                return None
+
+        base.insert(in_tree + 1, PrebuiltLocator)
+
+    class Impl(CompileResultCacheImpl):
+        _locator_classes = base
 
     class TolerantCache(FunctionCache):
+        _impl_class = Impl
+
         def __init__(self, py_func):
             super().__init__(py_func)
             stamp = (self._impl.locator.get_source_stamp(), _sources_stamp())
@@ -264,7 +302,7 @@ class _CompileNotice:
             self.t0 = None
 
     def announce(self):
-        if self.done:
+        if self.done or not _state["notice"]:
             return
         self.done = True
         where = ("once per environment" if _state["cache_ok"] else

@@ -20,7 +20,7 @@ LAYERS = [
     {"_inits", "metrics"},
     {"_falcon", "_batch"},
     {"image"},
-    {"__init__", "cli"},
+    {"__init__", "cli", "prebuild"},
     {"__main__"},
 ]
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

@@ -105,7 +105,7 @@ def test_row_choices_break_ties_like_the_dense_step():
 
 
 def test_csr_passes_are_the_same_in_parallel_and_serial(monkeypatch):
-    # more rows than ROW_BLOCK: several blocks, summed in block order
+    # more rows than ROW_BLOCK: several blocks
     import numba
 
     n, K = 2 * ncsr.ROW_BLOCK + 123, 7
@@ -131,20 +131,34 @@ def test_csr_passes_are_the_same_in_parallel_and_serial(monkeypatch):
         finally:
             numba.set_num_threads(before)
         out[mode] = ch + st + cs
-    for mode in ("parallel", "one thread"):
-        for a, b in zip(out["serial"], out[mode]):
+    for mode in ("parallel", "one thread"):  # the pass and the statistics: exact
+        for a, b in zip(out["serial"][:7], out[mode][:7]):
             np.testing.assert_array_equal(a, b)
+    # the candidate's statistics: added per block in parallel (in block order,
+    # whatever the thread count); the serial kernel (small graphs) sums in
+    # node order
+    for a, b in zip(out["parallel"][7:], out["one thread"][7:]):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(out["serial"][7:], out["parallel"][7:]):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
     ref_v, ref_a = nk.cluster_stats(S @ _onehot(new, K), new, d, K)
     np.testing.assert_allclose(out["serial"][-2], ref_v, rtol=1e-12)
     np.testing.assert_allclose(out["serial"][-1], ref_a, rtol=1e-10)
 
 
-def test_own_cluster_weights_are_the_diagonal_of_the_pass():
+def test_csr_statistics_are_those_of_the_pass(monkeypatch):
     W, S = _graph(n=90, seed=2)
     labels = np.random.default_rng(5).integers(4, size=90).astype(np.int64)
+    d = W.sum(1)
     WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 4)
-    own = ncsr.own_cluster_weights_csr(S.indptr, S.indices, S.data, labels)
+    own = ncsr._own_weights_par(S.indptr, S.indices, S.data, labels)
     np.testing.assert_array_equal(own, WX[np.arange(90), labels])  # same sums
+    ref = nk.cluster_stats(WX, labels, d, 4)
+    for threshold in (10**12, 0):  # serial, parallel
+        monkeypatch.setattr(ncsr, "PARALLEL_MIN", threshold)
+        got = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, labels, d, 4)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
 
 
 def test_score_matrix_and_step():

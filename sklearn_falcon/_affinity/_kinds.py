@@ -15,8 +15,6 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
-from sklearn.neighbors import NearestNeighbors
 
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
 
@@ -59,6 +57,8 @@ def cosine_power_affinity(X, power=1.0):
     lo, hi : float
         The similarity range.
     """
+    from sklearn.metrics.pairwise import cosine_similarity  # lazy: import time
+
     S = cosine_similarity(X)
     lo, hi = float(S.min()), float(S.max())
     return np.ascontiguousarray(cosine_power(S, lo, hi, power)), lo, hi
@@ -122,6 +122,8 @@ class NearestNeighborsAffinity(Affinity):
     metric = "minkowski"
 
     def fit(self, X):
+        from sklearn.neighbors import NearestNeighbors  # lazy: import time
+
         n = X.shape[0]
         self.n_train_ = n
         self.nn_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, n),
@@ -186,11 +188,15 @@ class RBFAffinity(Affinity):
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
+        from sklearn.metrics.pairwise import rbf_kernel
+
         X = self.X_fit_
         return np.ascontiguousarray(
             rbf_kernel(X, gamma=self.gamma).astype(X.dtype, copy=False))
 
     def cross(self, X_new):
+        from sklearn.metrics.pairwise import rbf_kernel
+
         return rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
 
 
@@ -216,11 +222,15 @@ class CosineAffinity(Affinity):
         return W
 
     def recompute(self):
+        from sklearn.metrics.pairwise import cosine_similarity
+
         return np.ascontiguousarray(cosine_power(
             cosine_similarity(self.X_fit_), self.cos_min_, self.cos_max_,
             self.power))
 
     def cross(self, X_new):
+        from sklearn.metrics.pairwise import cosine_similarity
+
         return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,
                             self.cos_max_, self.power)
 

@@ -39,7 +39,7 @@ def _falcon_loop(W, indptr, indices, data, degrees, labels, n_clusters, max_iter
     if indptr is not None:
         vol, assoc = ncsr._cluster_stats_csr_ser(indptr, indices, data, X, degrees,
                                                  n_clusters)
-        best = np.empty(n, dtype=np.int64)
+        best = np.empty_like(X)
         s_best = np.empty(n)
         s_own = np.empty(n)
         w_own = np.empty(n)
@@ -140,9 +140,12 @@ def run(graph, labels, n_clusters, tau0, options, polish):
         converged, tau)``.
     """
     W, indptr, indices, data, degrees = graph
-    labels = np.ascontiguousarray(np.asarray(labels).reshape(-1), dtype=np.int64)
+    # CSR: labels in the narrowest type, as the Python loop's (NumbaProblem)
+    dtype = np.int64 if W is not None else ncsr.label_dtype(n_clusters)
+    labels = np.ascontiguousarray(np.asarray(labels).reshape(-1), dtype=dtype)
     o = options
-    return _falcon_loop(W, indptr, indices, data, degrees, labels,
-                        int(n_clusters), int(o.max_iter), float(o.tol), float(tau0),
-                        float(o.gamma_backtrack), float(o.delta), bool(polish),
-                        int(o.max_polish), int(o.max_backtrack), bool(o.shrink_tau))
+    out = _falcon_loop(W, indptr, indices, data, degrees, labels,
+                       int(n_clusters), int(o.max_iter), float(o.tol), float(tau0),
+                       float(o.gamma_backtrack), float(o.delta), bool(polish),
+                       int(o.max_polish), int(o.max_backtrack), bool(o.shrink_tau))
+    return (out[0].astype(np.int64),) + tuple(out[1:])

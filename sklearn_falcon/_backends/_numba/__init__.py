@@ -9,7 +9,6 @@ The kernel names here are those of :mod:`sklearn_falcon._backends._torch`
 from ._csr import (
     candidate_stats_rows,
     cluster_stats_csr,
-    own_cluster_weights_csr,
     row_choices,
     threshold_step,
 )
@@ -40,7 +39,6 @@ __all__ = [
     "local_move_sweep_dense",
     "local_move_sweep_rows",
     "objective",
-    "own_cluster_weights_csr",
     "proximal_step",
     "row_choices",
     "score_matrix",

@@ -61,12 +61,18 @@ class NumbaProblem:
         return [self.degrees]
 
     # -- state -----------------------------------------------------------
+    @property
+    def label_dtype(self):
+        """Labels are ``int64`` on a dense graph; on a CSR graph the narrowest
+        type that holds ``K`` (the pass gathers them at random)."""
+        return ncsr.label_dtype(self.n_clusters) if self.sparse else np.dtype(np.int64)
+
     def from_labels(self, labels):
-        return np.array(np.asarray(labels).reshape(-1), dtype=np.int64, order="C",
-                        copy=True)
+        return np.array(np.asarray(labels).reshape(-1), dtype=self.label_dtype,
+                        order="C", copy=True)
 
     def to_numpy(self, labels):
-        return labels.reshape(1, -1).copy()
+        return labels.reshape(1, -1).astype(np.int64)
 
     def weights(self, labels):
         """``WX = W @ onehot(labels)`` (dense), or for a CSR graph a
@@ -90,7 +96,7 @@ class NumbaProblem:
                                            zip(key, self._choices_of)):
             if self._choices is None:
                 n = self.degrees.shape[0]
-                self._choices = (np.empty(n, dtype=np.int64),) + tuple(
+                self._choices = (np.empty(n, dtype=self.label_dtype),) + tuple(
                     np.empty(n) for _ in range(4))
             ncsr.row_choices(self.indptr, self.indices, self.data, labels,
                              self.degrees, vol, assoc, *self._choices)
