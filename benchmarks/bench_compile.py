@@ -188,8 +188,9 @@ def main(argv=None):
     def fmt(t):
         return f"{t[0]:.2f} [{t[1]:.2f}, {t[2]:.2f}]"
 
-    lines.append(f"| first fit, empty cache | <= 3 s | {fmt(col(cold, 'first_fit_s', 0))}"
-                 f" | {fmt(col(cold, 'first_fit_s', 1))} |")
+    lines.append(f"| first fit, empty cache | <= 3 s | "
+                 f"{fmt(col(cold, 'first_fit_s', 0))} | "
+                 f"{fmt(col(cold, 'first_fit_s', 1))} |")
     lines.append(f"| first fit, warm cache | <= 0.2 s | "
                  f"{fmt(col(warm, 'first_fit_s', 0))} | "
                  f"{fmt(col(warm, 'first_fit_s', 1))} |")

@@ -120,7 +120,7 @@ def test_csr_passes_are_the_same_in_parallel_and_serial(monkeypatch):
     vol, assoc = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, old, d, K)
     out = {}
     for mode in ("serial", "parallel", "one thread"):
-        monkeypatch.setattr(ncsr, "PARALLEL_MIN", 0 if mode != "serial" else 10**12)
+        monkeypatch.setattr(ncsr, "CSR_PARALLEL_MIN", 0 if mode != "serial" else 10**12)
         before = numba.get_num_threads()
         numba.set_num_threads(1 if mode == "one thread" else before)
         try:
@@ -155,7 +155,7 @@ def test_csr_statistics_are_those_of_the_pass(monkeypatch):
     np.testing.assert_array_equal(own, WX[np.arange(90), labels])  # same sums
     ref = nk.cluster_stats(WX, labels, d, 4)
     for threshold in (10**12, 0):  # serial, parallel
-        monkeypatch.setattr(ncsr, "PARALLEL_MIN", threshold)
+        monkeypatch.setattr(ncsr, "CSR_PARALLEL_MIN", threshold)
         got = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, labels, d, 4)
         np.testing.assert_array_equal(got[0], ref[0])
         np.testing.assert_array_equal(got[1], ref[1])

@@ -34,23 +34,35 @@ vectorizes; scoring only the clusters present among a row's neighbours was
 node; ``benchmarks/results/bandwidth.md``).
 
 The passes run in parallel over fixed blocks of ``ROW_BLOCK`` rows when
-the graph has ``PARALLEL_MIN`` stored entries or more; every row's result
+the graph has ``CSR_PARALLEL_MIN`` stored entries or more; every row's result
 comes from one thread, and the reduction of the candidate statistics adds
 per-block partial sums in block order: the result does not depend on the
-number of threads.  Below ``PARALLEL_MIN`` the serial kernels (those of the
+number of threads.  Below ``CSR_PARALLEL_MIN`` the serial kernels (those of the
 compiled loop) run in both loops.  Conventions as in :mod:`._kernels`,
 except that labels may have any signed integer type.
 """
 
 import numpy as np
 
-from ..._jit import PARALLEL_MIN, jit, pjit, prange
-from ._kernels import _guard_empty, _pair_delta, _score, _score_terms, _single_move_delta
+from ..._jit import jit, pjit, prange
+from ._kernels import (
+    _guard_empty,
+    _many_moved,
+    _pair_delta,
+    _score,
+    _score_terms,
+    _single_move_delta,
+)
 
 __all__ = ["candidate_stats_rows", "cluster_stats_csr", "label_dtype", "row_choices",
            "threshold_step"]
 
-ROW_BLOCK = 1 << 14  # rows per task of the parallel passes (fixed)
+ROW_BLOCK = 4096  # rows per task of the parallel passes (fixed)
+
+# Stored entries from which the passes run in parallel.  A pass costs about
+# 7 ns per entry on one thread, so at this size it takes ~2 ms, against
+# tens of microseconds to wake the thread pool.
+CSR_PARALLEL_MIN = 1 << 18
 
 
 def label_dtype(n_clusters):
@@ -122,7 +134,7 @@ def row_choices(indptr, indices, data, labels, degrees, vol, assoc, best, s_best
     ``labels``), ``s_best``, ``s_own``, ``w_own``, ``w_best`` (float64; see
     the module docstring) for ``labels`` with cluster statistics ``(vol,
     assoc)``."""
-    kernel = _row_choices_par if data.shape[0] >= PARALLEL_MIN else _row_choices_ser
+    kernel = _row_choices_par if data.shape[0] >= CSR_PARALLEL_MIN else _row_choices_ser
     kernel(indptr, indices, data, labels, degrees, vol, assoc, best, s_best, s_own,
            w_own, w_best)
 
@@ -187,7 +199,7 @@ def _cluster_stats_csr_ser(indptr, indices, data, labels, degrees, n_clusters):
 def cluster_stats_csr(indptr, indices, data, labels, degrees, n_clusters):
     """``(vol, assoc)`` of ``labels`` in one pass over a CSR graph (the sums
     of ``cluster_stats`` on the ``WX`` of the pass, in the same order)."""
-    if data.shape[0] >= PARALLEL_MIN:
+    if data.shape[0] >= CSR_PARALLEL_MIN:
         own = _own_weights_par(indptr, indices, data, labels)
         return _stats_from_own(own, labels, degrees, n_clusters)
     return _cluster_stats_csr_ser(indptr, indices, data, labels, degrees, n_clusters)
@@ -216,6 +228,9 @@ def _candidate_block(r0, r1, indptr, indices, data, degrees, old, new, best, w_o
 @jit
 def _candidate_stats_ser(indptr, indices, data, degrees, old, new, best, w_own,
                          w_best, vol, assoc):
+    if _many_moved(old, new):
+        return _cluster_stats_csr_ser(indptr, indices, data, new, degrees,
+                                      vol.shape[0])
     vol2 = vol.copy()
     assoc2 = assoc.copy()
     _candidate_block(0, old.shape[0], indptr, indices, data, degrees, old, new, best,
@@ -253,11 +268,16 @@ def candidate_stats_rows(indptr, indices, data, degrees, old, new, best, w_own,
     ``assoc' = assoc + 2 diag(D' WX) + diag(D' W D)``; the moved nodes' own
     terms come from ``w_own`` and ``w_best`` (:func:`row_choices` of
     ``old``: the step moves a node to its ``best`` cluster; another move
-    reads its row), the last term from the pairs of moved nodes.  ``vol``
-    and ``assoc`` are not modified.  In parallel (large graphs), blocks of
-    rows are summed separately and added in block order.
+    reads its row), the last term from the pairs of moved nodes.  When more
+    than a quarter of the nodes move, the pairs cost more than a fresh pass
+    over ``W`` (:func:`cluster_stats_csr` of ``new``), which is taken
+    instead.  ``vol`` and ``assoc`` are not modified.  In parallel (large
+    graphs), blocks of rows are summed separately and added in block order.
     """
-    kernel = (_candidate_stats_par if data.shape[0] >= PARALLEL_MIN
-              else _candidate_stats_ser)
-    return kernel(indptr, indices, data, degrees, old, new, best, w_own, w_best, vol,
-                  assoc)
+    if data.shape[0] < CSR_PARALLEL_MIN:
+        return _candidate_stats_ser(indptr, indices, data, degrees, old, new, best,
+                                    w_own, w_best, vol, assoc)
+    if _many_moved(old, new):
+        return cluster_stats_csr(indptr, indices, data, new, degrees, vol.shape[0])
+    return _candidate_stats_par(indptr, indices, data, degrees, old, new, best, w_own,
+                                w_best, vol, assoc)

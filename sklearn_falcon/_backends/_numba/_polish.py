@@ -4,9 +4,10 @@ One sweep visits the nodes in order and applies, for each, the best strictly
 improving single move by the exact change of ``f`` (the weighted kernel
 k-means gain), updating ``labels``, ``vol`` and ``assoc`` (and, on a dense
 graph, ``WX``) in place; on a CSR graph a node's weights to the clusters are
-summed from its row when it is visited.  ``f`` never decreases and no cluster is emptied.  Sequential by nature, it
-has no torch twin: :class:`sklearn_falcon._backends._torch.TorchProblem`
-runs these sweeps on the host.  Conventions as in :mod:`._kernels`.
+summed from its row when it is visited.  ``f`` never decreases and no
+cluster is emptied.  Sequential by nature, it has no torch twin:
+:class:`sklearn_falcon._backends._torch.TorchProblem` runs these sweeps on
+the host.  Conventions as in :mod:`._kernels`.
 """
 
 import numpy as np

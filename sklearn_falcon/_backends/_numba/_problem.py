@@ -161,17 +161,18 @@ class NumbaProblem:
         work is below the parallel threshold and ``W`` has at most
         ``COMPILED_LOOP_MAX_ENTRIES`` entries.  On a CSR graph an iteration
         is one pass over ``W``: the compiled loop is offered below
-        ``PARALLEL_MIN`` stored entries, where the kernels run serially
+        ``CSR_PARALLEL_MIN`` stored entries, where the kernels run serially
         anyway.  Larger problems keep the Python loop and the parallel
         kernels.
         """
         if self.sparse:
-            # an iteration is one pass over W, in parallel from PARALLEL_MIN on
-            if self.data.shape[0] >= PARALLEL_MIN:
+            # an iteration is a pass over W, in parallel from CSR_PARALLEL_MIN on
+            if self.data.shape[0] >= ncsr.CSR_PARALLEL_MIN:
                 return None
             return None, self.indptr, self.indices, self.data, self.degrees
         n = self.degrees.shape[0]
-        if n * self.n_clusters >= PARALLEL_MIN or self.W.size > COMPILED_LOOP_MAX_ENTRIES:
+        if (n * self.n_clusters >= PARALLEL_MIN
+                or self.W.size > COMPILED_LOOP_MAX_ENTRIES):
             return None
         return self.W, None, None, None, self.degrees
 
