@@ -119,6 +119,27 @@ def test_inputs_not_modified_and_torch_csr_input():
     assert r3.objective[0] == pytest.approx(r2.objective[0], abs=1e-12)
 
 
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("polish", [False, True])
+def test_csr_solve_on_the_cpu_host_and_torch_kernels(monkeypatch, host, polish):
+    # on the CPU a CSR problem runs the Numba CSR kernels on views of its
+    # tensors; host=False runs torch's CSR kernels (the CUDA path) instead
+    from sklearn_falcon._backends._torch import _problem as tp
+
+    monkeypatch.setattr(tp, "HOST_CSR_ON_CPU", host)
+    Ws = [planted(300, 3, seed=s)[0] for s in (12, 13)]
+    y0s = [noisy(planted(300, 3, seed=s)[1], 3, 0.4, seed=s) for s in (12, 13)]
+    P = make_problem(Ws, 3, backend="torch", device="cpu")
+    assert (P._host_csr is not None) == host
+    res = solve(P, y0s, opts(polish=polish))
+    for b, (W, y0) in enumerate(zip(Ws, y0s)):
+        ref = solve(make_problem(W, 3, backend="numba"), y0, opts(polish=polish))
+        assert res.objective[b] == pytest.approx(ref.objective[0], abs=1e-9)
+        assert np.mean(res.labels[b] != ref.labels[0]) < 1e-2  # exact ties only
+        assert np.all(np.diff(res.objective_path[b]) >= 0)
+    assert res.labels.dtype == np.int64
+
+
 # ----------------------------------------------------------- matrix-free
 @pytest.mark.parametrize("kind,kw", [("cosine", {"power": 4.0}),
                                      ("rbf", {"gamma": 0.02})])
