@@ -43,6 +43,20 @@ from . import graphs as G
 ROOT = Path(__file__).resolve().parent.parent
 K = 20
 
+INTRO = (
+    "`python -m benchmarks.run --suite bandwidth` (or `python -m "
+    "benchmarks.bandwidth`). Graphs with K = 20 clusters, random labels. The "
+    "*W.X pass* is one pass of the CSR kernel `row_choices` (each row's "
+    "weights to the clusters and the step's choices; it replaces the explicit "
+    "(n, K) product W @ X, listed for reference); an *iteration* is a proximal "
+    "iteration with its trial steps, measured as the difference of a 20- and "
+    "a 2-iteration solve from the same labels (tol=0, no polish) divided by "
+    "the difference of their iteration counts. Copies, passes and iterations "
+    "are interleaved; medians. The machine is shared (see its load average "
+    "below): wall time includes the time the process waited for a core, so "
+    "single-threaded rows also give the CPU time of the measuring thread, "
+    "which is what an idle machine would show as wall time.")
+
 
 def _graph(kind, n):
     if kind == "sbm":
@@ -59,20 +73,22 @@ def _csr_bytes(W):
 
 
 class _Clock:
-    """Wall and thread-CPU seconds of a call."""
+    """Wall, thread-CPU and process-CPU (all threads) seconds of a call."""
 
     def __init__(self):
-        self.wall, self.cpu = [], []
+        self.wall, self.cpu, self.proc = [], [], []
 
     def __call__(self, fn, *args):
-        w, c = time.perf_counter(), time.thread_time()
+        w, c, p = time.perf_counter(), time.thread_time(), time.process_time()
         out = fn(*args)
+        self.proc.append(time.process_time() - p)
         self.cpu.append(time.thread_time() - c)
         self.wall.append(time.perf_counter() - w)
         return out
 
     def med(self):
-        return float(np.median(self.wall)), float(np.median(self.cpu))
+        return (float(np.median(self.wall)), float(np.median(self.cpu)),
+                float(np.median(self.proc)))
 
 
 def measure_graph(W, repeats=5, seed=0):
@@ -134,7 +150,8 @@ def measure_graph(W, repeats=5, seed=0):
                 w20, cp20 = time.perf_counter() - w0, time.process_time() - c0
                 k = int(r20.n_iter[0] - r2.n_iter[0])
                 c_it.wall.append((w20 - w2) / k)
-                c_it.cpu.append((cp20 - cp2) / k)  # all threads: CPU, not wall
+                c_it.cpu.append((cp20 - cp2) / k)  # all threads
+                c_it.proc.append((cp20 - cp2) / k)
                 counts.append((k, int(r20.n_backtracks[0] - r2.n_backtracks[0])))
             res["threads"][threads] = {
                 "copy": c_copy.med(), "pass": c_pass.med(), "wx": c_wx.med(),
@@ -249,6 +266,63 @@ def _present_only_kernel():
     return present
 
 
+# ------------------------------------------------------------ before/after
+# Run with ``python -c`` in the directory of a checkout, so that this
+# checkout's package (any version) and graphs are the ones measured.
+ITERATION_CHILD = r"""
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+import numpy as np, numba
+from benchmarks import graphs as G
+from sklearn_falcon._affinity import clean_csr
+from sklearn_falcon._backends._numba import NumbaProblem
+from sklearn_falcon._backends._numba import _kernels as nk
+from sklearn_falcon._solver import SolverOptions, solve
+numba.set_num_threads(1)
+n, K = int(sys.argv[1]), 20
+W = clean_csr(G.sbm_graph(n, K, avg_degree=10, seed=0)[0])
+nb = W.data.nbytes + W.indices.nbytes + W.indptr.nbytes
+src = np.ones(nb, dtype=np.uint8); dst = np.empty_like(src)
+y = np.random.default_rng(0).integers(K, size=n); y[:K] = np.arange(K)
+y64 = y.astype(np.int64)
+P = NumbaProblem(W, K)
+def it(m):
+    return solve(P, y, SolverOptions(max_iter=m, polish=False, tol=0.0))
+def cpu(f, *a):
+    c = time.thread_time(); f(*a); return time.thread_time() - c
+it(2); nk.cluster_weights_csr(W.indptr, W.indices, W.data, y64, K)
+copy, wx, per_it = [], [], []
+for _ in range(3):
+    copy.append(cpu(np.copyto, dst, src))
+    wx.append(cpu(nk.cluster_weights_csr, W.indptr, W.indices, W.data, y64, K))
+    c0 = time.process_time(); r2 = it(2); c2 = time.process_time() - c0
+    c0 = time.process_time(); r20 = it(20); c20 = time.process_time() - c0
+    per_it.append((c20 - c2) / int(r20.n_iter[0] - r2.n_iter[0]))
+print("JSON:" + json.dumps({"copy": float(np.median(copy)), "wx": float(np.median(wx)),
+      "iteration": float(np.median(per_it)), "iterations": int(r20.n_iter[0]),
+      "objective": float(r20.objective[0])}))
+"""
+
+
+def before_after(baseline, n=1_000_000, rounds=2):
+    """This tree against another checkout, interleaved in fresh processes
+    (one thread: thread-CPU and process-CPU seconds)."""
+    import os
+
+    out = {"this": [], "baseline": []}
+    for _ in range(rounds):
+        for name, tree in (("baseline", baseline), ("this", str(ROOT))):
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            p = subprocess.run([sys.executable, "-c", ITERATION_CHILD, str(n)],
+                               cwd=tree, env=env, capture_output=True, text=True,
+                               timeout=3600)
+            line = [x for x in p.stdout.splitlines() if x.startswith("JSON:")]
+            if not line:
+                raise RuntimeError(p.stderr[-2000:])
+            out[name].append(json.loads(line[-1][5:]))
+    return out
+
+
 # ------------------------------------------------------------------ memory
 def _child_memory(kind, n):
     from benchmarks.run import PeakMemory
@@ -284,12 +358,7 @@ def suite(mode, out_dir=None):
     from . import run as R
 
     res = R.SuiteResult(
-        "bandwidth", "Memory-bandwidth roofline of the CSR iteration",
-        __doc__.split("\n\n", 2)[2].split("\n\nCopies")[0].replace("\n", " ")
-        + " Copies, passes and iterations are interleaved; medians. `CPU` "
-        "columns are the CPU seconds of the measuring thread on one thread "
-        "(the machine is shared: wall time includes time the process waited "
-        "for a core).")
+        "bandwidth", "Memory-bandwidth roofline of the CSR iteration", INTRO)
     if mode == "smoke":
         specs = {"sbm-5000": ("sbm", 5000)}
         repeats = 2
@@ -319,9 +388,16 @@ def suite(mode, out_dir=None):
         "clock: wall time for 2 threads, thread-CPU time for 1 thread (the "
         "iteration's CPU time on 1 thread is the process's). Targets: pass "
         "<= 1.5x, iteration <= 3x.")
-    thr = R.Table("Threads: speed-up from 1 to 2 Numba threads (wall time)",
-                  ["graph", "pass 1t/2t", "iteration 1t/2t", "fit 1t [s]",
-                   "fit 2t [s]", "fit 1t/2t"])
+    thr = R.Table(
+        "Threads: 1 against 2 Numba threads",
+        ["graph", "pass 1t/2t wall", "pass CPU 2t/1t", "pass 1t/2t idle estimate",
+         "iteration 1t/2t wall", "iteration CPU 2t/1t", "fit 1t [s]", "fit 2t [s]",
+         "fit 1t/2t wall"],
+        note="`wall`: measured speed-up (on this shared machine the second "
+        "core is rarely free). `CPU 2t/1t`: CPU time of all threads with two "
+        "threads over one (1 = no parallel overhead). `idle estimate`: the "
+        "speed-up an idle 2-core machine would give if the two threads split "
+        "the CPU time of the 2-thread run: CPU 1t / (CPU 2t / 2).")
     worst_pass = worst_it = 0.0
     for gname, (kind, n) in specs.items():
         W = _graph(kind, n)
@@ -351,10 +427,13 @@ def suite(mode, out_dir=None):
         fits = fit_speedup(W, repeats=1 if mode == "smoke" else 2)
         r1, r2 = m["threads"][1], m["threads"][2]
         thr.add(graph=gname, **{
-            "pass 1t/2t": r1["pass"][0] / r2["pass"][0],
-            "iteration 1t/2t": r1["iteration"][0] / r2["iteration"][0],
+            "pass 1t/2t wall": r1["pass"][0] / r2["pass"][0],
+            "pass CPU 2t/1t": r2["pass"][2] / r1["pass"][2],
+            "pass 1t/2t idle estimate": r1["pass"][2] / (r2["pass"][2] / 2),
+            "iteration 1t/2t wall": r1["iteration"][0] / r2["iteration"][0],
+            "iteration CPU 2t/1t": r2["iteration"][2] / r1["iteration"][2],
             "fit 1t [s]": fits[1], "fit 2t [s]": fits[2],
-            "fit 1t/2t": fits[1] / fits[2]})
+            "fit 1t/2t wall": fits[1] / fits[2]})
         del W
         gc.collect()
     res.tables += [roof, tbl, thr]
@@ -404,6 +483,29 @@ def suite(mode, out_dir=None):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--before-after":
+        baseline, n = argv[1], int(argv[2]) if len(argv) > 2 else 1_000_000
+        rev = subprocess.run(["git", "-C", baseline, "log", "-1", "--format=%h"],
+                             capture_output=True, text=True).stdout.strip()
+        out = before_after(baseline, n)
+        lines = [f"### Before and after: {n:,}-node SBM, K = {K}, one thread "
+                 f"(baseline {rev}; fresh processes, interleaved)", "",
+                 "Thread-CPU (copy, W@X) and process-CPU (iteration) seconds, "
+                 "medians; ratios to the copy of the same process.", "",
+                 "| tree | copy [ms] | explicit W@X / copy | iteration [ms] | "
+                 "iteration / copy | iterations | f after 20 |",
+                 "|---|---|---|---|---|---|---|"]
+        for name in ("baseline", "this"):
+            rs = out[name]
+            med = {k: float(np.median([r[k] for r in rs]))
+                   for k in ("copy", "wx", "iteration")}
+            lines.append(
+                f"| {name} | {1e3 * med['copy']:.1f} | "
+                f"{med['wx'] / med['copy']:.1f}x | {1e3 * med['iteration']:.0f} | "
+                f"{med['iteration'] / med['copy']:.1f}x | {rs[0]['iterations']} | "
+                f"{rs[0]['objective']:.10f} |")
+        print("\n".join(lines))
+        return
     if argv and argv[0] == "--child-memory":
         import warnings
 

@@ -94,15 +94,16 @@ print(json.dumps(dict(sklearn=t_sk, falcon=t_f, spectral_after=t_sc, modules=mod
 """
 
 
-def _env(cache_dir):
+def _env(cache_dir, tree=ROOT):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, HF_HUB_OFFLINE="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
     return env
 
 
-def _child(code, cache_dir, *args):
-    out = subprocess.run([sys.executable, "-c", code, *args], env=_env(cache_dir),
-                         check=True, capture_output=True, text=True, cwd=ROOT)
+def _child(code, cache_dir, *args, tree=ROOT):
+    out = subprocess.run([sys.executable, "-c", code, *args],
+                         env=_env(cache_dir, tree), check=True, capture_output=True,
+                         text=True, cwd=tree)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["stderr"] = out.stderr
     return res
@@ -142,18 +143,29 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS / "compile.md"))
     ap.add_argument("--no-prebuild", action="store_true")
+    ap.add_argument("--baseline", default=None,
+                    help="another checkout of the package (e.g. a worktree of an "
+                         "earlier commit): its cold and warm first fits are "
+                         "measured interleaved with this tree's")
     args = ap.parse_args(argv)
     R = args.repeats
     t_start = time.time()
     load = os.getloadavg()
 
     cold, warm, imports = [], [], []
+    base_cold, base_warm, base_imports = [], [], []
     for _ in range(R):  # cold, warm and import runs interleaved
         with tempfile.TemporaryDirectory() as cache:
             cold.append(_child(FIT_CHILD, cache, "1"))
             warm.append(_child(FIT_CHILD, cache, "0"))
         with tempfile.TemporaryDirectory() as cache:
             imports.append(_child(IMPORT_CHILD, cache))
+        if args.baseline:
+            with tempfile.TemporaryDirectory() as cache:
+                base_cold.append(_child(FIT_CHILD, cache, "1", tree=args.baseline))
+                base_warm.append(_child(FIT_CHILD, cache, "0", tree=args.baseline))
+            with tempfile.TemporaryDirectory() as cache:
+                base_imports.append(_child(IMPORT_CHILD, cache, tree=args.baseline))
     # a warm cache loaded by R more processes (the first warm run above may
     # still find the page cache cold)
     with tempfile.TemporaryDirectory() as cache:
@@ -210,6 +222,21 @@ def main(argv=None):
               f"| scikit-learn's import | | {fmt(sk)} |",
               f"| `import sklearn_falcon` added to it | <= 0.3 s | {fmt(fa)} |",
               f"| `SpectralClustering` added after both | | {fmt(sc)} |", ""]
+    if args.baseline:
+        rev = subprocess.run(["git", "-C", args.baseline, "log", "-1",
+                              "--format=%h"], capture_output=True,
+                             text=True).stdout.strip()
+        lines += ["", f"### Against the baseline checkout ({rev}), interleaved", "",
+                  "| | baseline | this tree | baseline / this |", "|---|---|---|---|"]
+        for label, a, b, key, i in (
+                ("first fit, empty cache, CPU s", base_cold, cold, "first_fit_s", 1),
+                ("first fit, empty cache, wall s", base_cold, cold, "first_fit_s", 0),
+                ("first fit, warm cache, CPU s", base_warm, warm, "first_fit_s", 1),
+                ("import sklearn_falcon (after scikit-learn), wall s", base_imports,
+                 imports, "falcon", None)):
+            va, vb = col(a, key, i)[0], col(b[:len(a)], key, i)[0]
+            lines.append(f"| {label} | {va:.2f} | {vb:.2f} | {va / vb:.1f}x |")
+        lines.append("")
     mods = imports[0]["modules"]
     lines.append("Imported by `import sklearn_falcon`: " + ", ".join(
         f"{m}: {'yes' if v else 'no'}" for m, v in mods.items())

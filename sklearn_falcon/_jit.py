@@ -308,5 +308,5 @@ class _CompileNotice:
         where = ("once per environment" if _state["cache_ok"] else
                  "in every process: Numba's cache is off")
         logger.warning(
-            "sklearn-falcon: compiling kernels, %s (about 10 s; "
+            "sklearn-falcon: compiling kernels, %s (seconds; "
             "`python -m sklearn_falcon.prebuild` does it ahead of time)...", where)

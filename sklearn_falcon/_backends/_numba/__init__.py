@@ -9,6 +9,7 @@ The kernel names here are those of :mod:`sklearn_falcon._backends._torch`
 from ._csr import (
     candidate_stats_rows,
     cluster_stats_csr,
+    label_dtype,
     row_choices,
     threshold_step,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "cluster_stats_csr",
     "cluster_weights_csr",
     "cluster_weights_dense",
+    "label_dtype",
     "local_move_sweep_csr",
     "local_move_sweep_dense",
     "local_move_sweep_rows",

@@ -44,7 +44,7 @@ except that labels may have any signed integer type.
 
 import numpy as np
 
-from ..._jit import jit, pjit, prange
+from ..._jit import PARALLEL_MIN, jit, pjit, prange
 from ._kernels import (
     _guard_empty,
     _many_moved,
@@ -59,10 +59,11 @@ __all__ = ["candidate_stats_rows", "cluster_stats_csr", "label_dtype", "row_choi
 
 ROW_BLOCK = 4096  # rows per task of the parallel passes (fixed)
 
-# Stored entries from which the passes run in parallel.  A pass costs about
-# 7 ns per entry on one thread, so at this size it takes ~2 ms, against
-# tens of microseconds to wake the thread pool.
-CSR_PARALLEL_MIN = 1 << 18
+# Stored entries from which the passes run in parallel.  At 1M entries
+# (a 100k-node graph) two threads spent 1.5x the CPU time of one on a pass
+# (OpenMP workers spin between the short parallel regions), at 10M 1.1x
+# (benchmarks/results/bandwidth.md): parallel from 1M on, as the other kernels.
+CSR_PARALLEL_MIN = PARALLEL_MIN
 
 
 def label_dtype(n_clusters):

@@ -353,7 +353,7 @@ def objective(vol, assoc):
     return f
 
 
-@_jit
+@_jit(inline=True)
 def _score_terms(vol, assoc):
     """``(1 / vol_k, assoc_k / vol_k**2)``, zero for clusters of zero volume."""
     K = vol.shape[0]
@@ -431,7 +431,7 @@ def _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau):
     return _argmax_with_inertia_ser(WX, degrees, vol, assoc, labels, tau)
 
 
-@_jit
+@_jit(inline=True)
 def _guard_empty(labels, new, n_clusters):
     """Cancel every move out of a cluster that the step would empty.
 

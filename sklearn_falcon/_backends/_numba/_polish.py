@@ -51,7 +51,7 @@ def _move_stats(i, a, b, di, wii, wx, vol, assoc, labels, counts):
     counts[b] += 1
 
 
-@_jit
+@_jit(inline=True)
 def _cluster_counts(labels, n_clusters):
     counts = np.zeros(n_clusters, dtype=np.int64)
     for i in range(labels.shape[0]):
