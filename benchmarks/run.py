@@ -1158,7 +1158,7 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
     parts = [DOCS_HEADER]
     summary = Table("Summary of the targets of the full run",
                     ["suite", "target", "measured", "holds"])
-    for s in SUITES:
+    for s in SUITES + ("peers",):  # peers: benchmarks/bench_peers.py
         js = results_dir / f"{s}.json"
         if js.exists():
             data = json.loads(js.read_text())
@@ -1174,7 +1174,7 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
                      "as measured (nothing was tuned to pass).\n\n"
                      + summary.rst().split("\n", 3)[3])
     found = []
-    for s in SUITES:
+    for s in SUITES + ("peers",):
         frag = results_dir / f"{s}.rst"
         if frag.exists():
             parts.append(frag.read_text())

@@ -59,8 +59,9 @@ for tau in taus:
 # %%
 # The default: multilevel initialization, then polishing
 # ------------------------------------------------------
-# The eigen-free multilevel initialization (coarsen, solve the coarsest
-# graph, refine level by level) starts close to a good partition, and the
+# The multilevel initialization (coarsen, partition the coarsest graph from
+# many starts, refine level by level, V-cycles) starts close to a good
+# partition, and the
 # final polishing sweeps of exact single moves never decrease ``f`` either.
 default = FalconNCut(n_clusters=K, affinity="precomputed", random_state=0).fit(W)
 random_polished = FalconNCut(n_clusters=K, affinity="precomputed", init="random",

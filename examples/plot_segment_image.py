@@ -27,7 +27,7 @@ import numpy as np
 from skimage import data
 
 from sklearn_falcon import ImageSegmenter
-from sklearn_falcon.cli import overlay
+from sklearn_falcon.plotting import overlay
 
 image = data.astronaut()
 segmenter = ImageSegmenter(model="color", patch_size=12, n_segments=6, refine="pamr",

@@ -7,7 +7,7 @@ Both estimators minimize the same objective, the normalized cut (NCut) of
 the same symmetrized k-nearest-neighbour graph.  Spectral clustering solves a
 continuous relaxation (eigenvectors of the normalized Laplacian) and then
 discretizes it; :class:`~sklearn_falcon.FalconNCut` optimizes the discrete
-labels directly, from an eigen-free multilevel initialization.
+labels directly, from a multilevel V-cycle initialization.
 
 Each panel shows the partition found and, in the corner, the NCut it reaches
 on the shared graph (lower is better) and the wall-clock time of ``fit``.

@@ -25,6 +25,7 @@ from ._affinity import (
 )
 from ._backends import BACKENDS, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
 from ._threads import fit_threads
@@ -139,26 +140,29 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
         *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
 
 
-@validate_params(
-    {
-        "graphs": ["array-like", list, tuple],
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "affinity": [StrOptions(set(AFFINITIES))],
-        "power": [Interval(Real, 0, None, closed="neither")],
-        "gamma": [Interval(Real, 0, None, closed="neither")],
-        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions(set(INITS)), list, tuple],
-        "random_state": ["random_state"],
-        **SOLVER_CONSTRAINTS,
-        "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
-        "backend": [StrOptions({"auto"} | set(BACKENDS))],
-        "device": [str],
-        "dtype": "no_validation",
-        "block_elems": [Interval(Integral, 1, None, closed="left"), None],
-        "verbose": ["verbose"],
-    },
-    prefer_skip_nested_validation=True,
-)
+# (a module constant: Sphinx's source highlighter cannot parse a ``**``
+# inside a decorator's dict, and the source page of this module went missing)
+_BATCH_CONSTRAINTS = {
+    "graphs": ["array-like", list, tuple],
+    "n_clusters": [Interval(Integral, 1, None, closed="left")],
+    "affinity": [StrOptions(set(AFFINITIES))],
+    "power": [Interval(Real, 0, None, closed="neither")],
+    "gamma": [Interval(Real, 0, None, closed="neither")],
+    "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+    "init": [StrOptions(set(INITS)), list, tuple],
+    "random_state": ["random_state"],
+    **SOLVER_CONSTRAINTS,
+    "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
+    "backend": [StrOptions({"auto"} | set(BACKENDS))],
+    "device": [str],
+    "dtype": "no_validation",
+    "block_elems": [Interval(Integral, 1, None, closed="left"), None],
+    "verbose": ["verbose"],
+}
+
+
+@validate_params(_BATCH_CONSTRAINTS, prefer_skip_nested_validation=True)
+@logs_progress
 def falcon_batch(
     graphs,
     n_clusters,
@@ -201,9 +205,10 @@ def falcon_batch(
     affinity : str, default="cosine"
         Any affinity of :class:`~sklearn_falcon.FalconNCut` but a callable,
         with the same definition: ``"cosine"`` is
-        ``clip((S - min S) / (max S - min S), 0, 1) ** power`` of the cosine
-        similarities ``S`` of each graph, ``"rbf"`` is
-        ``exp(-gamma ||x - y||^2)``; on the torch backend both are computed
+        :math:`\\mathrm{clip}((S - \\min S) / (\\max S - \\min S), 0, 1)^{p}` of
+        the cosine similarities :math:`S` of each graph (:math:`p` =
+        ``power``), ``"rbf"`` is :math:`\\exp(-\\gamma \\|x - y\\|^2)`; on the
+        torch backend both are computed
         matrix-free.  The other affinities are built on the host, one graph
         at a time.
     power : float, default=1.0

@@ -1,6 +1,6 @@
 """FalconNCut: discrete K-way normalized-cut clustering."""
 
-import warnings
+import time
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,11 +10,25 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._affinity import AFFINITIES, PRECOMPUTED, check_dtype_kind, make_affinity
+from ._affinity import (
+    AFFINITIES,
+    PRECOMPUTED,
+    active_subgraph,
+    check_dtype_kind,
+    make_affinity,
+)
 from ._backends import BACKENDS, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._log import log_stage, logs_progress
+from ._memory import row_chunks
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
-from ._stats import cluster_statistics, degrees_of, ncut_from_objective, ncut_of
+from ._stats import (
+    bipartite_ncut,
+    cluster_statistics,
+    degrees_of,
+    ncut_from_objective,
+    ncut_of,
+)
 from ._threads import fit_threads
 
 # the solver settings have their defaults in one place
@@ -25,13 +39,26 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     """Discrete K-way normalized-cut clustering with the Falcon solver.
 
     Falcon maximizes the normalized association
-    ``f(X) = sum_k x_k' W x_k / x_k' D x_k`` (so that ``NCut = K - f``)
-    directly over one-hot label matrices, with no spectral relaxation: each
-    iteration computes the closed-form gradient score
-    ``mu = 2 (W X) / vol - d assoc / vol**2``, takes the row-wise proximal
-    step ``x_i <- e_argmax(mu_i + tau x_i)`` and accepts it only if ``f``
-    rises by at least ``delta * tau / 2 * ||X+ - X||**2``, otherwise
-    ``tau <- gamma_backtrack * tau``.  ``f`` therefore never decreases.
+
+    .. math::
+
+        f(X) = \\sum_{k=1}^{K} \\frac{x_k^\\top W x_k}{x_k^\\top D x_k},
+        \\qquad \\mathrm{NCut} = K - f,
+
+    directly over one-hot label matrices :math:`X = [x_1, \\dots, x_K]`, with
+    no spectral relaxation.  Each iteration computes the closed-form gradient
+    score
+
+    .. math::
+
+        \\mu_{ik} = \\frac{2 (W X)_{ik}}{\\mathrm{vol}_k}
+                   - \\frac{d_i \\, \\mathrm{assoc}_k}{\\mathrm{vol}_k^2},
+
+    takes the row-wise proximal step :math:`x_i \\leftarrow e_{k^*}` with
+    :math:`k^* = \\arg\\max_k (\\mu_{ik} + \\tau X_{ik})`, and accepts it only if
+    :math:`f(X^+) \\ge f(X) + \\delta \\frac{\\tau}{2} \\|X^+ - X\\|_F^2`;
+    otherwise :math:`\\tau \\leftarrow \\gamma_{\\mathrm{backtrack}} \\tau`.  So
+    ``f`` never decreases.
 
     Read more in the :ref:`User Guide <user_guide>`.
 
@@ -47,7 +74,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         - ``"nearest_neighbors"``: symmetrized kNN connectivity
           ``(C + C') / 2`` with ``n_neighbors`` neighbours (self included),
           sparse; as in :class:`sklearn.cluster.SpectralClustering`.
-        - ``"rbf"``: dense ``exp(-gamma ||x - y||^2)``.
+        - ``"rbf"``: dense :math:`\\exp(-\\gamma \\|x - y\\|^2)`.
         - ``"cosine"``: dense cosine similarity, min-max normalized to
           ``[0, 1]`` and raised to ``power`` (as in DiffCut and Falcon).
         - ``"precomputed"``: ``X`` is the affinity matrix (dense or sparse).
@@ -74,17 +101,18 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             shape (n_samples,), default="multilevel"
         Initial labels:
 
-        - ``"multilevel"``: coarsening (heaviest neighbour by
-          ``W_ij / (d_i d_j)``), multi-start solve of the coarsest graph,
-          then projection and refinement level by level; candidates from
-          two coarsening depths, and a spectral start on the finest level
-          with at most 100,000 stored entries (where an eigensolve is
-          cheap), are refined and the best ``f`` kept.
+        - ``"multilevel"``: a V-cycle scheme: randomized matching
+          coarsening, many starts on the coarsest graph (random, region
+          growing, spectral, recursive bisection) improved by split-and-merge
+          and pair re-bisection moves, refinement on every level, a spectral
+          candidate of a sparse input graph when ``nnz * K <= 2e6``, then
+          V-cycles.  Each ``n_init`` restart draws its own matchings.
         - ``"kmeans"``: k-means++ on the features (not for precomputed
           affinities).
         - ``"spectral"``: leading eigenvectors of ``D^-1/2 W D^-1/2``
-          (ARPACK), discretized by k-means on the row-normalized embedding
-          from cluster-QR and k-means++ seeds (best ``f`` kept).
+          (dense, or ARPACK then LOBPCG with iteration caps), discretized by
+          k-means on the row-normalized embedding from cluster-QR and
+          k-means++ seeds (best ``f`` kept).
         - ``"random"``: uniformly random labels (a weak start on real
           graphs; useful for studying the solver).
         - an array of labels in ``[0, n_clusters)``.
@@ -94,7 +122,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``f`` is kept.
 
     max_iter : int, default=100
-        Maximum number of accepted proximal iterations per initialization.
+        Maximum number of proximal iterations of each solve (from each
+        start, and in the multilevel start's refinements).  ``max_iter=0``
+        runs none: the labels are the initial ones (then polished if
+        ``polish``) and ``n_iter_`` is 0; useful to study an initialization.
 
     tol : float, default=1e-6
         Stop when the relative gain of ``f`` in one iteration falls below
@@ -102,7 +133,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     tau : float, default=0.01
         Initial proximal (inertia) parameter, in units of the typical score
-        magnitude ``K * mean(d) / sum(d)``, so that one value suits graphs
+        magnitude :math:`K \\bar{d} / \\sum_i d_i`, so that one value suits graphs
         of every size.  Larger values move fewer rows per step.
 
     gamma_backtrack : float, default=2.0
@@ -139,7 +170,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Seed of the initialization.
 
     verbose : int, default=0
-        Verbosity of the solver.
+        ``0`` is silent; ``1`` logs each stage (``affinity``, ``init``,
+        ``level``, ``solve``, ``polish``: every iteration and sweep, with the
+        elapsed time) to the :mod:`logging` logger ``"sklearn_falcon"``,
+        printed to stderr when logging is not configured; ``2`` adds the
+        inner solves of the initialization.  See :ref:`progress`.
 
     Attributes
     ----------
@@ -265,11 +300,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     def _validate_X(self, X, reset):
         check_dtype_kind(X, name="X")
         return validate_data(
-            self, X, accept_sparse=("csr", "csc", "coo"),
+            self, X, accept_sparse="csr",
             dtype=(np.float64, np.float32), ensure_min_samples=2 if reset else 1,
             reset=reset,
         )
 
+    @logs_progress
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None):
         """Compute the clustering.
@@ -309,7 +345,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         W, degrees, problem = self._affinity_graph(X, K, backend, device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
-        W_act, d_act = self._active_subgraph(W, degrees, active, K)
+        W_act, d_act = active_subgraph(W, degrees, active, K, n_neighbors=(
+            "nearest_neighbors" in str(self.affinity) and self.n_neighbors))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
         with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
@@ -358,10 +395,16 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 ctx.W = make_affinity("nearest_neighbors", n_neighbors=self.n_neighbors,
                                       n_jobs=self.n_jobs).fit(X)
                 ctx.degrees = degrees_of(ctx.W)
+            t0 = time.perf_counter()
             starts = make_starts(init, ctx, self.n_init)
             del ctx
+            if self.verbose:
+                log_stage("init", "%s, n_init=%d: %d starting labellings in %.2f s",
+                          init, self.n_init, len(starts), time.perf_counter() - t0)
         best = None
-        for y0 in starts:
+        for i, y0 in enumerate(starts):
+            if self.verbose:
+                log_stage("solve", "start %d of %d", i + 1, len(starts))
             res = solve(problem, fill_empty(y0, K, rng), options)
             if best is None or res.objective[0] > best.objective[0]:
                 best = res
@@ -379,11 +422,20 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         spec = BACKENDS[backend]
         W, problem = None, None
         if spec.make_problem_from_features is not None and self._affinity.matrix_free:
+            t0 = time.perf_counter()
             problem = spec.make_problem_from_features(
                 X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
                 device=device,
             )
             degrees = problem.degrees_numpy()[0]
+            if self.verbose:
+                n, p = X.shape
+                log_stage("affinity", "matrix-free %s of %d samples on %s: its "
+                          "degrees (a pass over all %.3g entries of W, %.3g flops) "
+                          "took %.2f s; each iteration and polishing sweep costs "
+                          "about one such pass",
+                          self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
+                          time.perf_counter() - t0)
             if np.all(degrees > 0):
                 self._affinity.adopt(X, problem)
             else:  # isolated samples need the explicit sub-graph: dense path
@@ -392,34 +444,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             W = self._affinity.fit(X)
             degrees = degrees_of(W)
         return W, degrees, problem
-
-    def _active_subgraph(self, W, degrees, active, K):
-        """Check the degrees and drop zero-degree samples from the solve."""
-        n_samples = degrees.shape[0]
-        n_active = int(active.sum())
-        if n_active == 0:
-            raise ValueError(
-                "The affinity matrix is all zeros: no sample has a nonzero degree, so "
-                "the normalized cut is undefined."
-            )
-        if n_active < K:
-            raise ValueError(
-                f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
-                f"than n_clusters={K}."
-            )
-        if n_active == n_samples:
-            return W, degrees
-        warnings.warn(
-            f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
-            "sample); they are left out of the solve and given the cluster of "
-            "largest volume.",
-            UserWarning,
-            stacklevel=3,
-        )
-        idx = np.flatnonzero(active)
-        if sp.issparse(W):
-            return W[idx][:, idx].tocsr(), degrees[idx]
-        return W[np.ix_(idx, idx)], degrees[idx]
 
     @property
     def affinity_matrix_(self):
@@ -461,10 +485,17 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     def predict(self, X):
         """Assign new samples to the learned clusters.
 
-        A new sample with affinity row ``w`` to the training samples and
-        degree ``d = sum(w)`` gets ``argmax_k 2 w.x_k / vol_k - d assoc_k /
-        vol_k**2``: Falcon's score for one row.  A sample with no affinity to
-        the training set gets the cluster of largest volume.
+        A new sample with affinity row :math:`w` to the training samples and
+        degree :math:`d = \\sum_j w_j` gets the cluster
+        :math:`\\arg\\max_k 2 w^\\top x_k / \\mathrm{vol}_k - d\\,
+        \\mathrm{assoc}_k / \\mathrm{vol}_k^2`: Falcon's score for one row.  A
+        sample with no affinity to the training set gets the cluster of
+        largest volume.
+
+        The new samples are processed in row chunks whose cross-affinity
+        fits in scikit-learn's ``working_memory`` (see
+        :func:`sklearn.config_context`), so any number of them can be
+        predicted in bounded memory.
 
         Parameters
         ----------
@@ -479,48 +510,61 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         """
         check_is_fitted(self)
         X = self._validate_X(X, reset=False)
+        labels = np.empty(X.shape[0], dtype=np.int64)
+        row_bytes = self._affinity.cross_row_bytes(self.labels_.shape[0])
         with fit_threads(self.n_jobs, limit_blas=False):
-            A = self._affinity.cross(X)
-            return out_of_sample_labels(A, self.labels_, self.cluster_volumes_,
-                                        self.cluster_associations_)
+            for rows in row_chunks(X.shape[0], row_bytes):
+                A = self._affinity.cross(X[rows])
+                labels[rows] = out_of_sample_labels(
+                    A, self.labels_, self.cluster_volumes_, self.cluster_associations_)
+        return labels
 
     def score(self, X, y=None):
-        """Negative NCut of ``predict(X)`` on the affinity graph of ``X``.
+        """Negative NCut of :meth:`predict`'s labels on a graph of ``X``:
+        higher is better, with no labels needed (e.g. in a grid search).
 
-        Higher is better, so that :class:`~sklearn.model_selection.GridSearchCV`
-        can use it without labels.  The graph of ``X`` is built with the same
-        affinity parameters as in :meth:`fit`.
+        - **Features** (every affinity but the precomputed ones):
+          ``-normalized_cut(W_X, predict(X))``, where ``W_X`` is the affinity
+          graph of the samples of ``X`` among themselves, built with the
+          parameters of :meth:`fit`.
+        - **Precomputed affinities** (``"precomputed"``,
+          ``"precomputed_nearest_neighbors"``): ``X`` holds the new samples'
+          affinities (or distances) to the training samples only, so the
+          graph is the bipartite one between the two sets: the new samples
+          labelled by :meth:`predict`, the training samples by ``labels_``,
+          and an edge of weight ``A[i, j]`` between new sample ``i`` and
+          training sample ``j``: its NCut is low when each new sample's
+          affinity falls inside its own cluster.
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Features (a precomputed affinity has no graph of its own on the
-            test samples: use a labelled scorer instead).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features) or \
+                (n_samples, n_train)
+            Features, or the cross-affinity (distances for
+            ``"precomputed_nearest_neighbors"``) to the training samples.
         y : Ignored
             Not used, present for API consistency.
 
         Returns
         -------
         score : float
-            ``-normalized_cut(W_X, predict(X))``.
+            In ``[-n_clusters, 0]``.
         """
         check_is_fitted(self)
-        if self.affinity in PRECOMPUTED:
-            raise ValueError(
-                f"score needs features, but affinity={self.affinity!r}: the test "
-                "samples have no affinity graph of their own. Use a labelled scorer "
-                "(e.g. scoring='adjusted_rand_score')."
-            )
         labels = self.predict(X)
         Xv = self._validate_X(X, reset=False)
+        K = self.n_clusters
+        if self.affinity in PRECOMPUTED:
+            return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
         W = self._make_affinity().fit(Xv)
-        K = int(labels.max()) + 1
         return -ncut_of(*cluster_statistics(W, labels, K))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.input_tags.pairwise = self.affinity in PRECOMPUTED
+        # an affinity or a distance matrix is nonnegative
+        tags.input_tags.positive_only = self.affinity in PRECOMPUTED
         return tags

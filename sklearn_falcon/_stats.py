@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from ._backends import _numba as nb
 
-__all__ = ["cluster_pair_weights", "cluster_statistics", "degrees_of", "n_entries",
+__all__ = ["bipartite_ncut", "cluster_pair_weights", "cluster_statistics",
+           "cluster_weight_summary", "degrees_of", "n_entries",
            "ncut_from_objective", "ncut_of", "objective_of"]
 
 
@@ -77,16 +78,72 @@ def objective_of(vol, assoc):
                               np.ascontiguousarray(assoc, dtype=np.float64)))
 
 
+def cluster_weight_summary(W, labels, n_clusters):
+    """One pass over ``W``: the ``(K, K)`` weights between clusters
+    ``C[a, b] = sum of W_ij`` over ``i`` in ``a`` and ``j`` in ``b``
+    (``C.sum(1)`` are the volumes when the degrees are ``W 1``, and
+    ``diag(C)`` the associations), each node's weight to its own cluster, and
+    its self-loop.  Returns ``(C, own, self_w)``."""
+    y = np.ascontiguousarray(labels, dtype=np.int64)
+    if sp.issparse(W):
+        W = W.tocsr()
+        return nb.cluster_pair_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
+    WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
+    flat = (y[:, None] * n_clusters + np.arange(n_clusters)).ravel()
+    C = np.bincount(flat, weights=WX.ravel(), minlength=n_clusters * n_clusters)
+    return (C.reshape(n_clusters, -1), WX[np.arange(y.size), y],
+            np.diagonal(W).astype(np.float64))
+
+
 def cluster_pair_weights(W, labels, n_clusters):
     """``C[a, b] = sum of W_ij`` over ``i`` in ``a`` and ``j`` in ``b``: the
     ``(K, K)`` weights between clusters (``C.sum(1)`` are the volumes and
     ``diag(C)`` the associations)."""
-    y = np.ascontiguousarray(labels, dtype=np.int64)
-    if sp.issparse(W):
-        W = W.tocsr()
-        WX = nb.cluster_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
-    else:
-        WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
-    C = np.zeros((n_clusters, n_clusters))
-    np.add.at(C, y, WX)
-    return C
+    return cluster_weight_summary(W, labels, n_clusters)[0]
+
+
+def bipartite_ncut(A, row_labels, col_labels, n_clusters):
+    """NCut of the bipartite graph ``[[0, A], [A', 0]]`` labelled by
+    ``row_labels`` (its first part) and ``col_labels`` (its second).
+
+    The statistics of that graph without forming it: ``vol_k`` sums the row
+    sums of ``A`` over the rows in ``k`` and its column sums over the
+    columns in ``k``; ``assoc_k`` is twice the weight of ``A`` between rows
+    and columns both in ``k``.
+
+    Parameters
+    ----------
+    A : {ndarray, sparse matrix} of shape (n_rows, n_cols), nonnegative
+    row_labels : int array of shape (n_rows,)
+    col_labels : int array of shape (n_cols,)
+    n_clusters : int
+
+    Returns
+    -------
+    float
+        :func:`ncut_of` the statistics (0 when ``A`` is all zeros).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._stats import bipartite_ncut
+    >>> A = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> bipartite_ncut(A, np.array([0, 1]), np.array([0, 1]), 2)
+    0.0
+    >>> bipartite_ncut(A, np.array([1, 0]), np.array([0, 1]), 2)
+    2.0
+    """
+    rows = np.ascontiguousarray(row_labels, dtype=np.int64)
+    cols = np.ascontiguousarray(col_labels, dtype=np.int64)
+    n_cols = cols.shape[0]
+    onehot = sp.csr_matrix((np.ones(n_cols), (np.arange(n_cols), cols)),
+                           shape=(n_cols, n_clusters))
+    AX = A @ onehot  # (n_rows, K): weight of each row to each column cluster
+    AX = AX.toarray() if sp.issparse(AX) else np.asarray(AX, dtype=np.float64)
+    d_rows = np.asarray(A.sum(axis=1), dtype=np.float64).ravel()
+    d_cols = np.asarray(A.sum(axis=0), dtype=np.float64).ravel()
+    vol = (np.bincount(rows, weights=d_rows, minlength=n_clusters)
+           + np.bincount(cols, weights=d_cols, minlength=n_clusters))
+    own = AX[np.arange(rows.shape[0]), rows]
+    assoc = 2.0 * np.bincount(rows, weights=own, minlength=n_clusters)
+    return ncut_of(vol, assoc)

@@ -1,86 +1,94 @@
-"""Command line interface: ``sklearn-falcon segment IMAGE... --out DIR``.
+"""The ``sklearn-falcon`` command (also ``python -m sklearn_falcon``).
 
 Examples
 --------
 ::
 
+    sklearn-falcon --version
+    sklearn-falcon demo                      # the default command
     sklearn-falcon segment photo.jpg --segments 6 --out results/
     sklearn-falcon segment a.png b.png --segments auto --model vit_small_patch8_224.dino \\
         --checkpoint dino_vits8.pth --refine pamr --out results/
 
-For each input ``NAME.ext`` two PNGs are written to ``DIR``:
-``NAME_labels.png`` (the label map; 8-bit greyscale when there are at most 256
-segments, else 16-bit) and ``NAME_overlay.png`` (the image blended with one
-colour per segment, boundaries drawn in white).
+``demo`` clusters scikit-learn's bundled handwritten digits with FalconNCut
+and, on the same graph, with SpectralClustering, and prints NCut, ARI and
+time.  ``segment`` writes, for each input ``NAME.ext``, two PNGs to
+``DIR``: ``NAME_labels.png`` (the label map; 8-bit greyscale when there are
+at most 256 segments, else 16-bit) and ``NAME_overlay.png`` (the image
+blended with one colour per segment, boundaries drawn in white).  Files are
+written to a temporary name in ``DIR`` and renamed, so a symbolic link
+planted at an output name is replaced, never followed.
+
+Every failure ends the command with a one-line ``sklearn-falcon: error:``
+message on stderr and exit status 1 (130 on Ctrl-C).
 """
 
 import argparse
+import os
 import sys
+import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["main", "build_parser", "overlay", "save_label_png"]
+from . import __version__
+from .plotting import overlay
 
-_PALETTE = np.array(
-    [
-        [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
-        [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230],
-        [210, 245, 60], [250, 190, 212], [0, 128, 128], [220, 190, 255],
-        [170, 110, 40], [255, 250, 200], [128, 0, 0], [170, 255, 195],
-        [128, 128, 0], [255, 215, 180], [0, 0, 128], [128, 128, 128],
-    ],
-    dtype=np.float64,
-)
+__all__ = ["build_parser", "main", "save_label_png"]
+
+COMMANDS = ("demo", "segment")
+DEFAULT_COMMAND = "demo"
+PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
 
 
-def overlay(image, labels, *, alpha=0.5):
-    """Blend ``image`` with one colour per segment and mark boundaries.
+def _import_pillow():
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise ImportError(
+            f"Reading and writing image files needs Pillow, which is not installed: "
+            f"{PILLOW_HINT}."
+        ) from exc
+    return Image
 
-    Parameters
-    ----------
-    image : ndarray of shape (H, W, 3), uint8
-        The image.
-    labels : ndarray of shape (H, W), int
-        Segment ids.
-    alpha : float, default=0.5
-        Weight of the segment colours.
 
-    Returns
-    -------
-    out : ndarray of shape (H, W, 3), uint8
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_falcon.cli import overlay
-    >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
-    (2, 2, 3)
-    """
-    labels = np.asarray(labels)
-    ids = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
-    rng = np.random.default_rng(0)
-    extra = rng.integers(0, 256, (max(0, ids.max() + 1 - len(_PALETTE)), 3))
-    palette = np.concatenate([_PALETTE, extra.astype(np.float64)])
-    out = (1 - alpha) * image.astype(np.float64) + alpha * palette[ids]
-    edge = np.zeros(labels.shape, bool)
-    edge[:-1] |= labels[:-1] != labels[1:]
-    edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]
-    out[edge] = 255.0
-    return np.clip(np.round(out), 0, 255).astype(np.uint8)
+def _write_replacing(path, write):
+    """Call ``write(tmp_path)`` on a new file in ``path``'s directory, then
+    rename it to ``path``: a symbolic link (or any file) at ``path`` is
+    replaced, its target never written."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def save_label_png(labels, path):
-    """Write a label map as an 8-bit (<= 256 labels) or 16-bit greyscale PNG."""
-    from PIL import Image
+    """Write a label map as an 8-bit (<= 256 labels) or 16-bit greyscale PNG.
 
+    The file is written under a temporary name and renamed to ``path``, so a
+    symbolic link at ``path`` is replaced, not followed.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (H, W), int
+        Segment ids in ``0..65535``.
+    path : str or path-like
+        The PNG to write.
+    """
+    Image = _import_pillow()
     labels = np.asarray(labels)
     if labels.min(initial=0) < 0 or labels.max(initial=0) > 65535:
         raise ValueError("Label ids must lie in 0..65535 to be saved as PNG.")
-    if labels.max(initial=0) <= 255:
-        Image.fromarray(labels.astype(np.uint8)).save(path)
-    else:
-        Image.fromarray(labels.astype(np.uint16)).save(path)
+    dtype = np.uint8 if labels.max(initial=0) <= 255 else np.uint16
+    img = Image.fromarray(labels.astype(dtype))
+    _write_replacing(path, lambda tmp: img.save(tmp, format="PNG"))
 
 
 def _segments_arg(value):
@@ -97,14 +105,32 @@ def _segments_arg(value):
     return k
 
 
-def build_parser():
+def build_parser(prog="sklearn-falcon"):
     """The ``argparse`` parser of the ``sklearn-falcon`` command."""
     parser = argparse.ArgumentParser(
-        prog="sklearn-falcon",
-        description="Discrete normalized-cut tools built on the Falcon solver.",
+        prog=prog,
+        description="Discrete normalized-cut tools built on the Falcon solver. "
+                    f"Without a command, runs '{DEFAULT_COMMAND}'.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"sklearn-falcon {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    demo = sub.add_parser(
+        "demo",
+        help="cluster the bundled digits dataset (the default command)",
+        description="Cluster scikit-learn's bundled handwritten digits (1,797 "
+                    "samples, 10 classes) on their kNN graph with FalconNCut and, on "
+                    "the same affinity matrix, with SpectralClustering; print NCut "
+                    "(lower is better), ARI against the digit classes and time.",
+    )
+    demo.add_argument("--n-clusters", type=int, default=10, metavar="K",
+                      help="number of clusters (default: %(default)s)")
+    demo.add_argument("--n-neighbors", type=int, default=10, metavar="N",
+                      help="neighbours of the kNN graph (default: %(default)s)")
+    demo.add_argument("--random-state", type=int, default=0, metavar="SEED",
+                      help="random seed (default: %(default)s)")
+    demo.add_argument("--no-spectral", action="store_true",
+                      help="skip the SpectralClustering reference runs")
     seg = sub.add_parser(
         "segment",
         help="segment images into regions (label map + colour overlay PNGs)",
@@ -112,40 +138,102 @@ def build_parser():
             "Segment images without supervision: patch features (offline colour "
             "features, or a timm ViT) -> cosine affinity -> Falcon normalized cut -> "
             "pixel-resolution masks. Writes NAME_labels.png (label ids as greyscale) "
-            "and NAME_overlay.png into --out."
+            "and NAME_overlay.png into --out. Needs Pillow: "
+            "pip install 'sklearn-falcon[cli]'; ViT models need "
+            "pip install 'sklearn-falcon[image]'."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     seg.add_argument("images", nargs="+", metavar="IMAGE", help="input image files")
     seg.add_argument("--segments", "-k", type=_segments_arg, default=6, metavar="K",
-                     help="number of segments, or 'auto' to choose it per image")
+                     help="number of segments, or 'auto' to choose it per image "
+                          "(default: %(default)s)")
     seg.add_argument("--model", "-m", default="color", metavar="NAME",
                      help="'color' (offline, no weights) or a timm ViT name, e.g. "
-                          "vit_small_patch8_224.dino")
+                          "vit_small_patch8_224.dino (default: %(default)s)")
     seg.add_argument("--checkpoint", default=None, metavar="PATH",
-                     help="local ViT weights (state dict, .safetensors or timm checkpoint)")
+                     help="local ViT weights (state dict, .safetensors or timm "
+                          "checkpoint)")
     seg.add_argument("--pretrained", action="store_true",
-                     help="load the timm pretrained weights (needs them cached or online)")
+                     help="load timm's pretrained weights (from the local cache, or "
+                          "downloaded when online)")
     seg.add_argument("--refine", choices=("pamr", "none"), default="pamr",
-                     help="pixel-level refinement of the masks")
+                     help="pixel-level refinement of the masks (default: %(default)s)")
     seg.add_argument("--feature", choices=("token", "key"), default="token",
-                     help="ViT patch tokens or last-block attention keys")
-    seg.add_argument("--layer", type=int, default=-1, help="ViT block to read features from")
+                     help="ViT patch tokens or last-block attention keys "
+                          "(default: %(default)s)")
+    seg.add_argument("--layer", type=int, default=-1,
+                     help="ViT block to read features from (default: %(default)s)")
     seg.add_argument("--resolution", type=int, default=None, metavar="PX",
-                     help="ViT input shorter side (default: the model's pretrained size)")
+                     help="ViT input shorter side (default: the model's pretrained "
+                          "size)")
     seg.add_argument("--patch-size", type=int, default=None, metavar="PX",
-                     help="cell size of the 'color' features (default 8)")
+                     help="cell size of the 'color' features (default: 8)")
     seg.add_argument("--power", type=float, default=None,
-                     help="affinity sharpening exponent (default: 10 for ViTs, 3 for 'color')")
-    seg.add_argument("--device", default="cpu", help="torch device: cpu, cuda, auto")
-    seg.add_argument("--seed", type=int, default=0, help="random seed of the solver")
+                     help="affinity sharpening exponent (default: 10 for ViTs, 3 for "
+                          "'color')")
+    seg.add_argument("--device", default="cpu",
+                     help="torch device: cpu, cuda, auto (default: %(default)s)")
+    seg.add_argument("--seed", type=int, default=0,
+                     help="random seed of the solver (default: %(default)s)")
     seg.add_argument("--out", "-o", required=True, metavar="DIR",
                      help="output directory (created if missing)")
-    seg.add_argument("--quiet", "-q", action="store_true", help="do not print output paths")
+    seg.add_argument("--quiet", "-q", action="store_true",
+                     help="do not print output paths")
     return parser
 
 
+def _run_demo(args):
+    from sklearn.cluster import SpectralClustering
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import adjusted_rand_score
+
+    from . import FalconNCut, normalized_cut
+
+    X, y = load_digits(return_X_y=True)
+    print(f"sklearn-falcon {__version__}: digits, n={X.shape[0]}, "
+          f"K={args.n_clusters}, kNN graph with k={args.n_neighbors}")
+    est = FalconNCut(n_clusters=args.n_clusters, n_neighbors=args.n_neighbors,
+                     random_state=args.random_state)
+    t0 = time.perf_counter()
+    est.fit(X)
+    t_first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    est.fit(X)
+    t_fit = time.perf_counter() - t0
+    ari = adjusted_rand_score(y, est.labels_)
+    print(f"{'method':38s} {'NCut':>8s} {'ARI':>7s} {'time (s)':>9s}")
+    print(f"{'FalconNCut (backend=' + est.backend_ + ')':38s} {est.ncut_:8.4f} "
+          f"{ari:7.3f} {t_fit:9.3f}   (first fit, incl. JIT load: {t_first:.2f} s)")
+    if args.no_spectral:
+        return
+    W = est.affinity_matrix_
+    for assign in ("kmeans", "cluster_qr"):
+        sc = SpectralClustering(n_clusters=args.n_clusters, affinity="precomputed",
+                                eigen_solver="lobpcg", assign_labels=assign,
+                                random_state=args.random_state)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            labels = sc.fit_predict(W)
+        t = time.perf_counter() - t0
+        print(f"{'SpectralClustering lobpcg/' + assign:38s} "
+              f"{normalized_cut(W, labels):8.4f} "
+              f"{adjusted_rand_score(y, labels):7.3f} {t:9.3f}")
+
+
+def _weights_unavailable(args, exc):
+    """The message for ``--pretrained`` weights that cannot be loaded."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return (
+        f"--pretrained: the pretrained weights of {args.model!r} are not in the "
+        "local cache and could not be downloaded (offline, or no network). Run once "
+        "with network access to cache them, or pass local weights with "
+        f"--checkpoint PATH. ({type(exc).__name__}: {detail})"
+    )
+
+
 def _run_segment(args):
+    Image = _import_pillow()
     from .image import ImageSegmenter, load_image
 
     paths = [Path(p) for p in args.images]
@@ -169,14 +257,27 @@ def _run_segment(args):
         device=args.device,
         random_state=args.seed,
     )
-    seg._get_extractor()  # validate the model (name, checkpoint) up front
+    try:
+        seg._get_extractor()  # validate the model (name, checkpoint) up front
+    except (ValueError, TypeError, ImportError, MemoryError):
+        raise
+    except Exception as exc:
+        if args.pretrained and args.checkpoint is None:
+            raise RuntimeError(_weights_unavailable(args, exc)) from exc
+        raise
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from PIL import Image
 
     used = set()
     for p, rgb in zip(paths, images):
-        labels = seg.segment(rgb)
+        try:
+            labels = seg.segment(rgb)
+        except MemoryError as exc:
+            raise MemoryError(
+                f"out of memory segmenting '{p}' ({rgb.shape[1]}x{rgb.shape[0]} "
+                "pixels): try a smaller --resolution (ViTs), a larger --patch-size "
+                f"('color'), --refine none, or a downscaled image. {exc}"
+            ) from exc
         stem = p.stem
         while stem in used:
             stem += "_"
@@ -184,25 +285,48 @@ def _run_segment(args):
         lab_path = out / f"{stem}_labels.png"
         ov_path = out / f"{stem}_overlay.png"
         save_label_png(labels, lab_path)
-        Image.fromarray(overlay(rgb, labels)).save(ov_path)
+        ov = Image.fromarray(overlay(rgb, labels))
+        _write_replacing(ov_path, lambda tmp: ov.save(tmp, format="PNG"))
         if not args.quiet:
             print(f"{p}: {int(labels.max()) + 1} segments -> {lab_path}, {ov_path}")
 
 
-def main(argv=None):
-    """Entry point of the ``sklearn-falcon`` command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+# the errors whose message is meaningful on its own; any other error is
+# reported with its type
+_PLAIN = (OSError, ValueError, TypeError, ImportError, RuntimeError, MemoryError)
+
+
+def _one_line(exc):
+    msg = " ".join(str(exc).split())
+    if not isinstance(exc, _PLAIN) or not msg:
+        msg = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    if isinstance(exc, MemoryError) and "memory" not in msg.lower():
+        msg = f"out of memory: {msg}"
+    return msg
+
+
+def main(argv=None, *, prog="sklearn-falcon"):
+    """Entry point of the ``sklearn-falcon`` command; returns the exit status.
+
+    Without a command (or with only options, e.g. ``--no-spectral``) it runs
+    ``demo``, so ``python -m sklearn_falcon`` and ``sklearn-falcon`` are the
+    same program.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if a in COMMANDS or not a.startswith("-")), None)
+    if first not in COMMANDS and not {"-h", "--help", "--version"} & set(argv):
+        argv.insert(0, DEFAULT_COMMAND)
+    args = build_parser(prog).parse_args(argv)
     try:
         if args.command == "segment":
             _run_segment(args)
+        else:
+            _run_demo(args)
     except KeyboardInterrupt:
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, TypeError, ImportError, RuntimeError,
-            OSError) as exc:
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"sklearn-falcon: error: {msg}", file=sys.stderr)
+    except Exception as exc:  # every failure: one line and a non-zero exit
+        print(f"sklearn-falcon: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

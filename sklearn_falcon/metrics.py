@@ -41,11 +41,17 @@ def _cluster_terms(W, labels):
     prefer_skip_nested_validation=True,
 )
 def normalized_cut(W, labels):
-    """Normalized cut of a labelling on an affinity graph.
+    r"""Normalized cut of a labelling on an affinity graph.
 
-    ``NCut = sum_k cut_k / vol_k`` with ``vol_k = sum_{i in k} d_i``,
-    ``assoc_k = sum_{i, j in k} W_ij`` and ``cut_k = vol_k - assoc_k``.  Lower
-    is better; it lies in ``[0, K]`` for ``K`` non-empty clusters.  A cluster
+    .. math::
+
+        \mathrm{NCut} = \sum_{k} \frac{\mathrm{cut}_k}{\mathrm{vol}_k},
+        \quad \mathrm{vol}_k = \sum_{i \in k} d_i,
+        \quad \mathrm{assoc}_k = \sum_{i, j \in k} W_{ij},
+        \quad \mathrm{cut}_k = \mathrm{vol}_k - \mathrm{assoc}_k,
+
+    with :math:`d = W \mathbf{1}` the degrees.  Lower is better; it lies in
+    :math:`[0, K]` for :math:`K` non-empty clusters.  A cluster
     of zero volume (only isolated nodes) has no cut and contributes 0.
 
     Parameters
@@ -82,7 +88,13 @@ def normalized_cut(W, labels):
     prefer_skip_nested_validation=True,
 )
 def normalized_association(W, labels):
-    """Normalized association ``f = sum_k assoc_k / vol_k = K - NCut``.
+    r"""Normalized association, the objective Falcon maximizes.
+
+    .. math::
+
+        f = \sum_{k} \frac{\mathrm{assoc}_k}{\mathrm{vol}_k} = K - \mathrm{NCut}
+
+    (see :func:`normalized_cut` for the terms).
 
     Parameters
     ----------

@@ -14,10 +14,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_falcon"
 
 LAYERS = [
-    {"_jit", "_threads", "_miou"},
+    {"_jit", "_threads", "_miou", "_memory", "_log"},
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
-    {"_inits", "metrics"},
+    {"_inits", "metrics", "plotting"},
     {"_falcon", "_batch"},
     {"image"},
     {"__init__", "cli", "prebuild"},

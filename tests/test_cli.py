@@ -2,8 +2,10 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import re
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -87,6 +89,12 @@ def test_cli_help(capsys):
     out = capsys.readouterr().out
     for flag in ("--segments", "--model", "--checkpoint", "--refine", "--out"):
         assert flag in out
+    # each default said once, and no "(default: None)" (issue 18)
+    flat = " ".join(out.split())
+    assert "(default: None)" not in flat and "(default: False)" not in flat
+    assert flat.count("(default:") == len(re.findall(r"\(default: [^)]*\)", flat))
+    assert not re.search(r"\(default: [^)]*\) \(default:", flat)
+    assert "(default: 6)" in flat and "(default: pamr)" in flat
 
 
 def test_cli_vit_with_checkpoint(tmp_path, capsys):
@@ -111,3 +119,174 @@ def test_cli_vit_with_checkpoint(tmp_path, capsys):
                str(bad), "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 1 and "does not match" in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ issue 18
+def _segment(tmp_path, *extra):
+    path, _ = _write(tmp_path)
+    return main(["segment", str(path), "--segments", "2", "--out",
+                 str(tmp_path / "out"), "-q", *extra])
+
+
+def _one_error_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("sklearn-falcon: error: ")
+    return lines[0]
+
+
+def test_cli_decompression_bomb_is_one_line(tmp_path, capsys, monkeypatch):
+    # defect 3: PIL's DecompressionBombError (a 196-megapixel PNG) came out as
+    # a traceback; the limit is lowered here so that a small image trips it
+    from PIL import Image as PILImage
+
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 100)
+    rc = _segment(tmp_path)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and "exceeds limit" in line
+
+
+def test_cli_garbage_safetensors_is_one_line(tmp_path, capsys):
+    # defect 3: SafetensorError from a garbage .safetensors checkpoint
+    pytest.importorskip("timm")
+    pytest.importorskip("safetensors")
+    ckpt = tmp_path / "garbage.safetensors"
+    ckpt.write_bytes(b"\x00" * 64 + b"not a safetensors file")
+    rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--checkpoint",
+                  str(ckpt))
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and "Cannot read checkpoint" in line and "garbage" in line
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (MemoryError(), "out of memory segmenting"),
+    (MemoryError("Unable to allocate 3.2 GiB"), "Unable to allocate 3.2 GiB"),
+    (KeyError("surprise"), "KeyError: 'surprise'"),
+    (AssertionError(), "AssertionError"),
+])
+def test_cli_any_failure_is_one_line(tmp_path, capsys, monkeypatch, exc, expected):
+    # defect 3: MemoryError on a 12 MP photo, and every other failure
+    from sklearn_falcon.image import ImageSegmenter
+
+    def fail(self, image):
+        raise exc
+
+    monkeypatch.setattr(ImageSegmenter, "segment", fail)
+    rc = _segment(tmp_path)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and expected in line
+    if isinstance(exc, MemoryError):
+        assert "--resolution" in line
+
+
+def test_cli_interrupt_exits_130(tmp_path, capsys, monkeypatch):
+    from sklearn_falcon.image import ImageSegmenter
+
+    def interrupt(self, image):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ImageSegmenter, "segment", interrupt)
+    assert _segment(tmp_path) == 130
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "symlink"), reason="no symlinks")
+def test_cli_does_not_write_through_symlinks(tmp_path):
+    # defect 5: links planted at the output names were followed and their
+    # targets overwritten; the outputs now replace the links
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {}
+    for name in ("img_labels.png", "img_overlay.png"):
+        victim = tmp_path / f"victim_{name}.txt"
+        victim.write_text("precious")
+        (out / name).symlink_to(victim)
+        victims[name] = victim
+    assert _segment(tmp_path) == 0
+    for name, victim in victims.items():
+        assert victim.read_text() == "precious"
+        assert not (out / name).is_symlink()
+        assert np.asarray(Image.open(out / name)).shape[:2] == (40, 56)
+    assert sorted(p.name for p in out.iterdir()) == ["img_labels.png",
+                                                     "img_overlay.png"]
+
+
+def test_cli_version(capsys):
+    import sklearn_falcon
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    version = capsys.readouterr().out.strip()
+    assert version == f"sklearn-falcon {sklearn_falcon.__version__}"
+
+
+def test_cli_pretrained_offline_names_the_model_and_suggests_checkpoint(tmp_path):
+    pytest.importorskip("timm")
+    path, _ = _write(tmp_path)
+    env = dict(__import__("os").environ, HF_HUB_OFFLINE="1",
+               HF_HUB_CACHE=str(tmp_path / "empty_cache"),
+               HF_HOME=str(tmp_path / "empty_home"))
+    res = subprocess.run(
+        [sys.executable, "-m", "sklearn_falcon", "segment", str(path), "--model",
+         "vit_tiny_patch16_224.augreg_in21k", "--pretrained", "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert res.returncode == 1
+    line = _one_error_line(res.stderr)
+    assert "'vit_tiny_patch16_224.augreg_in21k'" in line
+    assert "--checkpoint PATH" in line
+
+
+def _strip_times(text):
+    return [re.sub(r"\s+\d+\.\d+$", "", ln.split("(first fit")[0].rstrip())
+            for ln in text.strip().splitlines()]
+
+
+def test_python_m_and_the_command_are_the_same_program(capsys):
+    # `python -m sklearn_falcon` runs the CLI, whose default command is demo
+    res = subprocess.run([sys.executable, "-m", "sklearn_falcon", "--no-spectral"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert main(["demo", "--no-spectral"]) == 0
+    demo = capsys.readouterr().out
+    assert _strip_times(res.stdout) == _strip_times(demo)
+    assert "FalconNCut (backend=numba)" in demo
+    res = subprocess.run([sys.executable, "-m", "sklearn_falcon", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert "demo" in res.stdout and "segment" in res.stdout
+
+
+BLOCK_PIL = """
+import sys
+class _Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "PIL":
+            raise ImportError(f"No module named {name!r} (blocked by the test)")
+        return None
+sys.meta_path.insert(0, _Blocker())
+"""
+
+
+def test_cli_without_pillow_says_what_to_install(tmp_path):
+    # after a core install, `segment` failed with "No module named 'PIL'"
+    path, _ = _write(tmp_path)
+    code = textwrap.dedent(BLOCK_PIL) + textwrap.dedent(f"""
+        from sklearn_falcon.cli import main
+        raise SystemExit(main(["segment", {str(path)!r}, "--out", {str(tmp_path)!r}]))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 1
+    line = _one_error_line(res.stderr)
+    assert "pip install 'sklearn-falcon[cli]'" in line
+    code = textwrap.dedent(BLOCK_PIL) + textwrap.dedent(f"""
+        from sklearn_falcon.image import load_image
+        try:
+            load_image({str(path)!r})
+        except ImportError as exc:
+            print(exc)
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert "pip install 'sklearn-falcon[cli]'" in res.stdout

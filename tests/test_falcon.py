@@ -127,8 +127,20 @@ def test_predict_precomputed_cross_affinity():
     assert adjusted_rand_score(est.labels_[:50], pred) > 0.95
     with pytest.raises(ValueError, match="expecting 300 features"):
         est.predict(W[:50, :10])
-    with pytest.raises(ValueError, match="score needs features"):
-        est.score(W)
+    # score: -NCut of the bipartite graph between new and training samples
+    # (defect 7 of issue 18: it raised); rows cut from their own cluster score
+    # lower than rows that fall inside it
+    good = est.score(W[:50])
+    assert -3 <= good <= 0
+    A = W[:50]
+    B = np.zeros((100, 300))
+    B[:50] = A
+    B[50:] = A  # the same rows again: the same bipartite cut
+    assert est.score(B) == pytest.approx(good)
+    # the same value from the explicit bipartite graph
+    G = np.block([[np.zeros((50, 50)), A], [A.T, np.zeros((300, 300))]])
+    both = np.r_[est.predict(A), est.labels_]
+    assert good == pytest.approx(-normalized_cut(G, both), rel=1e-12)
 
 
 def test_precomputed_nearest_neighbors_matches_features():
@@ -226,12 +238,6 @@ def test_isolated_nodes_deterministic():
     assert np.isfinite(est.ncut_)
 
 
-def test_verbose_prints(blobs, capsys):
-    X, _ = blobs
-    FalconNCut(4, verbose=1, random_state=0).fit(X)
-    assert "[Falcon]" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("n_jobs, expected", [(1, 1), (-1, "max"), (99, "max"),
                                               (None, "unchanged")])
 def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expected):
@@ -258,3 +264,43 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
 def test_n_jobs_zero_is_an_error(blobs):
     with pytest.raises(ValueError, match="n_jobs == 0"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
+
+
+def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
+    # found by check_estimator over more configurations (issue 18): a sparse
+    # distance matrix with a row of fewer than n_neighbors stored distances
+    # was refused by scikit-learn's NearestNeighbors; the row keeps the
+    # neighbours it has, and the other rows get the same graph as before
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+    D = NearestNeighbors(n_neighbors=12).fit(X).kneighbors_graph(mode="distance")
+    D = D.tolil()
+    D[0, :] = 0  # sample 0: only its 3 nearest distances stored
+    D[0, [1, 2, 3]] = [1.0, 2.0, 3.0]
+    D = D.tocsr()
+    D.eliminate_zeros()
+    est = FalconNCut(3, affinity="precomputed_nearest_neighbors", n_neighbors=10,
+                     random_state=0).fit(D)
+    W = est.affinity_matrix_
+    assert set(W[0].indices) >= {1, 2, 3}
+    ref = NearestNeighbors(n_neighbors=10, metric="precomputed").fit(D[1:, 1:])
+    C = ref.kneighbors_graph(D[1:, 1:], mode="connectivity")
+    # rows 1.. only differ from the reference through their edges to row 0
+    diff = abs((W[1:, 1:] - 0.5 * (C + C.T)))
+    assert diff.max() <= 0.5 + 1e-12
+    assert est.predict(D[:5]).shape == (5,)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_coo_and_csc_features_are_accepted(backend):
+    pytest.importorskip("torch") if backend == "torch" else None
+    X = sp.random(60, 8, density=0.5, random_state=0) + sp.eye(60, 8)
+    for fmt in ("coo", "csc"):
+        Xf = X.asformat(fmt)
+        est = FalconNCut(3, affinity="cosine", init="kmeans", backend=backend,
+                         device="cpu", random_state=0).fit(Xf)
+        assert est.predict(Xf).shape == (60,)
+        ref = FalconNCut(3, affinity="cosine", init="kmeans", backend=backend,
+                         device="cpu", random_state=0).fit(X.tocsr())
+        np.testing.assert_array_equal(est.labels_, ref.labels_)

@@ -8,7 +8,11 @@ from shared import random_graph as _graph
 from threadpoolctl import threadpool_info
 
 from sklearn_falcon import FalconNCut
-from sklearn_falcon._inits import INITS, InitContext, _coarsen, _multilevel
+from shared import planted
+from sklearn.metrics import adjusted_rand_score
+
+from sklearn_falcon._inits import INITS, InitContext, _coarsen, _coarsest, _moves
+from sklearn_falcon._inits import _multilevel, _spectral
 from sklearn_falcon._inits import _coarsen as nk
 from sklearn_falcon._solver import SolverOptions
 from sklearn_falcon.metrics import normalized_association
@@ -20,59 +24,247 @@ def _onehot(labels, K):
     return X
 
 
+def _f(W, y, K):
+    return normalized_association(W, y)
+
+
 def test_coarsen_dense_matches_sparse_and_preserves_f():
     W = _dense_token_graph(200)
     d = W.sum(1)
-    Wc, dc, m = _coarsen.coarsen(W, d)
-    Sc, sc, ms = _coarsen.coarsen(sp.csr_matrix(W), d)
+    Wc, dc, m = _coarsen.coarsen(W, d, np.random.default_rng(0))
+    Sc, sc, ms = _coarsen.coarsen(sp.csr_matrix(W), d, np.random.default_rng(0))
     np.testing.assert_array_equal(m, ms)
     np.testing.assert_allclose(Wc, Sc.toarray(), rtol=1e-12)
     np.testing.assert_allclose(dc, Wc.sum(1))
+    assert Wc.shape[0] <= 0.6 * 200  # a matching about halves the graph
     yc = np.arange(Wc.shape[0]) % 3
     assert normalized_association(Wc, yc) == pytest.approx(
         normalized_association(W, yc[m]), rel=1e-12
     )
 
 
-def _spectral_levels(monkeypatch, W, K):
-    seen = []
-    real = _multilevel.spectral_embedding_labels
+def _match_reference(W, d, order, part, alpha):
+    """The matching of ``match_csr``, written plainly."""
+    n = W.shape[0]
+    R = W / d[None, :]
+    ok = (part[:, None] == part[None, :]) & (W > 0) & ~np.eye(n, dtype=bool)
+    top = np.where(ok, R, 0.0).max(1)
+    elig = ok & (R >= alpha * top[:, None]) & (R.T >= alpha * top[None, :])
+    match = -np.ones(n, dtype=int)
+    heavy = -np.ones(n, dtype=int)
+    for u in order:
+        if match[u] >= 0:
+            continue
+        for j in np.flatnonzero(elig[u]):
+            if R[u, j] > 0 and R[u, j] == top[u]:
+                heavy[u] = j
+        free = [j for j in np.flatnonzero(elig[u]) if match[j] < 0]
+        if free:
+            j = max(free, key=lambda j: (R[u, j], -j))
+            match[u], match[j] = j, u
+    pending = {}
+    for u in order:
+        if match[u] >= 0 or heavy[u] < 0:
+            continue
+        v = pending.pop(heavy[u], None)
+        if v is None:
+            pending[heavy[u]] = u
+        else:
+            match[u], match[v] = v, u
+    return match
 
-    def spy(Wl, dl, k, rng, **kw):
-        seen.append(Wl.shape[0])
-        return real(Wl, dl, k, rng, **kw)
 
-    monkeypatch.setattr(_multilevel, "spectral_embedding_labels", spy)
-    d = np.asarray(W.sum(axis=1)).ravel()
-    cands, H = _multilevel.multilevel_candidates(W, d, K, np.random.default_rng(0))
-    return seen, cands, H
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.6])
+def test_matching_matches_a_plain_reference(alpha):
+    W, S = _graph(n=60, seed=4, density=0.15)
+    d = W.sum(1)
+    rng = np.random.default_rng(2)
+    order = rng.permutation(60).astype(np.int64)
+    part = rng.integers(2, size=60).astype(np.int64)
+    match = _match_reference(W, d, order, part, alpha)
+    for n_c, mapping in (nk.match_csr(S.indptr, S.indices, S.data, d, order, part,
+                                      alpha),
+                         nk.match_dense(W, d, order, part, alpha)):
+        assert n_c == mapping.max() + 1
+        for u in range(60):
+            partners = np.flatnonzero(mapping == mapping[u])
+            assert len(partners) <= 2
+            assert (match[u] < 0 and len(partners) == 1) or set(partners) == {
+                u, match[u]}
+        # coarse nodes numbered in the order of their smallest node
+        firsts = [np.flatnonzero(mapping == c)[0] for c in range(n_c)]
+        assert firsts == sorted(firsts)
+        assert np.all(part[mapping.argsort()] >= 0)
+        for c in range(n_c):
+            assert len(set(part[mapping == c])) == 1
 
 
-def test_spectral_start_is_on_a_cheap_level(monkeypatch):
-    # dense 400-token graph: 160,000 entries > spectral_max_nnz, so the
-    # eigensolve runs on a coarse level
-    W = _dense_token_graph(400)
-    seen, cands, H = _spectral_levels(monkeypatch, W, 4)
-    assert len(seen) == 1 and seen[0] < 400
-    assert seen[0] ** 2 <= 100_000
-    assert all(c.shape == (400,) for c in cands)
-    # a small sparse graph gets its spectral start on the input graph itself
-    S = sp.csr_matrix(np.where(W > np.quantile(W, 0.97), W, 0.0))
-    S = sp.csr_matrix(S.maximum(S.T))
-    seen, _, _ = _spectral_levels(monkeypatch, S, 4)
-    assert seen == [400]
+def test_matching_keeps_a_weakly_attached_pair_whole():
+    # a pair of nodes joined strongly to each other and by 1e-9 to a clique:
+    # neither end of a weak edge is contracted across it, whatever the order
+    W = np.ones((8, 8))
+    np.fill_diagonal(W, 0)
+    W = np.pad(W, ((0, 2), (0, 2)))
+    W[8, 9] = W[9, 8] = 1.0
+    W[8, :8] = W[:8, 8] = 1e-9
+    for seed in range(20):
+        _, _, m = _coarsen.coarsen(sp.csr_matrix(W), W.sum(1),
+                                   np.random.default_rng(seed))
+        assert m[8] == m[9] and not np.isin(m[:8], m[8]).any()
 
 
-def test_only_the_best_coarse_candidate_reaches_the_finest_level(monkeypatch):
-    K = 4
-    W = _dense_token_graph(400)
-    seen, cands, H = _spectral_levels(monkeypatch, W, K)
-    assert seen[0] < 400  # the spectral start is on a coarse level
-    # the depth-16K random start falls back to the input graph when no
-    # coarse level holds 16 K nodes; every other start is on a coarse level
-    on_input = int(not any(s >= 16 * K for s in H.sizes[1:]))
-    # the best coarse candidate, plus one per start made on the input graph
-    assert len(cands) == 1 + on_input
+def test_hierarchy_preserves_f_and_respects_a_partition():
+    W, y = planted(800, 4, seed=2)
+    d = np.asarray(W.sum(1)).ravel()
+    H = _multilevel.Hierarchy(W, d, 4, np.random.default_rng(0), part=y)
+    assert H.sizes[-1] <= max(_multilevel.COARSE_PER_CLUSTER * 4, 0.9 * H.sizes[-2])
+    for lv in range(1, len(H.graphs)):
+        # every level represents the partition exactly
+        np.testing.assert_array_equal(H.project(H.parts[lv], lv), y)
+        Wl, dl = H.graphs[lv]
+        assert _f(Wl, H.parts[lv], 4) == pytest.approx(_f(W, y, 4), rel=1e-10)
+
+
+def test_sweep_is_the_best_prefix_split():
+    W, S = _graph(n=25, seed=8, density=0.4, diagonal=0.2)
+    d = W.sum(1) + np.random.default_rng(0).random(25)  # external degree
+    order = np.random.default_rng(1).permutation(25).astype(np.int64)
+
+    def value(t):
+        y = np.zeros(25, dtype=np.int64)
+        y[order[t + 1:]] = 1
+        a = [W[np.ix_(y == k, y == k)].sum() for k in (0, 1)]
+        v = [d[y == k].sum() for k in (0, 1)]
+        return a[0] / v[0] + a[1] / v[1]
+
+    ref = [value(t) for t in range(24)]
+    for val, t in (_moves.sweep_csr(S.indptr, S.indices, S.data, d, order),
+                   _moves.sweep_dense(W, d, order)):
+        assert t == int(np.argmax(ref)) and val == pytest.approx(max(ref))
+
+
+def test_subgraph_csr_matches_scipy():
+    _, S = _graph(n=70, seed=9, density=0.2, diagonal=1.0)
+    idx = np.sort(np.random.default_rng(0).choice(70, 31, replace=False))
+    got = _moves.subgraph(S, idx)
+    np.testing.assert_array_equal(got.toarray(), S[idx][:, idx].toarray())
+
+
+@pytest.mark.parametrize("m", [40, 600])  # dense eigensolve, then multilevel split
+def test_best_bisection_finds_two_blocks(m):
+    W, y = planted(m, 2, seed=3, degree=10, p_in=0.97)
+    d = np.asarray(W.sum(1)).ravel() * 1.1  # external edges count in volumes
+    val, mask = _moves.best_bisection(W, d, np.random.default_rng(0))
+    assert adjusted_rand_score(y, mask) > 0.9
+    two = mask.astype(np.int64)
+    a = [W[two == k][:, two == k].sum() for k in (0, 1)]
+    assert val == pytest.approx(sum(a[k] / d[two == k].sum() for k in (0, 1)))
+
+
+def test_best_bisection_of_a_disconnected_set_is_a_component():
+    W = np.kron(np.eye(3), np.ones((4, 4)))
+    val, mask = _moves.best_bisection(sp.csr_matrix(W), W.sum(1),
+                                      np.random.default_rng(0))
+    assert mask.sum() == 4 and val == pytest.approx(2.0)
+
+
+def _speck_graph():
+    """Two big blobs and a tiny, nearly isolated pair: the best 3-way cut
+    isolates the pair, which no single-node move reaches from the two blobs
+    plus a split blob."""
+    W = np.kron(np.eye(2), np.ones((20, 20)))
+    W[:20, 20:] = W[20:, :20] = 0.05
+    W = np.pad(W, ((0, 2), (0, 2)))
+    W[40, 41] = W[41, 40] = 1.0
+    W[40:, :40] = 1e-6
+    W[:40, 40:] = 1e-6
+    np.fill_diagonal(W, 0)
+    return W
+
+
+def test_split_merge_isolates_a_weakly_attached_pair():
+    W = _speck_graph()
+    d = W.sum(1)
+    y0 = np.r_[np.zeros(10), np.ones(10), np.full(20, 2), [0, 1]].astype(np.int64)
+    f0 = _f(W, y0, 3)
+    y, f = _moves.split_merge(W, d, y0, 3, np.random.default_rng(0), SolverOptions())
+    assert f > f0
+    assert y[40] == y[41] and np.sum(y == y[40]) == 2
+    assert f == pytest.approx(_f(W, y, 3))
+
+
+def test_pair_rebisection_never_lowers_f_and_fixes_a_boundary():
+    W, yt = planted(600, 2, seed=5, degree=10, p_in=0.95)
+    d = np.asarray(W.sum(1)).ravel()
+    y0 = np.where(np.arange(600) < 300, 0, 1)  # a boundary across the blocks
+    f0 = _f(W, y0, 2)
+    y, f = _moves.pair_rebisection(W, d, y0, 2, np.random.default_rng(0),
+                                   SolverOptions())
+    assert f >= f0 and adjusted_rand_score(yt, y) > 0.9
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_multilevel_labels_are_valid_and_seeded(dense):
+    W, yt = planted(900, 5, seed=1)
+    W = W.toarray() if dense else W
+    d = np.asarray(W.sum(1)).ravel()
+    y, f = _multilevel.multilevel_labels(W, d, 5, np.random.default_rng(0))
+    assert set(np.unique(y)) == set(range(5))
+    assert f == pytest.approx(_f(W, y, 5))
+    assert adjusted_rand_score(yt, y) > 0.9
+    y2, _ = _multilevel.multilevel_labels(W, d, 5, np.random.default_rng(0))
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_multilevel_beats_its_own_coarse_starts_on_a_speck_graph():
+    W = _speck_graph()
+    d = W.sum(1)
+    y, f = _multilevel.multilevel_labels(W, d, 3, np.random.default_rng(0))
+    assert y[40] == y[41] and np.sum(y == y[40]) == 2
+
+
+def test_restarts_differ_and_never_lose():
+    # restarts draw new matchings: n_init=10 is never worse than n_init=1
+    # (its first restart is the n_init=1 fit) and finds a better cut here
+    W, _ = planted(1500, 12, seed=4, degree=8, p_in=0.6)
+    one = FalconNCut(12, affinity="precomputed", random_state=0).fit(W)
+    ten = FalconNCut(12, affinity="precomputed", n_init=10, random_state=0).fit(W)
+    assert ten.ncut_ < one.ncut_
+    d = np.asarray(W.sum(1)).ravel()
+    keep = np.flatnonzero(d > 0)
+    W, d = W[keep][:, keep], d[keep]
+    starts = [_multilevel.multilevel_labels(W, d, 12, np.random.default_rng(s))[0]
+              for s in range(3)]
+    assert not np.array_equal(starts[0], starts[1])
+
+
+def test_spectral_start_is_bounded(monkeypatch):
+    """ARPACK that does not converge within its bound hands over to LOBPCG,
+    itself bounded: the start is still a valid labelling."""
+    from scipy.sparse.linalg import ArpackNoConvergence
+
+    def no_convergence(*args, **kwargs):
+        raise ArpackNoConvergence("no", np.zeros(0), np.zeros((0, 0)))
+
+    monkeypatch.setattr(_spectral, "eigsh", no_convergence)
+    W, yt = planted(1200, 3, seed=6, degree=12, p_in=0.95)
+    d = np.asarray(W.sum(1)).ravel()
+    y = _spectral.spectral_embedding_labels(W, d, 3, np.random.default_rng(0))
+    assert set(np.unique(y)) == {0, 1, 2} and adjusted_rand_score(yt, y) > 0.8
+
+
+def test_region_growing_cells_are_connected():
+    from scipy.sparse.csgraph import connected_components
+
+    n = 20
+    G = sp.diags([1.0, 1.0], [1, -1], shape=(n, n))
+    W = (sp.kron(sp.eye(n), G) + sp.kron(G, sp.eye(n))).tocsr()
+    y = _coarsest.region_growing(W, np.asarray(W.sum(1)).ravel(), 6,
+                                 np.random.default_rng(0))
+    assert set(np.unique(y)) == set(range(6))
+    for k in range(6):
+        idx = np.flatnonzero(y == k)
+        assert connected_components(W[idx][:, idx], directed=False)[0] == 1
 
 
 def test_fit_restores_blas_threads():
@@ -108,59 +300,6 @@ def test_estimator_offers_the_registry():
     assert set(FalconNCut._parameter_constraints["init"][0].options) == set(INITS)
 
 
-def _heaviest_reference(W, d):
-    R = np.where(W > 0, W / d[None, :], -1.0)
-    np.fill_diagonal(R, -1)
-    ref = R.argmax(1)  # the first maximum: ties go to the smallest index
-    return np.where(R.max(1) > 0, ref, np.arange(W.shape[0]))
-
-
-@pytest.mark.parametrize("n", [30, 37])
-def test_heaviest_neighbor(n):
-    W, S = _graph(n=n, seed=7)
-    d = W.sum(1)
-    hs = nk.heaviest_neighbor_csr(S.indptr, S.indices, S.data, d)
-    hd = nk.heaviest_neighbor_dense(W, d)
-    np.testing.assert_array_equal(hs, _heaviest_reference(W, d))
-    np.testing.assert_array_equal(hd, _heaviest_reference(W, d))
-
-
-def test_heaviest_neighbor_ties_and_near_ties():
-    # integer weights and equal degrees: many exact ties, which must go to the
-    # smallest index; entries that differ only in the last bits of W_ij / d_j
-    # (where W_ij * (1 / d_j) may round the other way) must follow the division
-    rng = np.random.default_rng(3)
-    A = rng.integers(0, 3, size=(41, 41)).astype(np.float64)
-    W = A + A.T
-    d = W.sum(1)
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
-                                  _heaviest_reference(W, d))
-    W = np.ones((9, 9))
-    d = np.full(9, 3.0)
-    d[5] = 3.0 * (1 - 2**-52)  # W / d[5] is one ulp above the others
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d),
-                                  _heaviest_reference(W, d))
-    assert nk.heaviest_neighbor_dense(W, d)[0] == 5
-    # an isolated node points at itself
-    W = np.zeros((3, 3))
-    W[0, 1] = W[1, 0] = 1.0
-    d = W.sum(1)
-    np.testing.assert_array_equal(nk.heaviest_neighbor_dense(W, d), [1, 0, 2])
-
-
-def test_forest_components_numbers_like_scipy():
-    from scipy.sparse.csgraph import connected_components
-
-    rng = np.random.default_rng(5)
-    for n in (1, 2, 17, 300):
-        target = rng.integers(n, size=n).astype(np.int64)
-        forest = sp.csr_matrix((np.ones(n), (np.arange(n), target)), shape=(n, n))
-        n_ref, ref = connected_components(forest, directed=False)
-        n_comp, mapping = nk.forest_components(target)
-        assert n_comp == n_ref
-        np.testing.assert_array_equal(mapping, ref)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_coarsen_dense_is_pt_w_p(dtype):
     W, S = _graph(n=40, seed=3, dtype=dtype)
@@ -187,3 +326,17 @@ def test_coarsen_csr_is_pt_w_p(dtype):
     np.testing.assert_allclose(Wc.toarray(), nk.coarsen_dense(W, mapping, 9), rtol=1e-5)
 
 
+
+
+def test_dijkstra_matches_scipy():
+    from scipy.sparse.csgraph import dijkstra
+
+    _, S = _graph(n=80, seed=11, density=0.08)
+    S = sp.csr_matrix(S)
+    sources = np.array([3, 40, 77])
+    dist, owner = _coarsest.dijkstra_csr(S.indptr, S.indices, S.data, sources)
+    ref = dijkstra(S, directed=False, indices=sources)
+    np.testing.assert_allclose(dist, ref.min(0))
+    reach = np.isfinite(ref.min(0))
+    np.testing.assert_array_equal(dist[reach], ref[owner[reach], np.flatnonzero(reach)])
+    assert np.all(owner[~reach] == -1)

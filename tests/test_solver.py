@@ -72,12 +72,14 @@ def test_compiled_loop_is_offered_by_size(monkeypatch):
     assert NumbaProblem(sp.csr_matrix(np.eye(40)), 3).compiled_graph() is not None
 
 
-def test_verbose_runs_the_python_loop(capsys):
+def test_verbose_runs_the_python_loop(caplog):
     rng = np.random.default_rng(0)
     P = NumbaProblem(_graph(40, rng, "dense"), 3)
     y = random_labels(40, 3, rng)
-    a = solve(P, y, SolverOptions(verbose=1))
-    assert "[Falcon] iter" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger="sklearn_falcon"):
+        a = solve(P, y, SolverOptions(verbose=1))
+    assert any(r.stage == "solve" and r.getMessage().startswith("solve: iter")
+               for r in caplog.records)
     b = solve(P, y)
     np.testing.assert_array_equal(a.labels, b.labels)
 

@@ -5,18 +5,23 @@
 """
 
 from ._check import (
+    active_subgraph,
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
     check_nonnegative,
     clean_csr,
+    warn_if_disconnected,
 )
 from ._kinds import (
     AFFINITIES,
     Affinity,
     cosine_power,
     cosine_power_affinity,
+    cosine_range,
+    cosine_similarity,
     make_affinity,
+    zero_norm,
 )
 
 PRECOMPUTED = tuple(name for name, cls in AFFINITIES.items() if cls.precomputed)
@@ -25,6 +30,7 @@ __all__ = [
     "AFFINITIES",
     "PRECOMPUTED",
     "Affinity",
+    "active_subgraph",
     "check_affinity",
     "check_cross_affinity",
     "check_dtype_kind",
@@ -32,5 +38,9 @@ __all__ = [
     "clean_csr",
     "cosine_power",
     "cosine_power_affinity",
+    "cosine_range",
+    "cosine_similarity",
     "make_affinity",
+    "warn_if_disconnected",
+    "zero_norm",
 ]

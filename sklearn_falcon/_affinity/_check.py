@@ -9,11 +9,14 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 from .._jit import jit
+from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
-           "check_nonnegative", "clean_csr"]
+           "check_nonnegative", "clean_csr", "warn_if_disconnected",
+           "active_subgraph"]
 
 
 def check_dtype_kind(X, name="X"):
@@ -119,6 +122,10 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
         W = clean_csr(W)
         data = W.data
     else:
+        check_allocation(
+            W.size * W.dtype.itemsize, f"A copy of the dense {W.shape} affinity {name}",
+            "Pass a sparse matrix (e.g. a kNN graph, or "
+            "affinity='precomputed_nearest_neighbors' with distances) instead.")
         W = np.array(W, order="C", copy=True)
         data = W
     check_nonnegative(data, name)
@@ -148,8 +155,8 @@ def check_nonnegative(data, name):
     values of an affinity) has a negative entry."""
     if data.size and data.min() < 0:
         raise ValueError(
-            f"The affinity {name} must be nonnegative; found a minimum value of "
-            f"{float(data.min()):.6g}."
+            f"Negative values in data passed as the affinity {name}: it must be "
+            f"nonnegative; found a minimum value of {float(data.min()):.6g}."
         )
 
 
@@ -162,3 +169,67 @@ def check_cross_affinity(A, n_train, *, name="X"):
         )
     check_nonnegative(A.data if sp.issparse(A) else A, name)
     return sp.csr_matrix(A) if sp.issparse(A) else A
+
+
+def warn_if_disconnected(W, n_clusters, n_neighbors=None):
+    """Warn, with the number of components, when a sparse ``W`` is not
+    connected, as scikit-learn's spectral embedding does (a dense kernel has
+    no structural zeros and is not checked).  ``n_neighbors``: the kNN
+    setting that built ``W``, if any (the warning suggests raising it)."""
+    if not sp.issparse(W):
+        return
+    n_comp = connected_components(W, directed=False, return_labels=False)
+    if n_comp <= 1:
+        return
+    hint = (f" Increase n_neighbors (now {n_neighbors}) to connect it."
+            if n_neighbors else "")
+    warnings.warn(
+        f"The affinity graph is not fully connected: it has {n_comp} connected "
+        f"components (n_clusters={n_clusters}). The normalized cut separates "
+        f"components at no cost.{hint}",
+        UserWarning,
+        stacklevel=6,
+    )
+
+
+def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
+    """The graph of the solve: ``W`` without its zero-degree samples.
+
+    Raises ValueError when fewer than ``n_clusters`` samples have a nonzero
+    degree; warns when some have none (they are left out, and the caller
+    gives them the cluster of largest volume) and when the remaining graph
+    is not connected (:func:`warn_if_disconnected`).  ``W`` is None on the
+    matrix-free path (where every degree is positive).
+
+    Returns
+    -------
+    W_active, degrees_active
+    """
+    n_samples = degrees.shape[0]
+    n_active = int(active.sum())
+    if n_active == 0:
+        raise ValueError(
+            "The affinity matrix is all zeros: no sample has a nonzero degree, so "
+            "the normalized cut is undefined."
+        )
+    if n_active < n_clusters:
+        raise ValueError(
+            f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
+            f"than n_clusters={n_clusters}."
+        )
+    if n_active < n_samples:
+        warnings.warn(
+            f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
+            "sample); they are left out of the solve and given the cluster of "
+            "largest volume.",
+            UserWarning,
+            stacklevel=5,
+        )
+        idx = np.flatnonzero(active)
+        if sp.issparse(W):
+            W = W[idx][:, idx].tocsr()
+        else:
+            W = W[np.ix_(idx, idx)]
+        degrees = degrees[idx]
+    warn_if_disconnected(W, n_clusters, n_neighbors)
+    return W, degrees

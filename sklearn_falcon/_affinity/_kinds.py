@@ -15,25 +15,99 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.preprocessing import normalize
+from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
+# sklearn.neighbors and sklearn.metrics (0.2 s of import time) are imported
+# by the functions that use them
+
+from .._memory import check_allocation, dense_nbytes
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
-           "make_affinity"]
+           "cosine_range",
+           "cosine_similarity", "make_affinity", "zero_norm"]
+
+# What to do instead of a dense affinity that does not fit in memory.
+DENSE_ADVICE = (
+    "Use affinity='nearest_neighbors' (a sparse kNN graph, O(n * n_neighbors) "
+    "memory), or backend='torch', which forms the 'rbf' and 'cosine' affinities "
+    "matrix-free, in row blocks (O(n * (n_features + n_clusters)) memory; every "
+    "iteration then recomputes W, at O(n**2 * (n_features + n_clusters)) time)."
+)
+
+
+def check_dense_fits(n_rows, n_cols, dtype, what, advice=DENSE_ADVICE):
+    """Refuse (MemoryError with ``advice``) a dense ``(n_rows, n_cols)``
+    affinity of ``dtype`` that cannot fit in the available memory, before
+    it is allocated."""
+    check_allocation(dense_nbytes((n_rows, n_cols), dtype),
+                     f"The dense ({n_rows}, {n_cols}) {np.dtype(dtype).name} {what}",
+                     advice)
+
+
+def zero_norm(dtype):
+    """Row norms below this count as zero in the cosine affinity: ``10 eps``
+    of the features' dtype, as in :func:`sklearn.preprocessing.normalize`."""
+    return 10 * float(np.finfo(dtype).eps)
+
+
+def _unit_rows(X):
+    """Rows of ``X`` scaled to unit norm (:func:`sklearn.preprocessing.normalize`,
+    a copy); rows of zero norm (below :func:`zero_norm`) become exactly zero."""
+    U = normalize(X, copy=True)
+    tiny = row_norms(X) < zero_norm(X.dtype)
+    if tiny.any():
+        if sp.issparse(U):
+            U = sp.csr_matrix(U)
+            U.data[np.repeat(tiny, np.diff(U.indptr))] = 0
+        else:
+            U[tiny] = 0
+    return U
+
+
+def cosine_similarity(X, Y=None):
+    """Cosine similarity of the rows of ``X`` (and ``Y``): a dense array.
+
+    As :func:`sklearn.metrics.pairwise.cosine_similarity`, except that a row
+    of zero norm (below :func:`zero_norm`) has similarity exactly 0 to every
+    row, itself included: scikit-learn leaves such a row unscaled, so that a
+    row of norm 1e-28 gets similarities of about 1e-28, whose sign and size
+    are rounding noise.  The matrix-free torch rows follow the same rule.
+    """
+    from sklearn.metrics.pairwise import check_pairwise_arrays
+
+    X, Y = check_pairwise_arrays(X, Y)
+    U = _unit_rows(X)
+    V = U if Y is X else _unit_rows(Y)
+    return np.asarray(safe_sparse_dot(U, V.T, dense_output=True))
+
+
+def cosine_range(S):
+    """``(lo, hi)``: the similarity range of the training samples, with
+    ``hi = lo`` (every similarity equal) when the span is within rounding of
+    the compute dtype, ``hi - lo <= sqrt(eps)``: identical rows give
+    cosines that differ by a few ``eps`` only, and stretching those to
+    ``[0, 1]`` would make ``W`` rounding noise."""
+    lo, hi = float(S.min()), float(S.max())
+    if hi - lo <= float(np.finfo(S.dtype).eps) ** 0.5:
+        hi = lo
+    return lo, hi
 
 
 def cosine_power(S, lo, hi, power):
     """The cosine-power affinity of cosine similarities, in place.
 
     ``W = clip((S - lo) / (hi - lo), 0, 1) ** power``, all ones when
-    ``hi <= lo`` (every similarity equal); ``lo`` and ``hi`` are the minimum
-    and maximum similarity of the training samples.  This is the sharpened
+    ``hi <= lo`` (every similarity equal, see :func:`cosine_range`);
+    ``lo`` and ``hi`` are the minimum and maximum similarity of the
+    training samples.  This is the sharpened
     cosine affinity of DiffCut and Falcon.  ``S`` is overwritten (it is
     only ever a fresh similarity matrix) and returned.
     """
-    lo, hi, power = float(lo), float(hi), float(power)
-    span = hi - lo
-    if span <= 0:
+    lo, hi, power = S.dtype.type(lo), S.dtype.type(hi), float(power)
+    span = hi - lo  # in the dtype of S: a span that rounds to 0 there is flat
+    if not span > 0:
         S[...] = 1
     else:
         S -= lo
@@ -48,8 +122,8 @@ def cosine_power_affinity(X, power=1.0):
     """Dense cosine-power affinity ``W`` of the rows of ``X`` (see
     :func:`cosine_power`), with ``lo``/``hi`` taken over ``X`` itself.
 
-    Rows of zero norm (below ``10 eps``) have similarity 0 to every row, as
-    in :func:`sklearn.metrics.pairwise.cosine_similarity`.
+    Rows of zero norm (below :func:`zero_norm`) have similarity 0 to every
+    row (:func:`cosine_similarity`).
 
     Returns
     -------
@@ -57,10 +131,10 @@ def cosine_power_affinity(X, power=1.0):
     lo, hi : float
         The similarity range.
     """
-    from sklearn.metrics.pairwise import cosine_similarity  # lazy: import time
-
+    n = X.shape[0]
+    check_dense_fits(n, n, X.dtype, "cosine affinity")
     S = cosine_similarity(X)
-    lo, hi = float(S.min()), float(S.max())
+    lo, hi = cosine_range(S)
     return np.ascontiguousarray(cosine_power(S, lo, hi, power)), lo, hi
 
 
@@ -99,6 +173,12 @@ class Affinity:
         """Affinity ``(n_new, n_train)`` of new samples to the training set."""
         raise NotImplementedError
 
+    def cross_row_bytes(self, n_train):
+        """Memory that :meth:`cross` needs per new sample (``predict`` takes
+        the new samples in chunks that fit ``working_memory``): a dense row
+        of float64 and one temporary of the same size."""
+        return 2 * 8 * n_train
+
 
 class PrecomputedAffinity(Affinity):
     """``X`` is the affinity matrix (dense or sparse)."""
@@ -122,10 +202,10 @@ class NearestNeighborsAffinity(Affinity):
     metric = "minkowski"
 
     def fit(self, X):
-        from sklearn.neighbors import NearestNeighbors  # lazy: import time
-
         n = X.shape[0]
         self.n_train_ = n
+        from sklearn.neighbors import NearestNeighbors
+
         self.nn_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, n),
                                     metric=self.metric, n_jobs=self.n_jobs).fit(X)
         C = self.nn_.kneighbors_graph(X, mode="connectivity")
@@ -136,10 +216,40 @@ class NearestNeighborsAffinity(Affinity):
     def cross(self, X_new):
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
 
+    def cross_row_bytes(self, n_train):
+        # a sparse row of n_neighbors entries (kneighbors chunks its own
+        # distance computations by working_memory)
+        return 16 * min(self.n_neighbors, n_train) + 8
+
+
+def _knn_connectivity(D, k):
+    """kNN connectivity (CSR, float64) of the rows of a distance matrix,
+    the ``k`` smallest distances of each row (ties in column order).
+
+    Dense ``D``: every entry is a distance.  Sparse ``D``: only the stored
+    entries are (a missing entry is no edge, as in scikit-learn's
+    precomputed graphs), and a row with fewer than ``k`` of them keeps them
+    all, where scikit-learn's ``NearestNeighbors`` refuses the whole matrix.
+    """
+    n_rows, n_cols = D.shape
+    if sp.issparse(D):
+        D = sp.csr_matrix(D)
+        rows = np.repeat(np.arange(n_rows), np.diff(D.indptr))
+        order = np.lexsort((D.data, rows))  # by row, then distance; stable
+        rank = np.arange(order.size) - D.indptr[rows[order]]
+        keep = order[rank < k]
+        r, c = rows[keep], D.indices[keep]
+    else:
+        c = np.argsort(D, axis=1, kind="stable")[:, :k].ravel()
+        r = np.repeat(np.arange(n_rows), min(k, n_cols))
+    return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n_rows, n_cols))
+
 
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
-    neighbours give ``W``."""
+    neighbours give ``W``.  For a sparse ``X`` only the stored distances
+    count, and a row with fewer than ``n_neighbors`` keeps the ones it has
+    (:func:`_knn_connectivity`)."""
 
     name = "precomputed_nearest_neighbors"
     precomputed = True
@@ -150,13 +260,18 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
         data = X.data if sp.issparse(X) else X
         if data.size and data.min() < 0:
             raise ValueError(
+                "Negative values in data passed as X: "
                 "affinity='precomputed_nearest_neighbors' expects nonnegative "
                 f"distances in X; found a minimum of {float(data.min()):.6g}."
             )
 
     def fit(self, X):
         self._check_distances(X)
-        return super().fit(X)
+        if not sp.issparse(X):
+            return super().fit(X)
+        self.n_train_ = X.shape[0]
+        C = _knn_connectivity(X, min(self.n_neighbors, X.shape[0]))
+        return clean_csr((0.5 * (C + C.T)).astype(X.dtype))
 
     def cross(self, X_new):
         if X_new.shape[1] != self.n_train_:
@@ -166,7 +281,9 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"shape={X_new.shape}."
             )
         self._check_distances(X_new)
-        return super().cross(X_new)
+        if hasattr(self, "nn_") and not sp.issparse(X_new):
+            return super().cross(X_new)
+        return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
 class RBFAffinity(Affinity):
@@ -183,6 +300,7 @@ class RBFAffinity(Affinity):
         self.X_fit_ = X
 
     def fit(self, X):
+        check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity")
         self.adopt(X, None)
         return self.recompute()
 
@@ -191,6 +309,7 @@ class RBFAffinity(Affinity):
         from sklearn.metrics.pairwise import rbf_kernel
 
         X = self.X_fit_
+        check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
         return np.ascontiguousarray(
             rbf_kernel(X, gamma=self.gamma).astype(X.dtype, copy=False))
 
@@ -208,12 +327,13 @@ class CosineAffinity(Affinity):
     matrix_free = True
 
     def adopt(self, X, problem):
-        """Record a matrix-free fit on ``X``, with the similarity range the
-        device computed."""
+        """Record a matrix-free fit on ``X``, with the similarity range and
+        the compute dtype of the device (:meth:`recompute` uses it too)."""
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
         lo, hi = problem.cosine_range
         self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
+        self.compute_dtype_ = problem.compute_dtype
 
     def fit(self, X):
         self.n_train_ = X.shape[0]
@@ -222,17 +342,27 @@ class CosineAffinity(Affinity):
         return W
 
     def recompute(self):
-        from sklearn.metrics.pairwise import cosine_similarity
-
-        return np.ascontiguousarray(cosine_power(
-            cosine_similarity(self.X_fit_), self.cos_min_, self.cos_max_,
-            self.power))
+        """The dense training affinity of a matrix-free fit, computed in the
+        device's dtype (so that it is the ``W`` the device solved), in the
+        dtype of the features."""
+        X = self.X_fit_
+        n = X.shape[0]
+        dtype = getattr(self, "compute_dtype_", X.dtype)
+        check_dense_fits(n, n, dtype, "cosine affinity", _RECOMPUTE)
+        S = cosine_similarity(X.astype(dtype, copy=False))
+        W = cosine_power(S, self.cos_min_, self.cos_max_, self.power)
+        return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
-        from sklearn.metrics.pairwise import cosine_similarity
-
         return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,
                             self.cos_max_, self.power)
+
+
+_RECOMPUTE = (
+    "A matrix-free fit never forms W: affinity_matrix_ recomputes it when read, "
+    "and it does not fit. labels_, ncut_, cluster_volumes_ and "
+    "cluster_associations_ hold what was computed from it."
+)
 
 
 class CallableAffinity(Affinity):

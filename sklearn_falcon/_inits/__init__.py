@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .._solver import SolverOptions
-from ._multilevel import Hierarchy, multilevel_candidates
+from ._multilevel import Hierarchy, multilevel_labels
 from ._simple import fill_empty, kmeans_labels, random_labels
 from ._spectral import spectral_embedding_labels
 
@@ -89,12 +89,11 @@ class Init:
 
 
 def _start_multilevel(ctx):
-    # the hierarchy is deterministic: built once, reused by every restart
-    H = ctx.cache.get("hierarchy")
-    candidates, H = multilevel_candidates(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
-                                          options=ctx.options.quieter(), hierarchy=H)
-    ctx.cache["hierarchy"] = H
-    return candidates
+    # each restart draws its own matchings and coarse starts from the seed
+    labels, _ = multilevel_labels(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
+                                  options=ctx.options.quieter(),
+                                  verbose=ctx.options.verbose)
+    return [labels]
 
 
 def _start_spectral(ctx):
@@ -132,4 +131,4 @@ def make_starts(init, context, n_init=1):
     return starts
 
 
-__all__ += ["Hierarchy", "multilevel_candidates"]
+__all__ += ["Hierarchy", "multilevel_labels"]

@@ -1,10 +1,23 @@
 """Coarsening of a graph for the multilevel initialization (Numba kernels
 and their driver).
 
-One level: every node points at its heaviest neighbour by
-``W_ij / (d_i d_j)``; the connected components of that forest become the
-nodes of the next level, ``W_c = P' W P`` (self-loops keep the internal
-weight, so ``f`` of a projected labelling is preserved exactly).
+One level is a **randomized matching**: the nodes are visited in a random
+order, and each unmatched node is paired with its unmatched neighbour of
+largest normalized weight ``W_ij / (d_i d_j)`` (Graclus' criterion: it
+favours pairs that weigh much for both ends, not hubs).  An edge is
+contracted only when it is within a factor ``alpha`` of the heaviest edge at
+*both* of its ends: a small, weakly attached group of nodes (a speck of
+colour in a pixel graph, the two rings of noisy circles) is never glued to
+its surroundings, so it survives as one coarse node, where a move of the
+solver can isolate it.  Nodes left unmatched are then paired two hops away,
+when they share their heaviest neighbour (METIS' two-hop matching: leaves of
+a hub).  A level halves the graph at best; the coarse graph is
+``W_c = P' W P`` (self-loops keep the internal weight, so ``f`` of a
+projected labelling is preserved exactly).
+
+``part`` restricts the matching to pairs with the same label: the
+coarsening of a V-cycle, whose every level represents the current
+partition.
 """
 
 import numpy as np
@@ -13,141 +26,139 @@ import scipy.sparse as sp
 from .._backends._numba._kernels import _add_rows_by_label
 from .._jit import jit as _jit
 
-__all__ = ["coarsen", "coarsen_csr", "coarsen_dense", "forest_components",
-           "heaviest_neighbor_csr", "heaviest_neighbor_dense"]
+__all__ = ["coarsen", "coarsen_csr", "coarsen_dense", "match_csr", "match_dense"]
+
 
 @_jit
-def heaviest_neighbor_csr(indptr, indices, data, degrees):
-    """For each node, the neighbour ``j != i`` maximizing ``W_ij / (d_i d_j)``
-    (ties: smallest index); ``i`` itself when it has no other neighbour."""
+def _number_pairs(match):
+    """Coarse node of each node from the pairs in ``match`` (-1: single),
+    numbered in the order of their smallest node."""
+    n = match.shape[0]
+    mapping = np.full(n, -1, dtype=np.int64)
+    n_coarse = 0
+    for u in range(n):
+        if mapping[u] < 0:
+            mapping[u] = n_coarse
+            if match[u] >= 0:
+                mapping[match[u]] = n_coarse
+            n_coarse += 1
+    return n_coarse, mapping
+
+
+@_jit
+def _pair_two_hops(match, heavy, order):
+    """Pair the unmatched nodes that share their heaviest neighbour
+    (``heavy``, -1: none), in visiting order."""
+    pending = np.full(match.shape[0], -1, dtype=np.int64)
+    for u in order:
+        h = heavy[u]
+        if match[u] >= 0 or h < 0:
+            continue
+        v = pending[h]
+        if v >= 0:
+            match[u] = v
+            match[v] = u
+            pending[h] = -1
+        else:
+            pending[h] = u
+
+
+@_jit
+def _top_of_row(u, cols, vals, inv, part):
+    """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part."""
+    t = 0.0
+    for q in range(cols.shape[0]):
+        j = cols[q]
+        if j != u and part[j] == part[u]:
+            s = np.float64(vals[q]) * inv[j]
+            if s > t:
+                t = s
+    return t
+
+
+@_jit
+def _match_row(u, cols, vals, inv, part, alpha, top, match, heavy):
+    """Visit node ``u`` (its row: neighbours ``cols``, weights ``vals``):
+    pair it with its best eligible unmatched neighbour, and note its
+    heaviest eligible neighbour for the two-hop pairing."""
+    best = 0.0
+    best_j = -1
+    for q in range(cols.shape[0]):
+        j = cols[q]
+        w = np.float64(vals[q])
+        if j == u or w <= 0.0 or part[j] != part[u]:
+            continue
+        s = w * inv[j]
+        if s < alpha * top[u] or w * inv[u] < alpha * top[j]:
+            continue
+        if s == top[u]:
+            heavy[u] = j
+        if match[j] < 0 and s > best:
+            best = s
+            best_j = j
+    if best_j >= 0:
+        match[u] = best_j
+        match[best_j] = u
+
+
+@_jit
+def match_csr(indptr, indices, data, degrees, order, part, alpha):
+    """Randomized normalized heavy-edge matching of a CSR graph.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSR arrays of the symmetric ``W``.
+    degrees : float64 array of shape (n,)
+        Positive degrees.
+    order : int64 array of shape (n,)
+        The visiting order (a permutation).
+    part : int64 array of shape (n,)
+        Only nodes with the same ``part`` are paired.
+    alpha : float
+        An edge is contracted only when its ``W_ij / d_j`` is at least
+        ``alpha`` times the largest of node ``i`` and its ``W_ij / d_i`` at
+        least ``alpha`` times the largest of node ``j``.
+
+    Returns
+    -------
+    n_coarse : int
+    mapping : int64 array of shape (n,)
+        Coarse node of each node.
+    """
     n = indptr.shape[0] - 1
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        best = -1.0
-        best_j = i
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            if j == i or degrees[j] <= 0.0:
-                continue
-            s = data[p] / degrees[j]
-            if s > best or (s == best and j < best_j):
-                best = s
-                best_j = j
-        out[i] = best_j
-    return out
+    inv = 1.0 / degrees
+    top = np.empty(n, dtype=np.float64)
+    for u in range(n):
+        top[u] = _top_of_row(u, indices[indptr[u]:indptr[u + 1]],
+                             data[indptr[u]:indptr[u + 1]], inv, part)
+    match = np.full(n, -1, dtype=np.int64)
+    heavy = np.full(n, -1, dtype=np.int64)
+    for u in order:
+        if match[u] < 0:
+            _match_row(u, indices[indptr[u]:indptr[u + 1]],
+                       data[indptr[u]:indptr[u + 1]], inv, part, alpha, top, match,
+                       heavy)
+    _pair_two_hops(match, heavy, order)
+    return _number_pairs(match)
 
 
 @_jit
-def _argmax4(x):
-    """Index of a maximum of ``x`` (-1 if all are ``-inf``; not necessarily
-    the first of tied maxima), from four independent running maxima: one
-    running maximum is a chain of dependent compares, 3-4x slower."""
-    m = x.shape[0]
-    t0 = t1 = t2 = t3 = -np.inf
-    a0 = a1 = a2 = a3 = -1
-    j = 0
-    while j + 4 <= m:
-        if x[j] > t0:
-            t0, a0 = x[j], j
-        if x[j + 1] > t1:
-            t1, a1 = x[j + 1], j + 1
-        if x[j + 2] > t2:
-            t2, a2 = x[j + 2], j + 2
-        if x[j + 3] > t3:
-            t3, a3 = x[j + 3], j + 3
-        j += 4
-    while j < m:
-        if x[j] > t0:
-            t0, a0 = x[j], j
-        j += 1
-    if t1 > t0:
-        t0, a0 = t1, a1
-    if t3 > t2:
-        t2, a2 = t3, a3
-    return a2 if t2 > t0 else a0
-
-
-@_jit
-def heaviest_neighbor_dense(W, degrees):
-    """Dense twin of :func:`heaviest_neighbor_csr` (ties: smallest index).
-
-    Each row is first scored with the inverse degrees, in a branch-free pass
-    that vectorizes, and its maximum located; only if other entries lie
-    within rounding of it are the exact ratios ``W_ij / d_j`` compared, so
-    the answer is the one of the exact division, at a third of its cost.
-    """
+def match_dense(W, degrees, order, part, alpha):
+    """Dense twin of :func:`match_csr` (zero entries are not edges): the same
+    visits, on rows that hold every node."""
     n = W.shape[0]
-    out = np.empty(n, dtype=np.int64)
-    inv = np.zeros(n, dtype=np.float64)
-    for j in range(n):
-        if degrees[j] > 0.0:
-            inv[j] = 1.0 / degrees[j]
-    score = np.empty(n, dtype=np.float64)
-    for i in range(n):
-        for j in range(n):
-            w = np.float64(W[i, j])
-            score[j] = w * inv[j] if w > 0.0 else -1.0
-        score[i] = -1.0
-        top_j = _argmax4(score)
-        if score[top_j] <= 0.0:
-            out[i] = i
-            continue
-        # |w * (1/d) - w / d| is a few ulps: 1e-12 relative is a safe margin
-        cut = score[top_j] * (1.0 - 1e-12)
-        n_near = 0
-        for j in range(n):
-            n_near += score[j] >= cut
-        if n_near == 1:
-            out[i] = top_j
-            continue
-        best = -1.0
-        best_j = i
-        for j in range(n):
-            if score[j] >= cut:
-                s = np.float64(W[i, j]) / degrees[j]
-                if s > best:
-                    best = s
-                    best_j = j
-        out[i] = best_j
-    return out
-
-
-@_jit
-def forest_components(target):
-    """Connected components of the graph with edges ``i -- target[i]``.
-
-    Returns ``(n_components, mapping)``; components are numbered in the
-    order of their smallest node, as :func:`scipy.sparse.csgraph.
-    connected_components` numbers them.  Union-find with path halving.
-    """
-    n = target.shape[0]
-    parent = np.arange(n)
-    for i in range(n):
-        a = i
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        b = target[i]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            if a < b:
-                parent[b] = a
-            else:
-                parent[a] = b
-    mapping = np.empty(n, dtype=np.int64)
-    root_label = np.full(n, -1, dtype=np.int64)
-    n_comp = 0
-    for i in range(n):
-        r = i
-        while parent[r] != r:
-            r = parent[r]
-        if root_label[r] < 0:
-            root_label[r] = n_comp
-            n_comp += 1
-        mapping[i] = root_label[r]
-    return n_comp, mapping
+    inv = 1.0 / degrees
+    cols = np.arange(n)
+    top = np.empty(n, dtype=np.float64)
+    for u in range(n):
+        top[u] = _top_of_row(u, cols, W[u], inv, part)
+    match = np.full(n, -1, dtype=np.int64)
+    heavy = np.full(n, -1, dtype=np.int64)
+    for u in order:
+        if match[u] < 0:
+            _match_row(u, cols, W[u], inv, part, alpha, top, match, heavy)
+    _pair_two_hops(match, heavy, order)
+    return _number_pairs(match)
 
 
 @_jit
@@ -217,15 +228,20 @@ def coarsen_dense(W, mapping, n_coarse):
     return np.ascontiguousarray(WcT.T).astype(W.dtype)
 
 
-def heaviest_neighbor(W, degrees):
-    """For each node, its heaviest neighbour by ``W_ij / (d_i d_j)``."""
-    if sp.issparse(W):
-        return heaviest_neighbor_csr(W.indptr, W.indices, W.data, degrees)
-    return heaviest_neighbor_dense(W, degrees)
+def coarsen(W, degrees, rng, *, part=None, alpha=0.1):
+    """One coarsening level: a randomized matching, then ``P' W P``.
 
-
-def coarsen(W, degrees):
-    """One coarsening level.
+    Parameters
+    ----------
+    W : CSR matrix or ndarray of shape (n, n)
+        Symmetric nonnegative affinity with positive degrees.
+    degrees : ndarray of shape (n,)
+    rng : numpy.random.Generator
+        Draws the visiting order of the matching.
+    part : ndarray of shape (n,), default=None
+        Labels that the matching must respect (None: any pair).
+    alpha : float, default=0.1
+        Contraction guard of :func:`match_csr`.
 
     Returns
     -------
@@ -235,15 +251,31 @@ def coarsen(W, degrees):
         Coarse degrees ``P' d``.
     mapping : ndarray of shape (n,)
         Coarse node of each fine node.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._inits._coarsen import coarsen
+    >>> W = np.kron(np.eye(2), np.ones((2, 2)))  # two pairs
+    >>> Wc, dc, mapping = coarsen(W, W.sum(1), np.random.default_rng(0))
+    >>> Wc.tolist(), mapping.tolist()
+    ([[4.0, 0.0], [0.0, 4.0]], [0, 0, 1, 1])
     """
-    n_comp, mapping = forest_components(heaviest_neighbor(W, degrees))
+    n = W.shape[0]
+    order = rng.permutation(n).astype(np.int64)
+    part = (np.zeros(n, dtype=np.int64) if part is None
+            else np.ascontiguousarray(part, dtype=np.int64))
+    d = np.ascontiguousarray(degrees, dtype=np.float64)
     if sp.issparse(W):
+        n_comp, mapping = match_csr(W.indptr, W.indices, W.data, d, order, part,
+                                    float(alpha))
         indptr, indices, data = coarsen_csr(W.indptr, W.indices, W.data, mapping,
                                             n_comp)
         if indices.shape[0] < np.iinfo(np.int32).max:
             indptr, indices = indptr.astype(np.int32), indices.astype(np.int32)
         Wc = sp.csr_matrix((data, indices, indptr), shape=(n_comp, n_comp))
     else:
+        n_comp, mapping = match_dense(W, d, order, part, float(alpha))
         Wc = coarsen_dense(W, mapping, n_comp)
     dc = np.bincount(mapping, weights=degrees, minlength=n_comp)
     return Wc, dc, mapping

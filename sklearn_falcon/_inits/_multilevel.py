@@ -1,56 +1,158 @@
-"""The multilevel (Graclus-like) initialization.
+"""The multilevel V-cycle initialization (the default, ``init="multilevel"``).
 
-1. **Coarsen** (:mod:`._coarsen`): every node points at its heaviest
-   neighbour by ``W_ij / (d_i d_j)``; the components of that forest are the
-   nodes of the next level.  Repeat until about ``4 K`` nodes remain or
-   coarsening stalls.
-2. **Solve a coarse graph** with Falcon plus exact local moves from many
-   random starts.  A spectral labelling of the finest level on which an
-   eigensolve is cheap (at most ``spectral_max_nnz`` stored entries: the
-   input graph itself for small sparse graphs, a coarse level for dense
-   token graphs) is one more start: a safety net, not the method.
-3. **Project and refine** level by level with the same solver.
+In the spirit of METIS and Graclus, with Falcon as the refinement:
 
-Several coarsening depths are tried because no depth wins everywhere; the
-candidates are refined on the finest level by the caller and the best ``f``
-is kept.
+1. **Coarsen** (:mod:`._coarsen`) by randomized normalized heavy-edge
+   matchings, about halving the graph per level, down to about
+   ``COARSE_PER_CLUSTER * K`` nodes.  The matching order is drawn from the
+   seed, so every restart (``n_init``) coarsens differently.
+2. **Partition the coarsest graph** from many starts (:mod:`._coarsest`:
+   random, region growing, spectral, recursive bisection), each refined by
+   the solver; the ``Effort.n_keep`` best are improved by split-and-merge moves and
+   pair re-bisections (:mod:`._moves`).
+3. **Uncoarsen**: project level by level, refining at every level with the
+   solver (proximal steps, then exact single-node moves) and with
+   split-and-merge moves that extract whole coarse nodes.  While the levels
+   are small (up to ``Effort.beam_max_nodes`` nodes) all kept candidates go up;
+   above, only the best by ``f`` (``f`` is preserved exactly by
+   projection, so they compare fairly).
+4. A **spectral candidate** on graphs where ``nnz * K`` is at most
+   ``Effort.spectral_budget``: the coarsest graph's leading eigenvectors,
+   projected, refined by a few LOBPCG iterations on the input graph and
+   discretized, then refined by the solver.  The coarse starts see the
+   input graph through coarse graphs that distort its shape; on meshes the
+   spectral embedding of the input graph finds the global arrangement.
+5. **V-cycles** on the finest partitions: coarsen again within its clusters
+   (so that every level represents it), re-bisect pairs of clusters and
+   split-and-merge on the coarsest levels, and refine back down; repeated
+   while ``f`` rises by a relative ``Effort.vcycle_min_gain``, at most
+   ``Effort.n_vcycles`` times (fewer on graphs of over
+   ``Effort.large_entries`` stored entries, where a cycle costs a few
+   passes over the graph).
+
+How much of 2-5 is done is an :class:`Effort`: ``SPARSE`` for sparse
+graphs, the lighter ``DENSE`` for dense (feature) graphs.
+
+Every step only accepts what raises ``f``, so the labels it returns are at
+least as good as any start it refined.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.sparse as sp
 
-from .._backends import make_problem
-from .._solver import SolverOptions, solve
-from .._stats import n_entries
+from .._log import log_stage
+from .._solver import SolverOptions
+from .._stats import cluster_statistics, n_entries, objective_of
 from ._coarsen import coarsen
-from ._simple import random_labels
-from ._spectral import spectral_embedding_labels
+from ._coarsest import coarse_starts
+from ._moves import pair_rebisection, refine, split_merge
+from ._simple import fill_empty
+from ._spectral import leading_vectors, spectral_embedding_labels
 
-__all__ = ["Hierarchy", "multilevel_candidates"]
+__all__ = ["DENSE", "SPARSE", "Effort", "Hierarchy", "multilevel_labels"]
+
+@dataclass(frozen=True)
+class Effort:
+    """How much work the scheme does beyond one pass down and up.
+
+    Attributes
+    ----------
+    n_starts : int
+        Random and region-growing starts on the coarsest graph, each.
+    starts_times_k : int
+        At least this many over ``K`` (more starts for few clusters, whose
+        coarsest graph is tiny: with ``K = 2`` the ring-separating seeds of
+        noisy circles are drawn by few starts).
+    n_keep : int
+        Coarse candidates improved and carried up.
+    beam_max_nodes : int
+        Above this level size only the best candidate goes up.
+    n_vcycles : int
+        At most; ``n_vcycles_large`` on graphs of more than ``large_entries``
+        stored entries (where a cycle costs a few passes over the graph).
+    vcycle_min_gain : float
+        Another V-cycle only after a relative gain of ``f`` this large.
+    pair_per_cluster : int
+        Pair re-bisections on levels of at most this many nodes per cluster.
+    spectral_budget : int
+        A spectral candidate of the input graph when ``nnz * K`` is at most
+        this (0: never).
+    """
+
+    n_starts: int = 8
+    starts_times_k: int = 48
+    n_keep: int = 4
+    beam_max_nodes: int = 50_000
+    n_vcycles: int = 3
+    n_vcycles_large: int = 1
+    large_entries: int = 200_000
+    vcycle_min_gain: float = 1e-4
+    pair_per_cluster: int = 60
+    spectral_budget: int = 2_000_000
+
+
+# Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
+# graphs; dense token graphs for DENSE, see docs/user_guide.rst, "init").
+SPARSE = Effort()
+# Dense graphs are feature graphs (image tokens): there the extra candidates
+# and V-cycles changed the NCut of 4 of 30 token graphs by 1e-5 at twice
+# the time,
+# and the spectral candidate (meant for meshes) is a dense eigensolve.
+DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0)
+COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
+ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
+MAX_LEVELS = 64
+MAX_POLISH = 20  # exact-move sweeps per refinement inside the init
 
 
 class Hierarchy:
     """Coarsening hierarchy of one graph.
 
     ``graphs[0]`` is the input graph; ``maps[l]`` maps the nodes of level
-    ``l`` to those of level ``l + 1``.
+    ``l`` to those of level ``l + 1``.  With ``part``, every matching pairs
+    only nodes of the same label, and ``parts[l]`` is the labelling on
+    level ``l``.
+
+    Parameters
+    ----------
+    W : CSR matrix or ndarray
+    degrees : ndarray
+    n_clusters : int
+    rng : numpy.random.Generator
+        Draws the matching orders.
+    coarse_size : int, default=None
+        Stop at this many nodes (``COARSE_PER_CLUSTER * n_clusters``).
+    part : ndarray, default=None
     """
 
-    def __init__(self, W, degrees, n_clusters, *, min_size=None, max_levels=40):
+    def __init__(self, W, degrees, n_clusters, rng, *, coarse_size=None, part=None):
         self.n_clusters = n_clusters
-        min_size = max(4 * n_clusters, n_clusters + 1) if min_size is None else min_size
+        if coarse_size is None:
+            coarse_size = max(COARSE_PER_CLUSTER * n_clusters, 2 * n_clusters)
         self.graphs = [(W, degrees)]
         self.maps = []
-        while len(self.maps) < max_levels:
+        self.parts = [None if part is None else np.asarray(part, dtype=np.int64)]
+        while len(self.maps) < MAX_LEVELS:
             Wl, dl = self.graphs[-1]
             n = Wl.shape[0]
-            if n <= min_size:
+            if n <= coarse_size:
                 break
-            Wc, dc, mapping = coarsen(Wl, dl)
+            Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1], alpha=ALPHA)
+            if Wc.shape[0] > 0.9 * n:
+                # stalled (guarded edges everywhere): one level without guard
+                Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1],
+                                          alpha=0.0)
             nc = Wc.shape[0]
             if nc < n_clusters or nc > 0.95 * n:
                 break
             self.graphs.append((Wc, dc))
             self.maps.append(mapping)
+            if part is not None:
+                pc = np.empty(nc, dtype=np.int64)
+                pc[mapping] = self.parts[-1]
+                self.parts.append(pc)
 
     @property
     def sizes(self):
@@ -63,108 +165,149 @@ class Hierarchy:
         return labels
 
 
-def _refine(W, degrees, labels, n_clusters, options):
-    res = solve(make_problem(W, n_clusters, degrees=degrees), labels, options)
-    return res.labels[0], float(res.objective[0])
+def _f(W, degrees, labels, n_clusters):
+    return objective_of(*cluster_statistics(W, labels, n_clusters, degrees))
 
 
-def multilevel_candidates(
-    W,
-    degrees,
-    n_clusters,
-    rng,
-    *,
-    n_starts=10,
-    depths=(None, 16),
-    spectral=True,
-    spectral_max_nnz=100_000,
-    options=None,
-    hierarchy=None,
-):
-    """Candidate labelings of the finest graph from a multilevel scheme.
+def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0):
+    """Project ``labels`` from ``level`` to ``to_level``, refining on every
+    level on the way (solver, then extraction moves; pair re-bisections on
+    the levels of at most ``pairs * K`` nodes)."""
+    K = n_clusters
+    f = None
+    for lv in range(level - 1, to_level - 1, -1):
+        labels = labels[H.maps[lv]]
+        Wl, dl = H.graphs[lv]
+        labels, f = refine(Wl, dl, labels, K, options)
+        if Wl.shape[0] <= pairs * K:
+            labels, f = pair_rebisection(Wl, dl, labels, K, rng, options)
+        labels, f = split_merge(Wl, dl, labels, K, rng, options, bisect=False,
+                                max_rounds=3)
+    return labels, f
+
+
+def _vcycle(W, degrees, labels, n_clusters, rng, options, effort):
+    """One V-cycle from ``labels``: returns ``(labels, f)``, never worse."""
+    K = n_clusters
+    H = Hierarchy(W, degrees, K, rng, part=labels)
+    top = len(H.maps)
+    Wc, dc = H.graphs[top]
+    yc, _ = refine(Wc, dc, H.parts[top], K, options)
+    if Wc.shape[0] <= effort.pair_per_cluster * K:
+        yc, _ = pair_rebisection(Wc, dc, yc, K, rng, options)
+    yc, fc = split_merge(Wc, dc, yc, K, rng, options, bisect=top > 0)
+    if top == 0:
+        return yc, fc
+    return _uncoarsen(H, yc, top, K, rng, options, pairs=effort.pair_per_cluster)
+
+
+def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
+                      verbose=0):
+    """Labels of one restart of the multilevel V-cycle scheme.
 
     Parameters
     ----------
-    W : CSR matrix or ndarray
-        Affinity of the finest graph (no isolated nodes).
-    degrees : ndarray
+    W : CSR matrix or ndarray of shape (n, n)
+        Symmetric nonnegative affinity with positive degrees.
+    degrees : ndarray of shape (n,)
     n_clusters : int
-    rng : numpy Generator
-    n_starts : int
-        Random starts on the coarsest graph of each depth.
-    depths : tuple
-        Coarsest sizes to start from, as multiples of ``n_clusters``
-        (``None``: the coarsest level of the hierarchy).
-    spectral : bool
-        Also start from a spectral labelling of the finest level whose graph
-        has at most ``spectral_max_nnz`` stored entries (a cheap eigensolve
-        there).
-    spectral_max_nnz : int
-        Largest graph (in stored entries: ``nnz`` for sparse, ``n**2`` for
-        dense) on which the spectral start is computed.  An eigensolve costs
-        about ``nnz`` per iteration, so this bounds its cost; a dense token
-        graph gets its spectral start on a coarse level.
+    rng : numpy.random.Generator
+        Draws the matchings and the coarse starts.
     options : SolverOptions, default=None
-        Options of the refinement on the coarse levels (defaults when None).
-    hierarchy : Hierarchy, default=None
-        Reuse a hierarchy built earlier (it is deterministic).
+        Options of the refinements.
+    effort : Effort, default=None
+        ``SPARSE`` for a sparse ``W``, ``DENSE`` for a dense one.
+    verbose : int, default=0
+        When > 0, log the hierarchy and ``f`` on each level (stage ``level``
+        of the ``sklearn_falcon`` logger).
 
     Returns
     -------
-    candidates : list of ndarray
-        Label vectors projected to the finest level (the caller refines them
-        there): the best by ``f`` on level 1 of the starts made on coarse
-        levels, then one per start made on the finest level.
-    hierarchy : Hierarchy
+    labels : ndarray of shape (n,)
+        Refined on ``W``; every cluster non-empty.
+    f : float
+        Their normalized association.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._inits._multilevel import multilevel_labels
+    >>> W = np.kron(np.eye(3), np.ones((5, 5))) + 0.01
+    >>> y, f = multilevel_labels(W, W.sum(1), 3, np.random.default_rng(0))
+    >>> sorted(np.bincount(y).tolist()), round(f, 3)
+    ([5, 5, 5], 2.942)
     """
-    params = options if options is not None else SolverOptions()
-    H = hierarchy if hierarchy is not None else Hierarchy(W, degrees, n_clusters)
-    sizes = H.sizes
-    starts = []
-    for depth in depths:
-        if depth is None:
-            level = len(sizes) - 1
-        else:
-            # the coarsest level still holding at least depth * K nodes
-            ok = [lv for lv, s in enumerate(sizes) if s >= depth * n_clusters]
-            level = ok[-1] if ok else 0
-        if (level, "random") not in starts and sizes[level] <= 50_000:
-            starts.append((level, "random"))
-    if spectral:
-        # the finest level on which an eigensolve is cheap; from a coarse
-        # level the start is refined down the hierarchy like the random ones
-        nnz = [n_entries(g[0]) for g in H.graphs]
-        level = next((lv for lv, z in enumerate(nnz) if z <= spectral_max_nnz), None)
-        if level is not None:
-            starts.append((level, "spectral"))
-    candidates = []
-    for level, kind in starts:
-        Wl, dl = H.graphs[level]
-        n_l = Wl.shape[0]
-        if kind == "spectral":
-            tries = [spectral_embedding_labels(Wl, dl, n_clusters, rng)]
-        else:
-            # restarts cost O(nnz) each: fewer of them on the larger levels
-            n_try = max(4, min(n_starts, (n_starts * 200) // max(n_l, 1)))
-            tries = [random_labels(n_l, n_clusters, rng) for _ in range(n_try)]
-        best, best_f = None, -np.inf
-        for y in tries:
-            y, f = _refine(Wl, dl, y, n_clusters, params)
-            if f > best_f:
-                best, best_f = y, f
-        labels, f = best, best_f
-        for lv in range(level - 1, 0, -1):
-            labels = labels[H.maps[lv]]
-            Wf, df = H.graphs[lv]
-            labels, f = _refine(Wf, df, labels, n_clusters, params)
-        candidates.append((level, f, labels))
-    if not candidates:  # the graph did not coarsen and is too large to restart
-        return [random_labels(W.shape[0], n_clusters, rng)], H
-    # f is preserved exactly by projection, so the candidates refined down to
-    # level 1 compare fairly there: only the best of them goes on to the
-    # finest level, with those that started there
-    coarse = [c for c in candidates if c[0] > 0]
-    candidates = [c for c in candidates if c[0] == 0]
-    if coarse:
-        candidates.insert(0, max(coarse, key=lambda c: c[1]))
-    return [c[2][H.maps[0]] if c[0] > 0 else c[2] for c in candidates], H
+    opt = SolverOptions() if options is None else options
+    opt = opt.replace(max_polish=min(opt.max_polish, MAX_POLISH))
+    eff = effort if effort is not None else (SPARSE if sp.issparse(W) else DENSE)
+    K = n_clusters
+    n = W.shape[0]
+    if K == 1:
+        return np.zeros(n, dtype=np.int64), _f(W, degrees, np.zeros(n, np.int64), 1)
+    H = Hierarchy(W, degrees, K, rng)
+    top = len(H.maps)
+    Wc, dc = H.graphs[top]
+    if verbose:
+        log_stage("level", "hierarchy of %d levels, %s nodes", top + 1, H.sizes)
+    cands = []
+    n_starts = max(eff.n_starts, eff.starts_times_k // K)
+    for y in coarse_starts(Wc, dc, K, rng, n_random=n_starts, n_grow=n_starts,
+                           options=opt):
+        y, f = refine(Wc, dc, fill_empty(y, K, rng), K, opt)
+        cands.append((f, len(cands), y))
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    kept = []
+    for _, i, y in cands[:eff.n_keep]:
+        y, f = split_merge(Wc, dc, y, K, rng, opt)
+        y, f = pair_rebisection(Wc, dc, y, K, rng, opt)
+        kept.append((f, i, y))
+    kept.sort(key=lambda c: (-c[0], c[1]))
+    if verbose:
+        log_stage("level", "%d (%d nodes): %d coarse starts, best f=%.6f", top,
+                  H.sizes[top], len(cands), kept[0][0])
+    # carry the candidates up while the levels are small, then the best
+    level = top
+    while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
+        up = []
+        for _, i, y in kept:
+            y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1)
+            up.append((f, i, y))
+        kept = sorted(up, key=lambda c: (-c[0], c[1]))
+        level -= 1
+        if verbose:
+            log_stage("level", "%d (%d nodes): %d candidates, best f=%.6f", level,
+                      H.sizes[level], len(kept), kept[0][0])
+    f, _, y = kept[0]
+    if level > 0:
+        y, f = _uncoarsen(H, y, level, K, rng, opt)
+        if verbose:
+            log_stage("level", "0 (%d nodes): refined, f=%.6f", n, f)
+    finals = [(f, y)]
+    if top > 0 and n_entries(W) * K <= eff.spectral_budget:
+        # the spectral embedding of the input graph, from the coarsest
+        # graph's projected: the global shape of a mesh, which coarse
+        # starts miss (their coarse graph distorts it)
+        start = H.project(leading_vectors(Wc, dc, K, rng), top)
+        ys = spectral_embedding_labels(W, degrees, K, rng, start=start)
+        ys, fs = refine(W, degrees, ys, K, opt)
+        finals.append((fs, ys))
+        if verbose:
+            log_stage("level", "0 (%d nodes): spectral candidate, f=%.6f", n, fs)
+    large = n_entries(W) > eff.large_entries
+    if large:
+        finals = [max(finals, key=lambda c: c[0])]
+    n_vcycles = min(eff.n_vcycles, eff.n_vcycles_large) if large else eff.n_vcycles
+    out = []
+    for f, y in finals:
+        for _ in range(n_vcycles):
+            y2, f2 = _vcycle(W, degrees, y, K, rng, opt, eff)
+            gain = f2 - f
+            if verbose:
+                log_stage("level", "V-cycle: f=%.6f -> %.6f", f, max(f, f2))
+            if gain > 0:
+                y, f = y2, f2
+            if gain <= eff.vcycle_min_gain * max(1.0, abs(f)):
+                break
+        out.append((f, y))
+    f, y = max(out, key=lambda c: c[0])
+    return y, f

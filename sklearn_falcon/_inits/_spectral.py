@@ -1,14 +1,24 @@
 """Spectral starts: the K leading eigenvectors of ``D^-1/2 W D^-1/2``,
 discretized."""
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import eigh, qr, svd
+from scipy.sparse.linalg import ArpackNoConvergence, eigsh, lobpcg
 
 from .._stats import cluster_statistics, objective_of
 from ._simple import fill_empty
 
-__all__ = ["cluster_qr", "spectral_embedding_labels", "spectral_labels"]
+__all__ = ["cluster_qr", "discretize", "leading_vectors", "spectral_embedding_labels"]
+
+# dense eigendecomposition up to this many nodes; bounds of the iterative
+# eigensolvers above (see leading_vectors)
+_DENSE_MAX = 600
+_ARPACK_MAXITER = 300
+_LOBPCG_MAXITER = 200
+_LOBPCG_WARM_MAXITER = 30
 
 
 def cluster_qr(vectors):
@@ -17,19 +27,6 @@ def cluster_qr(vectors):
     _, _, piv = qr(vectors.T, pivoting=True)
     ut, _, v = svd(vectors[piv[:k], :].T)
     return np.abs(vectors @ (ut @ v.conj())).argmax(axis=1)
-
-
-def spectral_labels(W, degrees, n_clusters, rng):
-    """Spectral labelling of a small graph by dense eigendecomposition."""
-    Wd = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
-    inv = np.zeros_like(degrees)
-    inv[degrees > 0] = 1.0 / np.sqrt(degrees[degrees > 0])
-    M = inv[:, None] * Wd * inv[None, :]
-    n = M.shape[0]
-    _, vec = eigh(M, subset_by_index=[n - n_clusters, n - 1])
-    vec = vec * inv[:, None]
-    labels = cluster_qr(vec)
-    return fill_empty(labels, n_clusters, rng)
 
 
 def _lloyd(emb, labels, n_clusters, n_iter=30):
@@ -61,31 +58,74 @@ def _kmeans_pp(emb, n_clusters, rng):
     return ((C**2).sum(1)[None, :] - 2.0 * emb @ C.T).argmin(axis=1)
 
 
-def spectral_embedding_labels(W, degrees, n_clusters, rng, n_restarts=3):
-    """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
-    (dense ``eigh`` for tiny graphs, ARPACK ``eigsh`` otherwise), discretized
-    on the row-normalized embedding by k-means started from cluster-QR and
-    from ``n_restarts`` k-means++ seedings; the labelling of highest ``f`` on
-    ``W`` is kept (cluster-QR alone can be far off on overlapping clusters).
+def _normalized(W, inv):
+    if sp.issparse(W):
+        Dm = sp.diags(inv)
+        return (Dm @ W.astype(np.float64) @ Dm).tocsr()
+    return inv[:, None] * np.asarray(W, dtype=np.float64) * inv[None, :]
+
+
+def _lobpcg(M, X, maxiter):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return lobpcg(M, X, largest=True, tol=1e-6, maxiter=maxiter)
+
+
+def leading_vectors(W, degrees, n_vectors, rng, start=None):
+    """The ``n_vectors`` leading eigenvectors of ``D^-1/2 W D^-1/2``, scaled
+    back by ``D^-1/2`` (columns by decreasing eigenvalue).
+
+    Dense ``eigh`` up to ``_DENSE_MAX`` nodes.  Above, with ``start`` (an
+    approximation of the result, e.g. the vectors of a coarse level
+    projected), LOBPCG from it for at most ``_LOBPCG_WARM_MAXITER``
+    iterations; without, ARPACK with at most ``_ARPACK_MAXITER`` restarts,
+    and if it has not converged by then (a nearly degenerate spectrum: one
+    pixel graph once took 16,259 iterations), LOBPCG with at most
+    ``_LOBPCG_MAXITER`` iterations.  Either way the cost is bounded.
     """
     n = W.shape[0]
-    if n <= 100 or n_clusters >= n // 2:
-        return spectral_labels(W, degrees, n_clusters, rng)
-    from scipy.sparse.linalg import eigsh
-
     inv = 1.0 / np.sqrt(degrees)
-    if sp.issparse(W):
-        M = sp.diags(inv) @ W.astype(np.float64) @ sp.diags(inv)
+    if n <= _DENSE_MAX or n_vectors >= n // 2:
+        M = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
+        M = inv[:, None] * M * inv[None, :]
+        _, vec = eigh(M, subset_by_index=[n - n_vectors, n - 1])
+        return vec[:, ::-1] * inv[:, None]
+    M = _normalized(W, inv)
+    if start is not None:
+        vals, vec = _lobpcg(M, start * np.sqrt(degrees)[:, None], _LOBPCG_WARM_MAXITER)
     else:
-        M = inv[:, None] * np.asarray(W, dtype=np.float64) * inv[None, :]
-    v0 = rng.uniform(-1, 1, n)
-    # a loose tolerance (1e-3) gave a different partition for each v0 on
-    # nearly degenerate spectra (kNN mixtures); 1e-6 is stable
-    _, vec = eigsh(M, k=n_clusters, which="LA", v0=v0, tol=1e-6)
-    emb = vec * inv[:, None]
+        v0 = rng.uniform(-1, 1, n)
+        # a loose tolerance (1e-3) gave a different partition for each v0 on
+        # nearly degenerate spectra (kNN mixtures); 1e-6 is stable
+        try:
+            vals, vec = eigsh(M, k=n_vectors, which="LA", v0=v0, tol=1e-6,
+                              maxiter=_ARPACK_MAXITER)
+        except ArpackNoConvergence:
+            X = rng.uniform(-1, 1, (n, n_vectors))
+            X[:, 0] = np.sqrt(degrees)
+            vals, vec = _lobpcg(M, X, _LOBPCG_MAXITER)
+    order = np.argsort(-vals)
+    return vec[:, order] * inv[:, None]
+
+
+def discretize(emb, W, degrees, n_clusters, rng, n_restarts=3):
+    """Labels from a spectral embedding: k-means on the row-normalized
+    embedding started from cluster-QR and from ``n_restarts`` k-means++
+    seedings; the labelling of highest ``f`` on ``W`` is kept (cluster-QR
+    alone can be far off on overlapping clusters)."""
     tries = [cluster_qr(emb)]
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True) + 1e-300
-    tries += [_kmeans_pp(emb, n_clusters, rng) for _ in range(n_restarts)]
-    tries = [fill_empty(_lloyd(emb, y, n_clusters), n_clusters, rng) for y in tries]
+    if emb.shape[0] > n_clusters:
+        emb = emb / (np.linalg.norm(emb, axis=1, keepdims=True) + 1e-300)
+        tries += [_kmeans_pp(emb, n_clusters, rng) for _ in range(n_restarts)]
+        tries = [_lloyd(emb, y, n_clusters) for y in tries]
+    tries = [fill_empty(y, n_clusters, rng) for y in tries]
     return max(tries, key=lambda y: objective_of(
         *cluster_statistics(W, y, n_clusters, degrees)))
+
+
+def spectral_embedding_labels(W, degrees, n_clusters, rng, start=None):
+    """Spectral labels: the K leading eigenvectors of ``D^-1/2 W D^-1/2``
+    (:func:`leading_vectors`, from ``start`` if given), discretized
+    (:func:`discretize`)."""
+    emb = leading_vectors(W, degrees, n_clusters, rng, start=start)
+    return discretize(emb, W, degrees, n_clusters, rng)

@@ -26,10 +26,12 @@ and ``tests/test_solver.py`` checks that they give the same labels, path,
 iteration and backtrack counts, bit for bit.
 """
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._log import log_stage
 from . import _compiled
 from ._options import SolverOptions
 from ._rules import accept, next_tau, score_scale, stop
@@ -100,6 +102,7 @@ def solve(problem, labels, options=None):
             converged=np.array([converged]),
             tau=np.array([tau_end / scale[0]]),
         )
+    t_start = time.perf_counter()
     X = P.from_labels(labels)
     WX = P.weights(X)
     vol, assoc = P.stats(WX, X)
@@ -161,10 +164,10 @@ def solve(problem, labels, options=None):
             active, _next_tau(trial_tau, tau0, opt.gamma_backtrack, opt.shrink_tau),
             tau_cur)
         if opt.verbose:
-            print(
-                f"[Falcon] iter {it + 1:3d}  f={np.array2string(f, precision=6)}"
-                f"  moved={acc_moved.tolist()}  active={int(active.sum())}"
-            )
+            log_stage("solve", "iter %3d  f=%s  moved=%s  active=%d  tau=%s  %.2f s",
+                      it + 1, np.array2string(f, precision=6), acc_moved.tolist(),
+                      int(active.sum()), np.array2string(tau_cur / scale, precision=3),
+                      time.perf_counter() - t_start)
 
     n_polish = np.zeros(B, dtype=np.int64)
     if polish:
@@ -180,7 +183,10 @@ def solve(problem, labels, options=None):
             n_polish += live
             f = f_new
             if opt.verbose:
-                print(f"[Falcon] polish  f={np.array2string(f, precision=6)}")
+                log_stage("polish", "sweep %d  f=%s  moved=%s  %.2f s",
+                          int(n_polish.max()), np.array2string(f, precision=6),
+                          moves.tolist(),
+                          time.perf_counter() - t_start)
         f = P.objective(vol, assoc)
 
     return SolveResult(

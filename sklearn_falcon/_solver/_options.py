@@ -49,7 +49,9 @@ class SolverOptions:
         at its initial value).  Off: on the benchmark graphs it reached the
         same NCut with up to 25x more rejected steps.
     verbose : int
-        Print one line per iteration when > 0 (runs the Python loop).
+        When > 0, log one line per iteration and polishing sweep to the
+        ``sklearn_falcon`` logger (stages ``solve`` and ``polish``; runs the
+        Python loop).
     compiled : bool
         Let a problem that offers the compiled loop run it (the same steps,
         tested equal); the Python loop runs when False or verbose.

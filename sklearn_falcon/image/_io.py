@@ -154,8 +154,13 @@ def load_image(image):
             raise FileNotFoundError(f"Image file not found: '{path}'.")
         if path.is_dir():
             raise ValueError(f"Expected an image file, got a directory: '{path}'.")
-        from PIL import Image, UnidentifiedImageError
-
+        try:
+            from PIL import Image, UnidentifiedImageError
+        except ImportError as exc:
+            raise ImportError(
+                "Reading image files needs Pillow, which is not installed: pip "
+                "install 'sklearn-falcon[cli]' (or pip install pillow)."
+            ) from exc
         try:
             with Image.open(path) as img:
                 img.load()

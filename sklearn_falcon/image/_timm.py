@@ -42,7 +42,10 @@ def _load_state_dict(path, torch):
                 "Loading a .safetensors checkpoint requires the 'safetensors' package: "
                 "pip install 'sklearn-falcon[image]'."
             ) from exc
-        state = load_file(str(path), device="cpu")
+        try:
+            state = load_file(str(path), device="cpu")
+        except Exception as exc:  # noqa: BLE001 - SafetensorError and the like
+            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
     else:
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)

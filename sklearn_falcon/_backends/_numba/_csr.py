@@ -54,8 +54,8 @@ from ._kernels import (
     _single_move_delta,
 )
 
-__all__ = ["candidate_stats_rows", "cluster_stats_csr", "label_dtype", "row_choices",
-           "threshold_step"]
+__all__ = ["candidate_stats_rows", "cluster_stats_csr", "label_dtype",
+           "own_cluster_weights_csr", "row_choices", "threshold_step"]
 
 ROW_BLOCK = 4096  # rows per task of the parallel passes (fixed)
 
@@ -195,6 +195,23 @@ def _cluster_stats_csr_ser(indptr, indices, data, labels, degrees, n_clusters):
         vol[k] += degrees[i]
         assoc[k] += _row_weight_to(i, k, indptr, indices, data, labels)
     return vol, assoc
+
+
+@jit
+def _own_weights_ser(indptr, indices, data, labels):
+    own = np.empty(labels.shape[0])
+    for i in range(labels.shape[0]):
+        own[i] = _row_weight_to(i, labels[i], indptr, indices, data, labels)
+    return own
+
+
+def own_cluster_weights_csr(indptr, indices, data, labels):
+    """``WX[i, labels[i]]`` for every node of a CSR graph, without the
+    ``(n, K)`` matrix: the sums of the ``WX`` pass, in the same order (in
+    parallel from ``CSR_PARALLEL_MIN`` stored entries; the same result)."""
+    if data.shape[0] >= CSR_PARALLEL_MIN:
+        return _own_weights_par(indptr, indices, data, labels)
+    return _own_weights_ser(indptr, indices, data, labels)
 
 
 def cluster_stats_csr(indptr, indices, data, labels, degrees, n_clusters):

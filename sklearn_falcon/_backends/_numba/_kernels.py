@@ -331,6 +331,29 @@ def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
 
 
 @_jit
+def cluster_pair_weights_csr(indptr, indices, data, labels, n_clusters):
+    """One pass over the nonzeros of a CSR W (no ``(n, K)`` matrix):
+    ``C[a, b] = sum of W_ij`` over ``labels_i = a``, ``labels_j = b``, and per
+    node its weight to its own cluster and its self-loop.  Returns
+    ``(C, own, self_w)``."""
+    n = indptr.shape[0] - 1
+    C = np.zeros((n_clusters, n_clusters), dtype=np.float64)
+    own = np.zeros(n, dtype=np.float64)
+    self_w = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        a = labels[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            b = labels[j]
+            C[a, b] += data[p]
+            if b == a:
+                own[i] += data[p]
+            if j == i:
+                self_w[i] += data[p]
+    return C, own, self_w
+
+
+@_jit
 def cluster_stats(WX, labels, degrees, n_clusters):
     """Cluster volumes and associations ``(vol, assoc)``, each of shape (K,)."""
     vol = np.zeros(n_clusters, dtype=np.float64)

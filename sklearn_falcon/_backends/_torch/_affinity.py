@@ -40,6 +40,10 @@ class Affinity:
     gamma : float
     block_elems : int
         Largest number of affinity entries formed at once (``B * rows * n``).
+    zero_norm : float, default=None
+        ``kind="cosine"``: rows of norm below it have similarity exactly 0 to
+        every row, as in the dense affinity (``10 eps`` of the features'
+        dtype); ``None``: ``10 eps`` of the compute dtype.
 
     Examples
     --------
@@ -55,7 +59,7 @@ class Affinity:
     KINDS = ("cosine", "rbf")
 
     def __init__(self, X, valid, kind="cosine", *, power=1.0, gamma=1.0,
-                 block_elems=2**22):
+                 block_elems=2**22, zero_norm=None):
         self.kind = kind
         self.power = float(power)
         self.gamma = float(gamma)
@@ -66,11 +70,14 @@ class Affinity:
         padded = not bool(valid.all())
         vmask = valid.unsqueeze(-1).to(X.dtype)
         if kind == "cosine":
-            # rows of (near) zero norm are left as they are, as by
-            # sklearn.preprocessing.normalize (norms below 10 eps count as 0)
+            # rows of (near) zero norm become zero: their similarity to
+            # every row is exactly 0, as in the dense cosine affinity
+            if zero_norm is None:
+                zero_norm = 10 * torch.finfo(X.dtype).eps
             norms = torch.linalg.vector_norm(X, dim=2, keepdim=True)
-            tiny = norms < 10 * torch.finfo(X.dtype).eps
+            tiny = norms < zero_norm
             G = X / torch.where(tiny, 1.0, norms)  # the only copy of X
+            G.masked_fill_(tiny, 0.0)
             self.X = G.mul_(vmask) if padded else G
             self.lo = torch.zeros(B, dtype=X.dtype, device=X.device)
             self.hi = torch.zeros(B, dtype=X.dtype, device=X.device)
@@ -123,7 +130,10 @@ class Affinity:
                 lo = torch.minimum(lo, S.amin(dim=(1, 2)))
                 hi = torch.maximum(hi, S.amax(dim=(1, 2)))
             del S
-        self.lo, self.hi = lo, hi
+        # a span within rounding is flat: hi = lo (as the dense
+        # sklearn_falcon._affinity.cosine_range, tested equal)
+        flat = (hi - lo) <= torch.finfo(self.X.dtype).eps ** 0.5
+        self.lo, self.hi = lo, torch.where(flat, lo, hi)
 
     def rows(self, idx):
         """Rows ``idx`` (int64, ``(B, m)``) of ``W``: a ``(B, m, n)`` tensor,

@@ -208,13 +208,19 @@ class TorchProblem:
             )
         sizes = [F.shape[0] for F in feats]
         B, n, p = len(feats), max(sizes), feats[0].shape[1]
+        # zero norms as in the dense cosine affinity: 10 eps of the features'
+        # dtype (sklearn_falcon._affinity.zero_norm, tested equal)
+        in_dtype = np.result_type(*[F.dtype for F in feats])
+        zero_norm = 10 * float(np.finfo(in_dtype if in_dtype.kind == "f"
+                                        else np.float64).eps)
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
         valid = (torch.arange(n, device=device).unsqueeze(0)
                  < bd.to_tensor(np.asarray(sizes), device).unsqueeze(1))
         A = Affinity(Xt, valid, affinity, power=power, gamma=gamma,
-                     block_elems=block_elems or default_block_elems(device))
+                     block_elems=block_elems or default_block_elems(device),
+                     zero_norm=zero_norm)
         d = bd.to_numpy(A.degrees())
         degrees = [d[b, : sizes[b]] for b in range(B)]
         return cls("features", n_clusters, device, dtype, sizes, degrees,
@@ -230,6 +236,11 @@ class TorchProblem:
             raise AttributeError("cosine_range exists only for affinity='cosine'.")
         return (bd.to_numpy(A.lo.to(torch.float64)),
                 bd.to_numpy(A.hi.to(torch.float64)))
+
+    @property
+    def compute_dtype(self):
+        """The NumPy dtype of the device's computations."""
+        return bd.to_numpy(torch.zeros(0, dtype=self.dtype)).dtype
 
     def labels_list(self, labels):
         """Per-graph NumPy label vectors, padding removed."""

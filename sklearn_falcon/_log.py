@@ -1,0 +1,101 @@
+"""Progress messages: the ``sklearn_falcon`` logger and ``verbose``.
+
+Every progress message of the package goes through the standard
+:mod:`logging` logger ``"sklearn_falcon"``, and names its stage in its text
+and in the record's ``stage`` attribute:
+
+``affinity``
+    building ``W`` (on the matrix-free torch path: the cost of one pass);
+``init``
+    the starting labellings;
+``level``
+    a multilevel start refined on one level of the coarsening hierarchy;
+``solve``
+    one iteration of the proximal loop;
+``polish``
+    one sweep of exact single moves.
+
+Messages are emitted only when the estimator's ``verbose`` is positive, so
+``verbose=0`` is silent whatever the logging configuration.  During a call
+with ``verbose > 0``, :func:`verbose_logging` makes sure they are seen: if
+neither the logger nor any of its ancestors has a handler (logging was not
+configured), it prints them to ``sys.stderr`` for the duration of the call;
+otherwise they go to the handlers the application configured.
+
+This module imports nothing from the package (layer 0).
+
+Examples
+--------
+>>> import logging
+>>> from sklearn_falcon._log import log_stage, logger
+>>> logger.name
+'sklearn_falcon'
+>>> log_stage("init", "3 starts in %.2f s", 0.5)  # silent: no handler, INFO
+"""
+
+import functools
+import logging
+import sys
+from contextlib import contextmanager
+
+__all__ = ["STAGES", "log_stage", "logger", "logs_progress", "verbose_logging"]
+
+logger = logging.getLogger("sklearn_falcon")
+
+STAGES = ("affinity", "init", "level", "solve", "polish")
+
+
+def log_stage(stage, message, *args, level=logging.INFO):
+    """Log ``"<stage>: <message>"`` (``%``-style ``args``) with the record
+    attribute ``stage``."""
+    if logger.isEnabledFor(level):
+        logger.log(level, f"{stage}: {message}", *args, extra={"stage": stage})
+
+
+@contextmanager
+def verbose_logging(verbose):
+    """Show the package's progress messages while the block runs, when
+    ``verbose > 0``.
+
+    The messages are INFO records (with ``verbose >= 2`` the nested solves
+    of an initialization log their iterations too).  If logging is not
+    configured (no handler on the logger or its ancestors), a handler that
+    writes ``[sklearn_falcon] <message>`` lines to ``sys.stderr`` is
+    attached for the duration of the block.  The logger's
+    level and handlers are restored afterwards.
+    """
+    if not verbose:
+        yield
+        return
+    level = logging.INFO
+    old_level = logger.level
+    handler = None
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[sklearn_falcon] %(message)s"))
+        logger.addHandler(handler)
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def logs_progress(func):
+    """Run ``func`` inside :func:`verbose_logging`, with its ``verbose``
+    keyword argument (a function) or its estimator's ``verbose`` (a
+    method)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if "verbose" in kwargs:
+            verbose = kwargs["verbose"]
+        else:
+            verbose = getattr(args[0], "verbose", 0) if args else 0
+        with verbose_logging(verbose):
+            return func(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,179 @@
+"""Memory estimates: refuse an allocation that cannot fit, before making it.
+
+A dense ``n x n`` affinity of 200,000 samples needs 298 GiB; NumPy would
+say so only when it fails to allocate it, deep inside a kernel, with a raw
+``MemoryError`` and no hint of what to do instead.  :func:`check_allocation`
+compares an estimate with the memory the machine has available *before*
+anything is allocated, and raises a :class:`MemoryError` whose message says
+what was asked, what is available and what to do instead (the caller's
+``advice``).  :func:`row_chunks` splits work over rows so that each chunk
+stays within scikit-learn's ``working_memory``.
+
+This module imports nothing from the package (layer 0): any part of it may
+use it.
+
+Examples
+--------
+>>> from sklearn_falcon._memory import dense_nbytes, format_bytes
+>>> format_bytes(dense_nbytes((200_000, 200_000), "float64"))
+'298 GiB'
+"""
+
+import os
+
+import numpy as np
+
+__all__ = [
+    "available_memory",
+    "check_allocation",
+    "dense_nbytes",
+    "format_bytes",
+    "row_chunks",
+]
+
+_CGROUP_V2 = "/sys/fs/cgroup"
+_CGROUP_V1 = "/sys/fs/cgroup/memory"
+
+
+def dense_nbytes(shape, dtype="float64"):
+    """Bytes of a dense array of ``shape`` and ``dtype``."""
+    return int(np.prod([int(s) for s in shape], dtype=np.float64)
+               * np.dtype(dtype).itemsize)
+
+
+def format_bytes(nbytes):
+    """``nbytes`` in the largest binary unit that keeps it >= 1, rounded to
+    3 significant digits (``'298 GiB'``, ``'1.5 MiB'``, ``'512 B'``)."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.3g} {unit}"
+
+
+def _read_int(path):
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    try:
+        return int(text)
+    except ValueError:  # "max": no limit
+        return None
+
+
+def _cgroup_room():
+    """Memory left under this process's cgroup limit, or None (no limit
+    found)."""
+    for limit_file, usage_file in (
+        (f"{_CGROUP_V2}/memory.max", f"{_CGROUP_V2}/memory.current"),
+        (f"{_CGROUP_V1}/memory.limit_in_bytes", f"{_CGROUP_V1}/memory.usage_in_bytes"),
+    ):
+        limit = _read_int(limit_file)
+        if limit is None or limit >= 2**60:  # absent, "max", or v1's "no limit"
+            continue
+        usage = _read_int(usage_file) or 0
+        return max(0, limit - usage)
+    return None
+
+
+def _meminfo_available():
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def available_memory():
+    """Bytes of memory a new allocation can use now, or None if unknown.
+
+    The smaller of the system's available memory (``psutil`` when it is
+    installed, else ``/proc/meminfo``'s ``MemAvailable``, else free pages
+    from ``sysconf``) and the room left under a cgroup (container) limit.
+    """
+    found = []
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            found.append(int(psutil.virtual_memory().available))
+        except Exception:  # pragma: no cover - a broken psutil
+            pass
+    if not found:
+        value = _meminfo_available()
+        if value is None:
+            try:
+                value = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            except (AttributeError, ValueError, OSError):
+                value = None
+        if value is not None:
+            found.append(int(value))
+    room = _cgroup_room()
+    if room is not None:
+        found.append(room)
+    return min(found) if found else None
+
+
+def check_allocation(nbytes, what, advice=""):
+    """Raise MemoryError, before allocating, if ``nbytes`` cannot fit.
+
+    Parameters
+    ----------
+    nbytes : int
+        The estimated peak of the allocation.
+    what : str
+        What would be allocated, e.g. ``"the dense (200000, 200000) float64
+        rbf affinity"``.
+    advice : str, default=""
+        What to do instead; appended to the message.
+
+    Raises
+    ------
+    MemoryError
+        If ``nbytes`` exceeds :func:`available_memory` (nothing is raised
+        when the available memory is unknown).
+
+    Examples
+    --------
+    >>> from sklearn_falcon._memory import check_allocation
+    >>> check_allocation(2**80, "a huge array", "Use less.")
+    Traceback (most recent call last):
+    ...
+    MemoryError: a huge array needs about ... TiB, but only ... available. Use less.
+    """
+    available = available_memory()
+    if available is None or nbytes <= available:
+        return
+    message = (
+        f"{what} needs about {format_bytes(nbytes)}, but only "
+        f"{format_bytes(available)} of memory is available."
+    )
+    raise MemoryError(f"{message} {advice}".strip())
+
+
+def row_chunks(n_rows, row_bytes, working_memory=None):
+    """Slices of ``range(n_rows)`` whose work of ``row_bytes`` a row fits in
+    ``working_memory`` MiB (scikit-learn's ``working_memory`` setting when
+    None, see :func:`sklearn.config_context`); at least one row a chunk.
+
+    Examples
+    --------
+    >>> from sklearn_falcon._memory import row_chunks
+    >>> [(s.start, s.stop) for s in row_chunks(5, 2**20, working_memory=2)]
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    if working_memory is None:
+        from sklearn import get_config
+
+        working_memory = get_config()["working_memory"]
+    step = max(1, int(working_memory * 2**20) // max(1, int(row_bytes)))
+    return [slice(start, min(start + step, n_rows))
+            for start in range(0, n_rows, step)]

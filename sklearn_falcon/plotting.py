@@ -1,0 +1,87 @@
+"""Plotting helpers: colours for label maps and image overlays.
+
+These are the helpers of the gallery examples and of the ``sklearn-falcon
+segment`` command; they need only NumPy (draw the results with matplotlib,
+or save them with Pillow).
+"""
+
+import numpy as np
+
+__all__ = ["label_colors", "overlay"]
+
+_PALETTE = np.array(
+    [
+        [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
+        [245, 130, 48], [145, 30, 180], [70, 240, 240], [240, 50, 230],
+        [210, 245, 60], [250, 190, 212], [0, 128, 128], [220, 190, 255],
+        [170, 110, 40], [255, 250, 200], [128, 0, 0], [170, 255, 195],
+        [128, 128, 0], [255, 215, 180], [0, 0, 128], [128, 128, 128],
+    ],
+    dtype=np.uint8,
+)
+
+
+def label_colors(n_labels):
+    """``n_labels`` distinct RGB colours, one per segment id.
+
+    The first 20 are a fixed palette of well separated colours; further ones
+    are drawn at random with a fixed seed, so a label always gets the same
+    colour.
+
+    Parameters
+    ----------
+    n_labels : int
+        Number of colours.
+
+    Returns
+    -------
+    colors : ndarray of shape (n_labels, 3), uint8
+
+    Examples
+    --------
+    >>> from sklearn_falcon.plotting import label_colors
+    >>> label_colors(2)
+    array([[230,  25,  75],
+           [ 60, 180,  75]], dtype=uint8)
+    >>> label_colors(30).shape
+    (30, 3)
+    """
+    n_labels = int(n_labels)
+    extra = np.random.default_rng(0).integers(
+        0, 256, (max(0, n_labels - len(_PALETTE)), 3))
+    return np.concatenate([_PALETTE, extra.astype(np.uint8)])[:n_labels]
+
+
+def overlay(image, labels, *, alpha=0.5):
+    """Blend ``image`` with one colour per segment and mark boundaries.
+
+    Parameters
+    ----------
+    image : ndarray of shape (H, W, 3), uint8
+        The image.
+    labels : ndarray of shape (H, W), int
+        Segment ids.
+    alpha : float, default=0.5
+        Weight of the segment colours (:func:`label_colors`).
+
+    Returns
+    -------
+    out : ndarray of shape (H, W, 3), uint8
+        The blend, with the boundaries between segments drawn in white.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.plotting import overlay
+    >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
+    (2, 2, 3)
+    """
+    labels = np.asarray(labels)
+    ids = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
+    palette = label_colors(int(ids.max()) + 1).astype(np.float64)
+    out = (1 - alpha) * np.asarray(image).astype(np.float64) + alpha * palette[ids]
+    edge = np.zeros(labels.shape, bool)
+    edge[:-1] |= labels[:-1] != labels[1:]
+    edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]
+    out[edge] = 255.0
+    return np.clip(np.round(out), 0, 255).astype(np.uint8)

@@ -1,0 +1,122 @@
+"""verbose goes through the ``sklearn_falcon`` logger, stage by stage
+(issue 18)."""
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+from sklearn_falcon import FalconNCut
+from sklearn_falcon._log import STAGES, logger, verbose_logging
+from sklearn_falcon._backends._device import torch_available
+
+
+@pytest.fixture
+def X():
+    return make_blobs(n_samples=150, centers=3, cluster_std=2.5, random_state=0)[0]
+
+
+def _stages(records):
+    return {r.stage for r in records if r.name == "sklearn_falcon"}
+
+
+def test_verbose_logs_every_stage(X, caplog):
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, verbose=1, random_state=0, n_init=2).fit(X)
+    assert {"init", "level", "solve"} <= _stages(caplog.records)
+    # polishing sweeps that move nodes (the multilevel start leaves none)
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, init="random", tau=10.0, verbose=1, random_state=0).fit(X)
+    assert "polish" in _stages(caplog.records)
+    for r in caplog.records:
+        assert r.stage in STAGES
+        assert r.getMessage().startswith(f"{r.stage}: ")
+
+
+@pytest.mark.skipif(not torch_available(), reason="torch is not installed")
+def test_matrix_free_fit_logs_its_cost(X, caplog):
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, affinity="rbf", backend="torch", device="cpu", verbose=1,
+                   random_state=0).fit(X)
+    msgs = [r.getMessage() for r in caplog.records if r.stage == "affinity"]
+    assert len(msgs) == 1 and "matrix-free rbf of 150 samples" in msgs[0]
+    assert "2.25e+04 entries" in msgs[0]
+    # every iteration reports the time since the solve started
+    iters = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("solve: iter")]
+    assert iters and all(m.endswith(" s") for m in iters)
+
+
+def test_verbose_zero_is_silent_even_with_logging_configured(X, caplog):
+    with caplog.at_level(logging.DEBUG):  # the application logs everything
+        FalconNCut(3, verbose=0, random_state=0).fit(X)
+    assert not [r for r in caplog.records if r.name.startswith("sklearn_falcon")]
+
+
+def test_verbose_two_logs_the_nested_solves(X, caplog):
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, verbose=1, random_state=0).fit(X)
+    one = sum(r.getMessage().startswith("solve: iter") for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, verbose=2, random_state=0).fit(X)
+    two = sum(r.getMessage().startswith("solve: iter") for r in caplog.records)
+    assert two > one
+
+
+def test_unconfigured_logging_prints_to_stderr_during_the_call():
+    # a fresh interpreter: no handler anywhere, as in a plain script
+    code = (
+        "from sklearn.datasets import make_blobs\n"
+        "from sklearn_falcon import FalconNCut\n"
+        "X = make_blobs(n_samples=60, centers=2, random_state=0)[0]\n"
+        "FalconNCut(2, verbose=1, random_state=0).fit(X)\n"
+        "import logging; lg = logging.getLogger('sklearn_falcon')\n"
+        "print(len(lg.handlers), lg.level)\n"
+        "FalconNCut(2, verbose=0, random_state=0).fit(X)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0"]  # handler and level restored
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("[sklearn_falcon]")]
+    assert any(ln.startswith("[sklearn_falcon] solve: iter") for ln in lines)
+    assert any(ln.startswith("[sklearn_falcon] init: ") for ln in lines)
+
+
+def test_verbose_logging_keeps_a_configured_handler():
+    handler = logging.Handler()
+    logger.addHandler(handler)
+    try:
+        with verbose_logging(1):
+            assert logger.handlers == [handler]
+            assert logger.getEffectiveLevel() == logging.INFO
+        assert logger.level == logging.NOTSET
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_solve_results_do_not_depend_on_verbose(X):
+    a = FalconNCut(3, random_state=0).fit(X)
+    b = FalconNCut(3, verbose=1, random_state=0).fit(X)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    np.testing.assert_array_equal(a.objective_path_, b.objective_path_)
+
+
+def test_falcon_batch_verbose_logs_through_the_logger(caplog):
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 2)) + 5 * (np.arange(30) % 2)[:, None]
+              for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", verbose=1,
+                     random_state=0)
+    assert "solve" in _stages(caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", random_state=0)
+    assert not [r for r in caplog.records if r.name == "sklearn_falcon"]

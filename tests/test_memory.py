@@ -1,0 +1,60 @@
+"""The memory estimates of sklearn_falcon._memory."""
+
+import numpy as np
+import pytest
+from sklearn import config_context
+
+from sklearn_falcon import _memory
+
+
+def test_dense_nbytes_and_format():
+    assert _memory.dense_nbytes((200_000, 200_000), np.float64) == 8 * 4 * 10**10
+    assert _memory.dense_nbytes((3, 4), "float32") == 48
+    assert _memory.format_bytes(512) == "512 B"
+    assert _memory.format_bytes(1536 * 2**20) == "1.5 GiB"
+    assert _memory.format_bytes(_memory.dense_nbytes((200_000,) * 2)) == "298 GiB"
+
+
+def test_available_memory_is_positive():
+    avail = _memory.available_memory()
+    assert avail is None or avail > 0
+
+
+def test_check_allocation_refuses_with_advice(monkeypatch):
+    monkeypatch.setattr(_memory, "available_memory", lambda: 2**30)
+    _memory.check_allocation(2**29, "half of it")  # fits: no error
+    with pytest.raises(MemoryError, match=r"big thing needs about 2 GiB, but only "
+                                          r"1 GiB .* Try less\."):
+        _memory.check_allocation(2**31, "big thing", "Try less.")
+
+
+def test_check_allocation_unknown_memory(monkeypatch):
+    monkeypatch.setattr(_memory, "available_memory", lambda: None)
+    _memory.check_allocation(2**80, "anything")  # unknown: never refuses
+
+
+def test_cgroup_limit_is_respected(monkeypatch, tmp_path):
+    (tmp_path / "memory.max").write_text("1000\n")
+    (tmp_path / "memory.current").write_text("400\n")
+    monkeypatch.setattr(_memory, "_CGROUP_V2", str(tmp_path))
+    assert _memory._cgroup_room() == 600
+    assert _memory.available_memory() == 600
+    (tmp_path / "memory.max").write_text("max\n")
+    assert _memory._cgroup_room() is None
+
+
+@pytest.mark.parametrize("n_rows, row_bytes, wm, expected", [
+    (5, 2**20, 2, [(0, 2), (2, 4), (4, 5)]),
+    (3, 2**30, 1, [(0, 1), (1, 2), (2, 3)]),  # a row over the budget: one a chunk
+    (0, 8, 1, []),
+    (10, 8, 1, [(0, 10)]),
+])
+def test_row_chunks(n_rows, row_bytes, wm, expected):
+    got = _memory.row_chunks(n_rows, row_bytes, working_memory=wm)
+    assert [(s.start, s.stop) for s in got] == expected
+
+
+def test_row_chunks_follows_working_memory():
+    with config_context(working_memory=1):
+        chunks = _memory.row_chunks(100, 2**18)
+    assert [(s.start, s.stop) for s in chunks][:2] == [(0, 4), (4, 8)]
