@@ -109,6 +109,19 @@ class Kernel:
     def __repr__(self):
         return f"<sklearn_falcon kernel {self.py_func.__module__}.{self.__qualname__}>"
 
+    def __reduce__(self):
+        # by reference, like a function (process pools pickle what they call)
+        return _kernel_named, (self.py_func.__module__, self.__qualname__)
+
+
+def _kernel_named(module, qualname):
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
 
 def jit(fn=None, *, inline=False):
     """Decorator of a serial kernel: ``@jit``, or ``@jit(inline=True)`` for a

@@ -115,6 +115,14 @@ def test_a_kernel_is_a_plain_function_until_called():
     assert "kernel" in repr(_rules.accept)
 
 
+def test_a_kernel_pickles_by_reference():
+    import pickle
+
+    from sklearn_falcon._backends._numba import _kernels as nk
+
+    assert pickle.loads(pickle.dumps(nk.objective)) is nk.objective
+
+
 def test_the_compile_notice_is_logged_once(monkeypatch, caplog):
     monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.05)
     notice = _jit._CompileNotice()
