@@ -34,6 +34,11 @@ def _sparse_fits():
         for init in ("multilevel", "spectral", "kmeans", "random"):
             est = FalconNCut(2, init=init, random_state=0).fit(Xd)
         est.predict(Xd[:5])
+    # more clusters and samples: the multilevel start's other stages
+    centres = rng.uniform(-10, 10, (6, 2))
+    X = (centres[:, None, :] + rng.normal(size=(6, 150, 2))).reshape(-1, 2)
+    for K in (3, 6):
+        FalconNCut(K, random_state=0).fit(X)
 
 
 def _dense_fits():
