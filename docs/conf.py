@@ -255,7 +255,8 @@ write_benchmark_summary()
 # it joins the navigation as soon as it exists (a toctree entry for a missing
 # page would be a build warning).
 def write_index_toc(out_dir=GENERATED):
-    pages = ["getting_started", "user_guide", "auto_examples/index", "comparison"]
+    pages = ["getting_started", "user_guide", "dask", "auto_examples/index",
+             "comparison"]
     lines = []
     if (HERE / "benchmarks.rst").exists():
         pages.append("benchmarks")

@@ -9,6 +9,7 @@ ORDER = (
     "plot_objective_path.py",
     "plot_graph_clustering.py",
     "plot_segment_image.py",
+    "plot_pretrained_vit.py",
     "plot_grid_search.py",
 )
 

@@ -21,6 +21,7 @@ from ._backends import BACKENDS, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
 from ._log import log_stage, logs_progress
 from ._memory import row_chunks
+from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
     bipartite_ncut,
@@ -147,12 +148,17 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Finish with sequential sweeps of exact best single moves (the
         weighted kernel k-means gain); they never decrease ``f``.
 
-    backend : {"auto", "numba", "torch"}, default="auto"
-        ``"auto"`` uses torch on CUDA when torch and a GPU are available and
-        Numba otherwise.  With torch, the ``"cosine"`` and ``"rbf"``
-        affinities are matrix-free: ``W`` is computed in row blocks and never
-        stored, so memory is ``O(n (p + K))``; the graph initializations
-        (``"multilevel"``, ``"spectral"``) then run on the kNN graph of ``X``.
+    backend : {"auto", "numba", "torch", "dask"}, default="auto"
+        ``"auto"`` uses Dask for a ``dask.array.Array``, torch on CUDA when
+        torch and a GPU are available, and Numba otherwise.  With torch, the
+        ``"cosine"`` and ``"rbf"`` affinities are matrix-free: ``W`` is
+        computed in row blocks and never stored, so memory is
+        ``O(n (p + K))``; the graph initializations (``"multilevel"``,
+        ``"spectral"``) then run on the kNN graph of ``X``.  With Dask,
+        ``X`` is a ``dask.array.Array`` of row blocks of a precomputed ``W``
+        (CSR or dense chunks), clustered on the current
+        ``distributed.Client`` without gathering it (see
+        :ref:`the Dask guide <dask>`).
 
     device : str, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
@@ -312,10 +318,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features) or \
-                (n_samples, n_samples)
+        X : {array-like, sparse matrix, dask.array.Array} of shape \
+                (n_samples, n_features) or (n_samples, n_samples)
             Features, or an affinity / distance matrix when ``affinity`` is
-            ``"precomputed"`` / ``"precomputed_nearest_neighbors"``.
+            ``"precomputed"`` / ``"precomputed_nearest_neighbors"``; a Dask
+            array of row blocks of ``W`` with ``affinity="precomputed"``.
         y : Ignored
             Not used, present for API consistency.
 
@@ -324,6 +331,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
+        if is_dask_array(X):  # row blocks on a cluster: never gathered
+            return fit_sharded(self, X)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
         K = self.n_clusters

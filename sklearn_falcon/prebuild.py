@@ -9,8 +9,8 @@ Dockerfile after ``pip install``, or on a cluster's shared install::
 
 It runs small fits that cover the common paths (sparse kNN graphs and dense
 rbf / cosine affinities, float32 and float64, every initialization,
-``predict``, batches, PAMR) and calls the parallel kernels that large
-graphs use.  The cache is written for the CPU of the machine that runs it:
+``predict``, batches, PAMR, the Dask backend's block tasks) and calls the
+parallel kernels that large graphs use.  The cache is written for the CPU of the machine that runs it:
 to the package's ``__pycache__`` directories when they are writable (a
 read-only install built this way is then read from), else to
 ``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
@@ -98,6 +98,27 @@ def _parallel_kernels():
         nk._argmax_with_inertia_par(WX, d, vol, assoc, labels, 0.0)
 
 
+def _dask_blocks():
+    """The per-block tasks of the Dask backend (their kernels run on the
+    workers, which read the same cache on a shared install); Dask itself is
+    not needed to call them."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ._affinity import clean_csr
+    from ._backends._dask import _blocks as B
+
+    n, K = 40, 3
+    A = sp.random(n, n, density=0.2, random_state=5)
+    for dtype in (np.float64, np.float32):
+        S = clean_csr((A + A.T).astype(dtype))
+        d, _ = B.summary_task(S, 0, n, n, 7)
+        labels = (np.arange(n) % K).astype(B.label_dtype(K))
+        WX, (vol, assoc, _) = B.pass_task(S, 0, d, K, labels)
+        B.step_task(WX, d, vol, assoc, labels, 0.5)
+        B.polish_task(S, 0, d, labels, WX, vol, assoc)
+
+
 def _pamr():
     import numpy as np
 
@@ -116,6 +137,7 @@ STEPS = {
     "batches of graphs": _batches,
     "parallel kernels of large graphs": _parallel_kernels,
     "image refinement (PAMR)": _pamr,
+    "Dask backend's block tasks": _dask_blocks,
 }
 
 

@@ -20,12 +20,17 @@ __all__ = ["BACKENDS", "blobs_graph", "dense_token_graph", "noisy", "planted",
            "random_graph", "tokens"]
 
 _HAS_TORCH = importlib.util.find_spec("torch") is not None
+_HAS_DASK = importlib.util.find_spec("dask") is not None
 
 # every backend, with the device the CPU-only CI runs it on
 BACKENDS = [
     pytest.param(("numba", "cpu"), id="numba"),
     pytest.param(("torch", "cpu"), id="torch-cpu",
                  marks=pytest.mark.skipif(not _HAS_TORCH, reason="torch missing")),
+    # an in-memory W is one row block on Dask's default scheduler; several
+    # blocks and clusters are tested in test_dask_backend.py
+    pytest.param(("dask", "cpu"), id="dask",
+                 marks=pytest.mark.skipif(not _HAS_DASK, reason="dask missing")),
 ]
 
 

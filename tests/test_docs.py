@@ -123,11 +123,14 @@ def test_numpydoc_sections(qualname, obj):
 
 
 # ------------------------------------------------------ narrative doctests
-@pytest.mark.parametrize("page", ["getting_started.rst", "user_guide.rst"])
+@pytest.mark.parametrize("page", ["getting_started.rst", "user_guide.rst",
+                                  "dask.rst"])
 def test_narrative_pages_run(page):
     path = DOCS / page
     if not path.exists():
         pytest.skip(f"docs/{page} does not exist")
+    if page == "dask.rst":
+        pytest.importorskip("distributed")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = doctest.testfile(
         str(path), module_relative=False, verbose=False, report=True,

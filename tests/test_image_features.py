@@ -163,7 +163,8 @@ def test_timm_keys_match_manual_computation():
     from sklearn_falcon.image import TimmFeatures
 
     model = _vit(16).eval()
-    ext = TimmFeatures(model, resolution=(32, 48), feature="key")
+    ext = TimmFeatures(model, resolution=(32, 48), feature="key",
+                       pos_interpolation="timm")  # the manual forward's _pos_embed
     img = _img(32, 48)
     key = ext.extract(img)
     x = ext.preprocess(img)

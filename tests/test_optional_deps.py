@@ -18,9 +18,14 @@ sys.meta_path.insert(0, _Blocker())
 """
 
 
-def _run(code):
+# the same, with Dask blocked too
+BLOCK_DASK = BLOCK.replace('("torch", "timm", "torchvision")',
+                           '("torch", "timm", "torchvision", "dask", "distributed")')
+
+
+def _run(code, block=BLOCK):
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(BLOCK) + textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(block) + textwrap.dedent(code)],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -73,3 +78,36 @@ def test_offline_image_segmenter_without_torch():
         print("ok")
     """)
     assert out.strip() == "ok"
+
+
+def test_core_works_without_dask():
+    out = _run("""
+        import numpy as np
+        from sklearn.datasets import make_blobs
+        from sklearn_falcon import FalconNCut
+        from sklearn_falcon._backends import BACKENDS, resolve_backend
+        X, _ = make_blobs(200, centers=3, random_state=0)
+        est = FalconNCut(3, random_state=0).fit(X)
+        assert est.backend_ == "numba"
+        assert not BACKENDS["dask"].is_available()
+        assert resolve_backend("auto", "cpu") == ("numba", "cpu")
+        assert "dask" not in sys.modules
+        print("ok")
+    """, block=BLOCK_DASK)
+    assert out.startswith("ok")
+
+
+def test_backend_dask_without_dask_raises_clear_importerror():
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import FalconNCut
+        W = np.ones((20, 20))
+        try:
+            FalconNCut(2, affinity="precomputed", backend="dask").fit(W)
+        except ImportError as exc:
+            msg = str(exc)
+            assert "backend='dask' requires Dask" in msg, msg
+            assert "pip install sklearn-falcon[dask]" in msg, msg
+            print("raised")
+    """, block=BLOCK_DASK)
+    assert out.strip() == "raised"

@@ -1,7 +1,7 @@
 """Backends: where a Falcon problem lives and which kernels solve it.
 
 A backend is one entry of :data:`BACKENDS` plus its own subpackage
-(:mod:`._numba`, :mod:`._torch`), which holds its kernels and its problem
+(:mod:`._numba`, :mod:`._torch`, :mod:`._dask`), which holds its kernels and its problem
 class (the :class:`~sklearn_falcon._solver.Problem` protocol).  Everything
 else derives from the registry: the ``backend`` parameter's options,
 ``backend="auto"``, the matrix-free path and the batched solves.
@@ -12,7 +12,7 @@ Examples
 --------
 >>> from sklearn_falcon._backends import BACKENDS, resolve_backend
 >>> sorted(BACKENDS)
-['numba', 'torch']
+['dask', 'numba', 'torch']
 >>> resolve_backend("numba", "auto")
 ('numba', 'cpu')
 """
@@ -20,7 +20,7 @@ Examples
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import _numba, _torch
+from . import _dask, _numba, _torch
 from ._device import check_device_string, cuda_present, torch_available
 
 __all__ = ["BACKENDS", "Backend", "make_problem", "make_problem_from_features",
@@ -89,6 +89,12 @@ BACKENDS = {
         name="torch", devices=("cpu", "cuda"), is_available=torch_available,
         resolve_device=_torch.resolve_device, make_problem=_torch.make_problem,
         make_problem_from_features=_torch.make_problem_from_features, batched=True,
+    ),
+    # a graph in row blocks on a Dask cluster; "auto" picks it for Dask input
+    # (FalconNCut routes a dask.array.Array to it before validation)
+    "dask": Backend(
+        name="dask", devices=("cpu",), is_available=_dask.dask_available,
+        resolve_device=_dask.resolve_device, make_problem=_dask.make_problem,
     ),
 }
 

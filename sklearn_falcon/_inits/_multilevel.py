@@ -104,7 +104,9 @@ DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0)
 COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
-MAX_POLISH = 20  # exact-move sweeps per refinement inside the init
+# exact-move sweeps per refinement of a coarse level (the finest level gets
+# the solver's own max_polish): the next level refines again
+COARSE_POLISH = 3
 
 
 class Hierarchy:
@@ -178,7 +180,9 @@ def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0):
     for lv in range(level - 1, to_level - 1, -1):
         labels = labels[H.maps[lv]]
         Wl, dl = H.graphs[lv]
-        labels, f = refine(Wl, dl, labels, K, options)
+        lv_opt = options if lv == 0 else options.replace(
+            max_polish=min(options.max_polish, COARSE_POLISH))
+        labels, f = refine(Wl, dl, labels, K, lv_opt)
         if Wl.shape[0] <= pairs * K:
             labels, f = pair_rebisection(Wl, dl, labels, K, rng, options)
         labels, f = split_merge(Wl, dl, labels, K, rng, options, bisect=False,
@@ -238,7 +242,6 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     ([5, 5, 5], 2.942)
     """
     opt = SolverOptions() if options is None else options
-    opt = opt.replace(max_polish=min(opt.max_polish, MAX_POLISH))
     eff = effort if effort is not None else (SPARSE if sp.issparse(W) else DENSE)
     K = n_clusters
     n = W.shape[0]

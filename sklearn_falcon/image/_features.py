@@ -246,6 +246,7 @@ def make_extractor(
     feature="token",
     resolution=None,
     device="cpu",
+    pos_interpolation="bicubic",
 ):
     """Build the feature extractor described by :class:`ImageSegmenter` parameters.
 
@@ -273,6 +274,9 @@ def make_extractor(
         size when None).
     device : str, default="cpu"
         Torch device of the ViT.
+    pos_interpolation : {"bicubic", "timm"}, default="bicubic"
+        Resizing of the ViT's position embedding to other token grids (see
+        :class:`TimmFeatures`).
 
     Returns
     -------
@@ -306,6 +310,7 @@ def make_extractor(
             feature=feature,
             resolution=resolution,
             device=device,
+            pos_interpolation=pos_interpolation,
         )
     raise TypeError(
         "model must be 'color', a timm model name or a torch.nn.Module; got "

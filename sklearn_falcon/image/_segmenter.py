@@ -147,8 +147,13 @@ class ImageSegmenter(BaseEstimator):
     feature : {"token", "key"}, default="token"
         ViT patch tokens or attention keys of block ``layer``.
     resolution : int or (int, int), default=None
-        ViT input size (shorter side, or exact ``(H, W)``); ``None`` uses the
-        model's pretrained input size.
+        ViT input size (shorter side, or exact ``(H, W)``), rounded to
+        multiples of the patch size; ``None`` uses the model's pretrained
+        input size.
+    pos_interpolation : {"bicubic", "timm"}, default="bicubic"
+        How the ViT's position embedding is resized to other token grids:
+        bicubic without antialiasing as in the DINO/DINOv2 reference code,
+        or timm's own resampling (see :class:`~sklearn_falcon.image.TimmFeatures`).
     patch_size : int, default=None
         Cell size of the ``"color"`` extractor (8 if ``None``).
     power : float, default=None
@@ -209,6 +214,7 @@ class ImageSegmenter(BaseEstimator):
         layer=-1,
         feature="token",
         resolution=None,
+        pos_interpolation="bicubic",
         patch_size=None,
         power=None,
         refine="pamr",
@@ -227,6 +233,7 @@ class ImageSegmenter(BaseEstimator):
         self.layer = layer
         self.feature = feature
         self.resolution = resolution
+        self.pos_interpolation = pos_interpolation
         self.patch_size = patch_size
         self.power = power
         self.refine = refine
@@ -247,7 +254,8 @@ class ImageSegmenter(BaseEstimator):
     def _extractor_key(self):
         model = self.model if isinstance(self.model, str) else id(self.model)
         return (model, self.pretrained, str(self.checkpoint_path), self.layer,
-                self.feature, str(self.resolution), self.patch_size, self.device)
+                self.feature, str(self.resolution), self.pos_interpolation,
+                self.patch_size, self.device)
 
     def _get_extractor(self):
         key = self._extractor_key()
@@ -262,6 +270,7 @@ class ImageSegmenter(BaseEstimator):
                 feature=self.feature,
                 resolution=self.resolution,
                 device=self.device,
+                pos_interpolation=self.pos_interpolation,
             )
             self._extractor_cache = (key, ext)
         return self._extractor_cache[1]
@@ -274,6 +283,7 @@ class ImageSegmenter(BaseEstimator):
         "layer": [Integral],
         "feature": [StrOptions({"token", "key"})],
         "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
+        "pos_interpolation": [StrOptions({"bicubic", "timm"})],
         "patch_size": [Interval(Integral, 1, None, closed="left"), None],
         "power": [Interval(Real, 0, None, closed="neither"), None],
         "refine": [StrOptions({"pamr", "none"}), None],

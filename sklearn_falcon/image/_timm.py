@@ -101,6 +101,16 @@ class TimmFeatures:
         Models built without ``dynamic_img_size`` get their fixed input size.
     device : str, default="cpu"
         Torch device, or ``"auto"`` (CUDA if available).
+    pos_interpolation : {"bicubic", "timm"}, default="bicubic"
+        How an absolute position embedding is resized to a token grid other
+        than the model's own: ``"bicubic"`` interpolates the grid bicubically
+        without antialiasing (``align_corners=False``), as the DINO and
+        DINOv2 reference code and their Hugging Face and ONNX exports do;
+        ``"timm"`` uses timm's own resampling (antialiased when it shrinks the
+        grid).  The two differ whenever the grid is resized (by up to 0.6 on
+        the final DINOv2 ViT-S/14 tokens at 448 pixels, of values up to 11).
+        Models without an absolute position embedding, or built without
+        ``dynamic_img_size``, always use timm's forward.
 
     Notes
     -----
@@ -130,11 +140,17 @@ class TimmFeatures:
         feature="token",
         resolution=None,
         device="cpu",
+        pos_interpolation="bicubic",
     ):
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
         self._torch = torch
         if feature not in ("token", "key"):
             raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
+        if pos_interpolation not in ("bicubic", "timm"):
+            raise ValueError(
+                "pos_interpolation must be 'bicubic' or 'timm'; got "
+                f"{pos_interpolation!r}."
+            )
         if isinstance(model, str):
             if not timm.is_model(model):
                 raise ValueError(
@@ -224,6 +240,8 @@ class TimmFeatures:
                     f"got {resolution!r}."
                 )
         self.resolution = resolution
+        self.pos_interpolation = pos_interpolation
+        self._pos_cache = {}
 
     def input_size(self, height, width):
         """Network input size ``(H', W')`` used for an image of ``(height, width)``."""
@@ -266,10 +284,95 @@ class TimmFeatures:
             "'k_proj' linear layer."
         )
 
-    def extract(self, rgb):
-        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens removed."""
+    def _own_pos_embed(self):
+        """Whether :meth:`tokens` adds a resized position embedding itself."""
+        m = self.model
+        return (
+            self.pos_interpolation == "bicubic"
+            and getattr(m, "dynamic_img_size", False)
+            and isinstance(getattr(m, "pos_embed", None), self._torch.Tensor)
+            and hasattr(m.patch_embed, "grid_size")
+            and all(hasattr(m, a) for a in ("pos_drop", "patch_drop", "norm_pre"))
+        )
+
+    def _pos_embed_for(self, gh, gw):
+        """The model's position embedding on a ``gh x gw`` grid (cached).
+
+        Bicubic interpolation without antialiasing, ``align_corners=False``,
+        to an explicit output size (the DINOv2 reference).
+        """
+        key = (gh, gw)
+        if key not in self._pos_cache:
+            m, torch = self.model, self._torch
+            pe = m.pos_embed
+            n_pre = 0 if getattr(m, "no_embed_class", False) else self.num_prefix_tokens
+            prefix, grid = pe[:, :n_pre], pe[:, n_pre:]
+            oh, ow = (int(v) for v in m.patch_embed.grid_size)
+            if (oh, ow) != (gh, gw):
+                grid = grid.reshape(1, oh, ow, -1).permute(0, 3, 1, 2).float()
+                grid = torch.nn.functional.interpolate(
+                    grid, size=(gh, gw), mode="bicubic", align_corners=False,
+                    antialias=False,
+                )
+                grid = grid.permute(0, 2, 3, 1).reshape(1, gh * gw, -1).to(pe.dtype)
+            self._pos_cache[key] = torch.cat([prefix, grid], dim=1).detach()
+        return self._pos_cache[key]
+
+    def _run_blocks(self, x):
+        """Tokens (prefix included) of block ``layer`` for an input batch ``x``."""
+        m, torch = self.model, self._torch
+        if self._own_pos_embed():
+            t = m.patch_embed(x)  # (B, gh, gw, C) with dynamic_img_size
+            b, gh, gw, c = t.shape
+            t = t.reshape(b, gh * gw, c)
+            pos = self._pos_embed_for(gh, gw)
+            prefix = [getattr(m, name, None) for name in ("cls_token", "reg_token")]
+            prefix = [tok.expand(b, -1, -1) for tok in prefix if tok is not None]
+            if getattr(m, "no_embed_class", False):
+                t = torch.cat(prefix + [t + pos], dim=1)
+            else:
+                t = torch.cat(prefix + [t], dim=1) + pos
+            t = m.norm_pre(m.patch_drop(m.pos_drop(t)))
+            for blk in m.blocks[: self.layer + 1]:
+                t = blk(t)
+            if self.layer == len(m.blocks) - 1:
+                t = m.norm(t)
+            return t[:, self.num_prefix_tokens:]
+        if hasattr(m, "forward_intermediates"):
+            last = self.layer == len(m.blocks) - 1
+            return m.forward_intermediates(
+                x,
+                indices=[self.layer],
+                norm=last,
+                stop_early=True,
+                output_fmt="NLC",
+                intermediates_only=True,
+            )[0]
+        # generic timm-style ViT: run the blocks by hand
+        t = m.patch_embed(x)
+        if hasattr(m, "_pos_embed"):
+            t = m._pos_embed(t)
+        for blk in m.blocks[: self.layer + 1]:
+            t = blk(t)
+        return t[:, self.num_prefix_tokens:]
+
+    def tokens(self, x):
+        """Token grid of a preprocessed batch, as a torch tensor.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (B, 3, H, W)
+            Normalized images (see :meth:`preprocess`), ``H`` and ``W``
+            multiples of the patch size.
+
+        Returns
+        -------
+        tokens : torch.Tensor of shape (B, H // p, W // p, C)
+            Patch tokens (or keys) of block ``layer``, prefix and register
+            tokens removed.
+        """
         torch = self._torch
-        x = self.preprocess(rgb)
+        x = x.to(self.device)
         gh, gw = x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1]
         captured = {}
         handle = None
@@ -282,25 +385,7 @@ class TimmFeatures:
             handle = mod.register_forward_hook(hook)
         try:
             with torch.inference_mode():
-                if hasattr(self.model, "forward_intermediates"):
-                    last = self.layer == len(self.model.blocks) - 1
-                    out = self.model.forward_intermediates(
-                        x,
-                        indices=[self.layer],
-                        norm=last,
-                        stop_early=True,
-                        output_fmt="NLC",
-                        intermediates_only=True,
-                    )[0]
-                else:  # generic timm-style ViT: run the blocks by hand
-                    t = self.model.patch_embed(x)
-                    if hasattr(self.model, "_pos_embed"):
-                        t = self.model._pos_embed(t)
-                    for i, blk in enumerate(self.model.blocks):
-                        t = blk(t)
-                        if i == self.layer:
-                            break
-                    out = t[:, self.num_prefix_tokens:]
+                out = self._run_blocks(x)
         finally:
             if handle is not None:
                 handle.remove()
@@ -316,4 +401,9 @@ class TimmFeatures:
                 f"Expected {gh * gw} patch tokens for a {gh}x{gw} grid, got "
                 f"{out.shape[1]}; is num_prefix_tokens={self.num_prefix_tokens} right?"
             )
-        return out[0].reshape(gh, gw, -1).float().cpu().numpy().astype(np.float32)
+        return out.reshape(out.shape[0], gh, gw, -1)
+
+    def extract(self, rgb):
+        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens removed."""
+        out = self.tokens(self.preprocess(rgb))
+        return out[0].float().cpu().numpy().astype(np.float32)

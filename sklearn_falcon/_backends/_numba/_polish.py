@@ -98,6 +98,38 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
 
 
 @_jit
+def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, assoc):
+    """The sweep of :func:`local_move_sweep_csr` with the nodes' weights to
+    the clusters given in ``WX`` instead of summed from their rows.
+
+    For a graph held in row blocks (the Dask backend): ``WX`` holds a
+    block's full rows (all columns, other blocks' nodes included) while the
+    CSR arrays are the block's own columns, the only ones its moves change.
+    A move updates ``WX`` from the node's CSR row; ``labels``, ``WX``,
+    ``vol`` and ``assoc`` are updated in place.  Returns the number of moves.
+    """
+    counts = _cluster_counts(labels, WX.shape[1])
+    n_moves = 0
+    for i in range(WX.shape[0]):
+        di = degrees[i]
+        a = labels[i]
+        if di <= 0.0 or counts[a] <= 1:
+            continue
+        wii = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                wii += data[p]
+        b = _best_move(a, di, wii, WX[i], vol, assoc)
+        if b >= 0:
+            _move_stats(i, a, b, di, wii, WX[i], vol, assoc, labels, counts)
+            for p in range(indptr[i], indptr[i + 1]):
+                WX[indices[p], a] -= data[p]
+                WX[indices[p], b] += data[p]
+            n_moves += 1
+    return n_moves
+
+
+@_jit
 def local_move_sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts):
     """Continue an exact local-move sweep over the nodes ``start .. start + m - 1``
     given their dense rows of W.

@@ -1,0 +1,279 @@
+"""Mosaic benchmark: segmenting mosaics of real photographs and textures.
+
+Data: :func:`benchmarks.mosaics.make_mosaics` (3 to 6 Voronoi regions per
+256 x 256 image, each region a crop of a different scikit-image photograph or
+texture). Every method gets the true number of regions K, except
+``cut_normalized``, which picks its own through ``thresh``.
+
+Methods (rows of the table):
+
+- ``ImageSegmenter(n_segments=K)``, the offline default, end to end (image
+  -> features -> Falcon -> prototype upsampling -> PAMR);
+- for every registered token feature extractor (:data:`FEATURES`), the same
+  pipeline on its tokens with each registered token clusterer
+  (:data:`CLUSTERERS`: Falcon, and SpectralClustering with scikit-learn's
+  defaults on the *same* affinity);
+- scikit-image's SLIC superpixels + mean-colour RAG + ``cut_normalized``
+  (its standard usage) at a few thresholds.
+
+Scores are mIoU with per-image Hungarian matching
+(:func:`sklearn_falcon.metrics.miou`); times are wall-clock seconds per image
+of the whole method, image in, label map out (methods are interleaved image
+by image, so the shared machine's noise falls on all of them alike).
+
+Extending: another feature extractor is one call,
+
+>>> from benchmarks import bench_mosaics as B
+>>> B.register_features("my-vit", lambda: my_extractor)  # doctest: +SKIP
+
+where ``my_extractor.extract(rgb uint8 HxWx3) -> (gh, gw, C)`` float tokens
+and an optional ``default_power`` attribute (the affinity exponent; 10 when
+absent). It then gets a Falcon row and a SpectralClustering row; run it with
+``--features color,my-vit``. A clusterer is added to :data:`CLUSTERERS` the
+same way (``fn(W, k, seed) -> token labels``).
+
+Run ``python -m benchmarks.bench_mosaics [--quick]``; the table goes to
+``benchmarks/results/mosaics.md``.
+"""
+
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_segmentation import _skimage_ncut  # noqa: E402
+from benchmarks.mosaics import make_mosaics  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# ---------------------------------------------------------------- registries
+def _color_features():
+    from sklearn_falcon.image import make_extractor
+
+    return make_extractor("color")
+
+
+#: name -> factory returning an extractor (``extract(rgb) -> (gh, gw, C)``).
+FEATURES = {"color": _color_features}
+
+
+def register_features(name, factory):
+    """Add a token feature extractor to the benchmark.
+
+    Parameters
+    ----------
+    name : str
+        Name used in the table and in ``--features``.
+    factory : callable
+        ``factory()`` returns an object with ``extract(rgb) -> (gh, gw, C)``
+        and optionally ``default_power`` (the affinity exponent; 10 if
+        absent). It is called once per run, before any timing.
+    """
+    FEATURES[name] = factory
+
+
+def _falcon_tokens(W, k, seed):
+    from sklearn_falcon import FalconNCut
+
+    return FalconNCut(n_clusters=k, affinity="precomputed",
+                      random_state=seed).fit(W).labels_
+
+
+def _spectral_tokens(W, k, seed):
+    from sklearn.cluster import SpectralClustering
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SpectralClustering(n_clusters=k, affinity="precomputed",
+                                  random_state=seed).fit(W).labels_
+
+
+#: name -> ``fn(W, k, seed) -> token labels`` on a dense token affinity.
+CLUSTERERS = {"Falcon": _falcon_tokens,
+              "SpectralClustering (sklearn defaults)": _spectral_tokens}
+
+CUT_THRESHOLDS = (0.001, 0.01, 0.05)
+DEFAULT = "ImageSegmenter(n_segments=K), offline default"
+
+
+# ------------------------------------------------------------------ methods
+def _default_method(seed):
+    from sklearn_falcon import ImageSegmenter
+
+    seg = ImageSegmenter(random_state=seed)
+
+    def run(img, k):
+        return seg.set_params(n_segments=k).segment(img)
+    return run
+
+
+def _token_method(extractor, cluster, seed):
+    from sklearn_falcon.image import cosine_power_affinity, pamr, prototype_upsample
+
+    power = float(getattr(extractor, "default_power", 10.0))
+
+    def run(img, k):
+        F = np.asarray(extractor.extract(img), dtype=np.float32)
+        W = cosine_power_affinity(F, power)
+        tok = np.asarray(cluster(W, k, seed)).reshape(F.shape[:2])
+        lab = prototype_upsample(F, tok, img.shape[:2])
+        return pamr(img, lab)
+    return run
+
+
+def _skimage_method(thresh, seed):
+    def run(img, k):
+        # as many superpixels as the offline default has tokens (8 px cells)
+        n_sp = (img.shape[0] // 8) * (img.shape[1] // 8)
+        return _skimage_ncut(img, n_sp, thresh, seed)[0]
+    return run
+
+
+def build_methods(features=("color",), seed=0, thresholds=CUT_THRESHOLDS):
+    """``{row name: fn(image, k) -> label map}`` for the requested features."""
+    methods = {DEFAULT: _default_method(seed)}
+    for fname in features:
+        if fname not in FEATURES:
+            raise ValueError(f"unknown feature set {fname!r}; registered: {sorted(FEATURES)}")
+        ext = FEATURES[fname]()
+        for cname, cluster in CLUSTERERS.items():
+            methods[f"{cname} on '{fname}' tokens"] = _token_method(ext, cluster, seed)
+    for th in thresholds:
+        methods[f"skimage SLIC + RAG + cut_normalized (thresh={th})"] = _skimage_method(th, seed)
+    return methods
+
+
+def run(n_images=24, size=256, seed=0, features=("color",), thresholds=CUT_THRESHOLDS,
+        out=None, quick=False):
+    """Evaluate every method on the mosaics and write the markdown table.
+
+    Returns
+    -------
+    rows : list of dict
+        ``method``, ``miou``, ``time_s`` (mean per image), ``n_segments``
+        (mean number of predicted segments), ``n_images``.
+    """
+    from sklearn_falcon.metrics import miou
+
+    data = make_mosaics(n_images, size=size, seed=seed)
+    methods = build_methods(features, seed, thresholds)
+    # warm-up: Numba compilation and lazy imports are not part of the timings
+    img0, gt0 = make_mosaics(1, size=size, seed=seed + 10_000)[0]
+    for fn in methods.values():
+        fn(img0, int(gt0.max()) + 1)
+    preds = {name: [] for name in methods}
+    times = {name: [] for name in methods}
+    for img, gt in data:
+        k = int(gt.max()) + 1
+        for name, fn in methods.items():
+            t0 = time.perf_counter()
+            lab = fn(img, k)
+            times[name].append(time.perf_counter() - t0)
+            preds[name].append(np.asarray(lab))
+    gts = [gt for _, gt in data]
+    rows = [dict(method=name, miou=float(miou(preds[name], gts)),
+                 per_image=[float(miou(p, g)) for p, g in zip(preds[name], gts)],
+                 time_s=float(np.mean(times[name])),
+                 n_segments=float(np.mean([len(np.unique(p)) for p in preds[name]])),
+                 n_images=len(data))
+            for name in methods]
+    path = _write(rows, n_images=n_images, size=size, seed=seed, features=features,
+                  true_k=float(np.mean([g.max() + 1 for g in gts])), out=out, quick=quick)
+    return rows, path
+
+
+def _write(rows, *, n_images, size, seed, features, true_k, out, quick):
+    if out is None:
+        out = RESULTS / ("mosaics_quick.md" if quick else "mosaics.md")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    default = next(r for r in rows if r["method"] == DEFAULT)
+    sk = [r for r in rows if r["method"].startswith("skimage")]
+    best_sk = max(sk, key=lambda r: r["miou"]) if sk else None
+    cmd = "python -m benchmarks.bench_mosaics"
+    if quick:
+        cmd += " --quick"
+    else:
+        if n_images != 24:
+            cmd += f" --n-images {n_images}"
+        if size != 256:
+            cmd += f" --size {size}"
+    if seed != 0:
+        cmd += f" --seed {seed}"
+    if tuple(features) != ("color",):
+        cmd += f" --features {','.join(features)}"
+    lines = [
+        "# Mosaics of real photographs and textures" + (" (quick)" if quick else ""),
+        "",
+        f"{n_images} mosaics of {size}x{size} pixels (`benchmarks/mosaics.py`, seed {seed}: "
+        f"3-6 Voronoi regions, mean {true_k:.2f}, each a crop of a different scikit-image "
+        "photograph or texture). K = true number of regions for every method but "
+        "`cut_normalized`, which picks its own through `thresh` (SLIC with as many "
+        "superpixels as the offline default has tokens, compactness 10, mean-colour RAG). "
+        "Token rows: features -> `cosine_power_affinity` (the extractor's "
+        "`default_power`) -> clusterer -> `prototype_upsample` -> PAMR, the ImageSegmenter "
+        "pipeline. mIoU: per-image Hungarian matching (`sklearn_falcon.metrics.miou`). "
+        "Time: mean wall-clock seconds per image of the whole method, image in, label map "
+        "out; methods interleaved image by image after a warm-up image.",
+        "",
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs (shared with other jobs; read ratios, not absolutes). "
+        f"Command: `{cmd}`",
+        "",
+        "| method | mIoU | segments | time / image (s) | time / default's |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['method']} | {r['miou']:.4f} | {r['n_segments']:.2f} | "
+                     f"{r['time_s']:.4f} | {r['time_s'] / default['time_s']:.2f} |")
+    lines.append("")
+    if best_sk is not None:
+        lines.append(
+            f"Offline default against the best `cut_normalized` row ({best_sk['method']}): "
+            f"mIoU {default['miou']:.4f} vs {best_sk['miou']:.4f} "
+            f"({default['miou'] - best_sk['miou']:+.4f}), "
+            f"{best_sk['time_s'] / default['time_s']:.1f}x faster.")
+    for r in rows:
+        if r["method"].startswith("SpectralClustering"):
+            lines.append(f"Against {r['method']}: mIoU {default['miou'] - r['miou']:+.4f}, "
+                         f"{r['time_s'] / default['time_s']:.1f}x faster.")
+    lines.append("")
+    out.write_text("\n".join(lines))
+    return out
+
+
+def main(argv=None):
+    """Command-line entry point: ``python -m benchmarks.bench_mosaics``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="6 images, one threshold")
+    parser.add_argument("--n-images", type=int, default=24)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--features", default="color",
+                        help=f"comma-separated feature sets ({', '.join(sorted(FEATURES))})")
+    parser.add_argument("--out", default=None, help="markdown file to write")
+    args = parser.parse_args(argv)
+    features = tuple(f for f in args.features.split(",") if f)
+    kwargs = dict(size=args.size, seed=args.seed, features=features, out=args.out)
+    if args.quick:
+        kwargs.update(n_images=6, thresholds=(0.01,), quick=True)
+    else:
+        kwargs.update(n_images=args.n_images)
+    rows, path = run(**kwargs)
+    for r in rows:
+        print(f"{r['method']:<62} mIoU {r['miou']:.4f}  time {r['time_s']:.4f}s")
+    print(f"written: {path}")
+
+
+if __name__ == "__main__":
+    main()

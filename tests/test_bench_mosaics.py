@@ -1,0 +1,72 @@
+"""The mosaic benchmark dataset and its runner (tiny sizes)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import bench_mosaics as B  # noqa: E402
+from benchmarks.mosaics import SOURCES, load_source, make_mosaic, make_mosaics  # noqa: E402
+
+
+def test_mosaics_are_deterministic_and_well_formed():
+    a = make_mosaics(4, size=48, seed=5)
+    b = make_mosaics(4, size=48, seed=5)
+    c = make_mosaics(4, size=48, seed=6)
+    assert len(a) == 4
+    for (ia, ta), (ib, tb) in zip(a, b):
+        assert ia.shape == (48, 48, 3) and ia.dtype == np.uint8
+        assert ta.shape == (48, 48) and ta.dtype == np.int64
+        k = ta.max() + 1
+        assert 3 <= k <= 6
+        assert np.array_equal(np.unique(ta), np.arange(k))  # every id present
+        assert np.array_equal(ia, ib) and np.array_equal(ta, tb)
+    assert any(not np.array_equal(x[0], y[0]) for x, y in zip(a, c))
+
+
+def test_mosaic_regions_come_from_different_sources():
+    img, truth = make_mosaic(5, 64, seed=1)
+    means = [img[truth == r].reshape(-1, 3).mean(0) for r in range(5)]
+    # five different crops: no two regions have the same mean colour
+    d = [np.abs(means[i] - means[j]).sum() for i in range(5) for j in range(i + 1, 5)]
+    assert min(d) > 0
+
+
+def test_mosaic_sources_are_bundled_rgb():
+    for name in SOURCES:
+        src = load_source(name)
+        assert src.ndim == 3 and src.shape[2] == 3 and src.dtype == np.uint8
+        assert not src.flags.writeable
+
+
+def test_mosaic_bad_parameters():
+    with pytest.raises(ValueError, match="n_regions"):
+        make_mosaic(len(SOURCES) + 1, 32)
+    with pytest.raises(ValueError, match="min_regions"):
+        make_mosaics(1, 32, min_regions=4, max_regions=3)
+    with pytest.raises(ValueError, match="name"):
+        load_source("nope")
+
+
+def test_bench_mosaics_runs_and_is_extensible(tmp_path):
+    from sklearn_falcon.image import ColorPositionFeatures
+
+    B.register_features("coarse", lambda: ColorPositionFeatures(16))
+    try:
+        rows, path = B.run(n_images=2, size=64, features=("color", "coarse"),
+                           thresholds=(0.01,), out=tmp_path / "m.md")
+    finally:
+        del B.FEATURES["coarse"]
+    names = [r["method"] for r in rows]
+    assert names[0] == B.DEFAULT
+    assert "Falcon on 'coarse' tokens" in names
+    assert "SpectralClustering (sklearn defaults) on 'coarse' tokens" in names
+    for r in rows:
+        assert 0.0 <= r["miou"] <= 1.0 and r["time_s"] > 0
+    text = path.read_text()
+    assert "| method | mIoU |" in text and "coarse" in text
+    with pytest.raises(ValueError, match="unknown feature set"):
+        B.build_methods(("nope",))

@@ -1,0 +1,318 @@
+"""FalconNCut on a Dask array of row blocks (backend="dask").
+
+The parity of the problem's operations with the NumPy references and the
+Numba backend (one block) is in test_backends.py; here: several blocks,
+the estimator on Dask input, the initialization at scale, validation
+without gathering, a process cluster that never gathers the graph on the
+client and survives a killed worker.
+"""
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from shared import noisy, planted
+
+from sklearn_falcon import FalconNCut, normalized_cut
+from sklearn_falcon._backends import make_problem
+from sklearn_falcon._solver import SolverOptions, solve
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+from sklearn_falcon._backends._dask import DaskProblem, ShardedGraph  # noqa: E402
+
+K = 4
+
+
+def shards(W, n_blocks, *, dense=False, rows=None):
+    """``W`` as a Dask array of ``n_blocks`` row blocks (CSR or dense);
+    ``rows`` gives each block an unknown number of rows."""
+    n = W.shape[0]
+    bounds = np.linspace(0, n, n_blocks + 1).astype(int)
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        blk = sp.csr_matrix(W[a:b])
+        blk = blk.toarray() if dense else blk
+        meta = np.empty((0, 0)) if dense else sp.csr_matrix((0, 0))
+        parts.append(da.from_delayed(dask.delayed(blk), shape=(rows or b - a, n),
+                                     dtype=W.dtype, meta=meta))
+    return da.concatenate(parts, axis=0)
+
+
+def write_shards(W, n_blocks, folder):
+    """``W`` written as ``n_blocks`` .npz row blocks, read back lazily by
+    :func:`load_guarded` (on the workers)."""
+    n = W.shape[0]
+    bounds = np.linspace(0, n, n_blocks + 1).astype(int)
+    parts = []
+    for s, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        path = str(folder / f"shard{s}.npz")
+        sp.save_npz(path, sp.csr_matrix(W[a:b]))
+        parts.append(da.from_delayed(dask.delayed(load_guarded)(path),
+                                     shape=(b - a, n), dtype=W.dtype,
+                                     meta=sp.csr_matrix((0, 0))))
+    return da.concatenate(parts, axis=0)
+
+
+def load_guarded(path):
+    """A shard, carrying a guard that fails if it is unpickled in the client
+    (or scheduler) process."""
+    block = sp.load_npz(path)
+    block._guard = ClientGuard()
+    return block
+
+
+def _refuse_on_client():
+    if str(os.getpid()) == os.environ.get("SKF_TEST_CLIENT_PID"):
+        raise AssertionError("a row block of the graph was sent to the client")
+    return ClientGuard()
+
+
+class ClientGuard:
+    """Attached to a row block: unpickling it in the client process fails."""
+
+    def __reduce__(self):
+        return (_refuse_on_client, ())
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return planted(1600, K, seed=3)
+
+
+@pytest.fixture(scope="module")
+def thread_client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            yield client
+
+
+def _est(**kw):
+    return FalconNCut(K, affinity="precomputed", random_state=0, **kw)
+
+
+# ------------------------------------------------------------------ solver
+@pytest.mark.parametrize("polish", [False, True])
+def test_blocks_solve_like_one_machine(graph, polish):
+    """From the same start, the proximal loop on 5 blocks takes the same
+    steps as the Numba backend (exact passes: the same labels up to exact
+    ties); the blockwise polish ends at least as high."""
+    W, y = graph
+    y0 = noisy(y, K, 0.6, seed=1)
+    if polish:  # a weak graph and a random start leave moves to polish
+        W, _ = planted(1600, K, seed=3, p_in=0.5)
+        y0 = np.random.default_rng(0).integers(K, size=W.shape[0])
+    opt = SolverOptions(polish=polish)
+    ref = solve(make_problem(W, K), y0, opt)
+    P = DaskProblem(ShardedGraph.from_matrix(W, 5), K)
+    res = solve(P, y0, opt)
+    assert np.all(np.diff(res.objective_path[0]) >= 0)
+    if polish:
+        assert res.objective[0] >= ref.objective[0] - 1e-3
+        assert res.n_polish[0] > 0 and ref.n_polish[0] > 0
+    else:
+        assert res.n_iter[0] == ref.n_iter[0]
+        assert np.mean(res.labels != ref.labels) < 1e-3
+        assert res.objective[0] == pytest.approx(ref.objective[0], abs=1e-9)
+
+
+def test_polish_keeps_the_best_block_when_the_combined_moves_lose():
+    """Nodes 0 (block 0) and 2 (block 1) are tied strongly but start apart:
+    each block alone moves its node to the other's cluster, together they
+    swap and lose.  The global rule keeps one block's move; f rises."""
+    W = np.array([[0, 1, 5, 0], [1, 0, 0, 1], [5, 0, 0, 1], [0, 1, 1, 0.]]) + 0.01
+    np.fill_diagonal(W, 0)
+    P = DaskProblem(ShardedGraph.from_matrix(W, 2), 2)
+    X = P.from_labels([0, 0, 1, 1])
+    WX = P.weights(X)
+    vol, assoc = P.stats(WX, X)
+    f0 = P.objective(vol, assoc)[0]
+    assert 2 - normalized_cut(W, [1, 0, 0, 1]) < f0  # both moves together
+    assert P.polish(X, WX, vol, assoc)[0] == 1
+    labels = P.to_numpy(X)[0]
+    assert labels.tolist() in ([1, 0, 1, 1], [0, 0, 0, 1])
+    f1 = P.objective(vol, assoc)[0]
+    assert f1 > f0
+    assert f1 == pytest.approx(2 - normalized_cut(W, labels))
+    assert f1 == pytest.approx(P.objective(*P.stats(WX, X))[0])
+
+
+# --------------------------------------------------------------- estimator
+def test_fit_on_a_cluster_matches_one_machine(graph, thread_client):
+    W, y = graph
+    ref = _est(backend="numba").fit(W)
+    est = _est().fit(shards(W, 4))  # backend="auto" picks Dask
+    assert est.backend_ == "dask"
+    assert isinstance(est.labels_, np.ndarray) and est.labels_.dtype == np.int64
+    assert est.ncut_ <= ref.ncut_ + 1e-9
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
+    assert np.all(np.diff(est.objective_path_) >= 0)
+    np.testing.assert_allclose(est.cluster_volumes_,
+                               np.bincount(est.labels_, weights=W.sum(1).A1))
+    # predict on an in-memory cross-affinity, as on one machine
+    np.testing.assert_array_equal(est.predict(W[:50]), est.labels_[:50])
+
+
+def test_coarsened_start_reaches_the_one_machine_ncut(graph):
+    """Forced to coarsen (a tiny coarse_max_entries), blockwise: with shards
+    that keep communities together the levels shrink to the limit and the
+    NCut is that of one machine; with nodes in random order (a block holds a
+    tenth of each node's edges) coarsening stalls above the limit, and the
+    start is random labels on the last level, with a warning.  (10 blocks:
+    the tasks read joined arrays.)"""
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    conf = {"sklearn_falcon.dask.coarse_max_entries": 3000}
+    for G, ordered in ((local, True), (W, False)):
+        ref = _est(backend="numba").fit(G)
+        with dask.config.set(conf):
+            if ordered:
+                est = _est().fit(shards(G, 10))
+            else:
+                with pytest.warns(UserWarning, match="stopped coarsening"):
+                    est = _est().fit(shards(G, 10))
+        levels = est._dask_info["levels"]
+        assert len(levels) >= (3 if ordered else 1)
+        assert [n for n, _ in levels] == sorted(n for n, _ in levels)[::-1]
+        assert (levels[-1][1] <= 3000) == ordered
+        assert est.ncut_ <= ref.ncut_ * 1.01
+
+
+def test_same_start_same_labels_dense_and_streamed():
+    W, y = planted(700, K, seed=7)
+    y0 = noisy(y, K, 0.5, seed=2)
+    ref = _est(init=y0, polish=False, backend="numba").fit(W)
+    Wd = W.toarray()
+    a = _est(init=y0, polish=False).fit(shards(Wd, 3, dense=True))
+    with dask.config.set({"sklearn_falcon.dask.persist": False}):
+        b = _est(init=da.from_array(y0, chunks=300), polish=False).fit(shards(W, 3))
+    assert b._dask_info["persisted"] is False and a._dask_info["persisted"] is True
+    for est in (a, b):
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        assert est.n_iter_ == ref.n_iter_
+        np.testing.assert_allclose(est.objective_path_, ref.objective_path_,
+                                   rtol=1e-12)
+
+
+def test_labels_as_a_dask_array_and_random_starts():
+    W, _ = planted(600, K, seed=5)
+    with dask.config.set({"sklearn_falcon.dask.labels": "dask"}):
+        est = _est(init="random", n_init=2).fit(shards(W, 4))
+    assert isinstance(est.labels_, da.Array)
+    labels = est.labels_.compute()
+    assert labels.shape == (W.shape[0],) and set(np.unique(labels)) == set(range(K))
+    assert est.ncut_ == pytest.approx(normalized_cut(W, labels), abs=1e-9)
+
+
+def test_isolated_nodes_and_empty_start_clusters():
+    W, y = planted(600, 3, seed=4)
+    W = sp.lil_matrix(W)
+    W[5, :] = 0
+    W[:, 5] = 0
+    W = W.tocsr()
+    W.eliminate_zeros()
+    y0 = np.where(y == 2, 1, y)  # cluster 2 empty at the start
+    with pytest.warns(UserWarning, match="1 sample"):
+        ref = FalconNCut(3, affinity="precomputed", init=y0, random_state=0,
+                         backend="numba").fit(W)
+    with pytest.warns(UserWarning, match="1 sample"):
+        est = FalconNCut(3, affinity="precomputed", init=y0,
+                         random_state=0).fit(shards(W, 3))
+    np.testing.assert_array_equal(est.isolated_, [5])
+    assert est.labels_[5] == np.argmax(est.cluster_volumes_)
+    assert np.bincount(est.labels_, minlength=3).min() > 0
+    assert est.ncut_ == pytest.approx(ref.ncut_, abs=0.05)
+
+
+# -------------------------------------------------------------- validation
+def _bad(kind):
+    W, _ = planted(200, 2, seed=0)
+    if kind == "asymmetric":
+        W = sp.triu(W, format="csr")
+    elif kind == "negative":
+        W = W.copy()
+        W.data[3] = -1.0
+    elif kind == "nan":
+        W = W.copy()
+        W.data[3] = np.nan
+    return shards(W, 2)
+
+
+@pytest.mark.parametrize("kind, error, match", [
+    ("asymmetric", ValueError, "must be symmetric"),
+    ("negative", ValueError, "must be nonnegative"),
+    ("nan", ValueError, "NaN or infinity"),
+])
+def test_invalid_graphs_are_rejected_blockwise(kind, error, match):
+    with pytest.raises(error, match=match):
+        FalconNCut(2, affinity="precomputed").fit(_bad(kind))
+
+
+def test_invalid_calls_name_the_parameter(graph):
+    W, _ = graph
+    X = shards(W, 2)
+    with pytest.raises(ValueError, match="backend='numba' needs X in memory"):
+        _est(backend="numba").fit(X)
+    with pytest.raises(ValueError, match="affinity='rbf'"):
+        FalconNCut(K, affinity="rbf").fit(X)
+    with pytest.raises(ValueError, match="square"):
+        _est().fit(X[:100])
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        _est().fit(shards(W, 2, rows=np.nan))
+    with pytest.raises(TypeError, match="dtype=bool"):
+        _est().fit(X.astype(bool))
+    with pytest.raises(ValueError, match="n_clusters=2000 must be <="):
+        FalconNCut(2000, affinity="precomputed").fit(X)
+    with pytest.raises(ValueError, match="init labels must be integers"):
+        _est(init=da.full(W.shape[0], 7, chunks=400)).fit(X)
+    with pytest.raises(ValueError, match="init='kmeans' needs features"):
+        _est(init="kmeans").fit(X)
+    with pytest.raises(ValueError, match="device='cuda'"):
+        _est(device="cuda").fit(X)
+    with pytest.raises(ValueError, match="sklearn_falcon.dask.labels"):
+        with dask.config.set({"sklearn_falcon.dask.labels": "list"}):
+            _est().fit(X)
+    block = da.from_delayed(dask.delayed([[1.0, 1.0]]), shape=(1, 2), dtype=float,
+                            meta=np.empty((0, 0)))
+    with pytest.raises(TypeError, match="block of type list"):
+        FalconNCut(2, affinity="precomputed").fit(da.concatenate([block, block]))
+
+
+# ------------------------------------------------------------ process cluster
+def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
+        graph, monkeypatch, tmp_path):
+    """Two worker processes; the row blocks carry a guard that fails if it
+    is ever unpickled on the client.  In the second fit one worker process
+    is killed at the second proximal step: Dask recomputes what it held from
+    the shards, and the fit ends with the same labels."""
+    W, y = graph
+    monkeypatch.setenv("SKF_TEST_CLIENT_PID", str(os.getpid()))
+    y0 = noisy(y, K, 0.5, seed=6)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            X = write_shards(W, 4, tmp_path)
+            ref = _est(init=y0).fit(X)
+            pids = list(client.run(os.getpid).values())
+            step = DaskProblem.step
+            calls = []
+
+            def step_and_kill(self, *args):
+                calls.append(1)
+                if len(calls) == 2:
+                    os.kill(pids[0], signal.SIGKILL)
+                return step(self, *args)
+
+            monkeypatch.setattr(DaskProblem, "step", step_and_kill)
+            est = _est(init=y0).fit(X)
+            assert len(calls) > 2
+            assert pids[0] not in client.run(os.getpid).values()
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.objective_path_, ref.objective_path_)
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
