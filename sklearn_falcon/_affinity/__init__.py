@@ -6,6 +6,7 @@
 
 from ._check import (
     active_subgraph,
+    check_active_count,
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
@@ -31,6 +32,7 @@ __all__ = [
     "PRECOMPUTED",
     "Affinity",
     "active_subgraph",
+    "check_active_count",
     "check_affinity",
     "check_cross_affinity",
     "check_dtype_kind",

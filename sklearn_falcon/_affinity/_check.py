@@ -192,21 +192,10 @@ def warn_if_disconnected(W, n_clusters, n_neighbors=None):
     )
 
 
-def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
-    """The graph of the solve: ``W`` without its zero-degree samples.
-
-    Raises ValueError when fewer than ``n_clusters`` samples have a nonzero
-    degree; warns when some have none (they are left out, and the caller
-    gives them the cluster of largest volume) and when the remaining graph
-    is not connected (:func:`warn_if_disconnected`).  ``W`` is None on the
-    matrix-free path (where every degree is positive).
-
-    Returns
-    -------
-    W_active, degrees_active
-    """
-    n_samples = degrees.shape[0]
-    n_active = int(active.sum())
+def check_active_count(n_active, n_samples, n_clusters, stacklevel=2):
+    """Raise when fewer than ``n_clusters`` of the ``n_samples`` samples have
+    a nonzero degree; warn when some have none.  Returns whether all have
+    one (the in-memory and the sharded fit share these messages)."""
     if n_active == 0:
         raise ValueError(
             "The affinity matrix is all zeros: no sample has a nonzero degree, so "
@@ -223,8 +212,28 @@ def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
             "sample); they are left out of the solve and given the cluster of "
             "largest volume.",
             UserWarning,
-            stacklevel=5,
+            stacklevel=stacklevel + 1,
         )
+        return False
+    return True
+
+
+def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
+    """The graph of the solve: ``W`` without its zero-degree samples.
+
+    Raises ValueError when fewer than ``n_clusters`` samples have a nonzero
+    degree; warns when some have none (they are left out, and the caller
+    gives them the cluster of largest volume) and when the remaining graph
+    is not connected (:func:`warn_if_disconnected`).  ``W`` is None on the
+    matrix-free path (where every degree is positive).
+
+    Returns
+    -------
+    W_active, degrees_active
+    """
+    n_samples = degrees.shape[0]
+    n_active = int(active.sum())
+    if not check_active_count(n_active, n_samples, n_clusters, stacklevel=5):
         idx = np.flatnonzero(active)
         if sp.issparse(W):
             W = W[idx][:, idx].tocsr()

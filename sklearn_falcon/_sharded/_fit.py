@@ -2,12 +2,11 @@
 
 import sys
 import time
-import warnings
 
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._affinity import check_dtype_kind, make_affinity
+from .._affinity import check_active_count, check_dtype_kind, make_affinity
 from .._backends import BACKENDS
 from .._inits import INITS
 from .._solver import SolverOptions, solve
@@ -116,7 +115,7 @@ def fit_sharded(est, X):
     options = SolverOptions.from_params(est.get_params(deep=False))
     degrees = G.degrees_array()
     isolated = np.asarray(da.flatnonzero(degrees <= 0).compute())
-    _check_active(n, n - isolated.size, K)
+    check_active_count(n - isolated.size, n, K, stacklevel=3)
 
     rs = check_random_state(est.random_state)
     rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
@@ -159,25 +158,4 @@ def fit_sharded(est, X):
     est._dask_info = info
     return est
 
-
-def _check_active(n_samples, n_active, K):
-    """The degree checks of the in-memory fit (same messages)."""
-    if n_active == 0:
-        raise ValueError(
-            "The affinity matrix is all zeros: no sample has a nonzero degree, so "
-            "the normalized cut is undefined."
-        )
-    if n_active < K:
-        raise ValueError(
-            f"Only {n_active} of {n_samples} samples have a nonzero degree, fewer "
-            f"than n_clusters={K}."
-        )
-    if n_active < n_samples:
-        warnings.warn(
-            f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
-            "sample); they are left out of the solve and given the cluster of "
-            "largest volume.",
-            UserWarning,
-            stacklevel=4,
-        )
 
