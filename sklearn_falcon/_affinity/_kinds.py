@@ -15,10 +15,11 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics.pairwise import check_pairwise_arrays, rbf_kernel
-from sklearn.neighbors import NearestNeighbors
 from sklearn.preprocessing import normalize
 from sklearn.utils.extmath import row_norms, safe_sparse_dot
+
+# sklearn.neighbors and sklearn.metrics (0.2 s of import time) are imported
+# by the functions that use them
 
 from .._memory import check_allocation, dense_nbytes
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
@@ -74,6 +75,8 @@ def cosine_similarity(X, Y=None):
     row of norm 1e-28 gets similarities of about 1e-28, whose sign and size
     are rounding noise.  The matrix-free torch rows follow the same rule.
     """
+    from sklearn.metrics.pairwise import check_pairwise_arrays
+
     X, Y = check_pairwise_arrays(X, Y)
     U = _unit_rows(X)
     V = U if Y is X else _unit_rows(Y)
@@ -201,6 +204,8 @@ class NearestNeighborsAffinity(Affinity):
     def fit(self, X):
         n = X.shape[0]
         self.n_train_ = n
+        from sklearn.neighbors import NearestNeighbors
+
         self.nn_ = NearestNeighbors(n_neighbors=min(self.n_neighbors, n),
                                     metric=self.metric, n_jobs=self.n_jobs).fit(X)
         C = self.nn_.kneighbors_graph(X, mode="connectivity")
@@ -301,12 +306,16 @@ class RBFAffinity(Affinity):
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
+        from sklearn.metrics.pairwise import rbf_kernel
+
         X = self.X_fit_
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
         return np.ascontiguousarray(
             rbf_kernel(X, gamma=self.gamma).astype(X.dtype, copy=False))
 
     def cross(self, X_new):
+        from sklearn.metrics.pairwise import rbf_kernel
+
         return rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
 
 

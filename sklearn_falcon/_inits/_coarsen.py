@@ -29,7 +29,7 @@ from .._jit import jit as _jit
 __all__ = ["coarsen", "coarsen_csr", "coarsen_dense", "match_csr", "match_dense"]
 
 
-@_jit
+@_jit(inline=True)
 def _number_pairs(match):
     """Coarse node of each node from the pairs in ``match`` (-1: single),
     numbered in the order of their smallest node."""
@@ -45,7 +45,7 @@ def _number_pairs(match):
     return n_coarse, mapping
 
 
-@_jit
+@_jit(inline=True)
 def _pair_two_hops(match, heavy, order):
     """Pair the unmatched nodes that share their heaviest neighbour
     (``heavy``, -1: none), in visiting order."""
@@ -63,7 +63,7 @@ def _pair_two_hops(match, heavy, order):
             pending[h] = u
 
 
-@_jit
+@_jit(inline=True)
 def _top_of_row(u, cols, vals, inv, part):
     """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part."""
     t = 0.0
@@ -76,7 +76,7 @@ def _top_of_row(u, cols, vals, inv, part):
     return t
 
 
-@_jit
+@_jit(inline=True)
 def _match_row(u, cols, vals, inv, part, alpha, top, match, heavy):
     """Visit node ``u`` (its row: neighbours ``cols``, weights ``vals``):
     pair it with its best eligible unmatched neighbour, and note its

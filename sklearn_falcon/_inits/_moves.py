@@ -101,7 +101,7 @@ def subgraph(W, idx):
     return W[np.ix_(idx, idx)]
 
 
-@_jit
+@_jit(inline=True)
 def _sweep_rows(indptr, cols, vals, degrees, order):
     """The sweep of :func:`sweep_csr` on rows ``cols[indptr[u]:indptr[u + 1]]``
     (a dense ``S`` passes full rows)."""

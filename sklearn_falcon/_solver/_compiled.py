@@ -13,6 +13,7 @@ which graphs it beats the Python loop on the parallel kernels.
 
 import numpy as np
 
+from .._backends._numba import _csr as ncsr
 from .._backends._numba import _kernels as nk
 from .._backends._numba import _polish as npol
 from .._jit import jit
@@ -20,18 +21,29 @@ from ._rules import accept, next_tau, stop
 
 
 @jit
-def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
-                 max_iter, tol, tau0, gamma_backtrack, delta, polish, max_polish,
-                 max_backtrack, shrink_tau):
-    """The loop on the graph held in ``W`` (``dense``) or in ``indptr``,
-    ``indices``, ``data`` (CSR); the other one is an empty placeholder.
-    ``labels`` is copied; ``tau0`` is in absolute score units."""
+def _falcon_loop(W, indptr, indices, data, degrees, labels, n_clusters, max_iter, tol,
+                 tau0, gamma_backtrack, delta, polish, max_polish, max_backtrack,
+                 shrink_tau):
+    """The loop on the dense graph ``W``, or (``W`` None) on the CSR graph
+    ``indptr``, ``indices``, ``data`` (None for a dense graph).
+
+    Numba prunes the branches of the absent kind (``is not None`` on a None
+    argument), so a fit compiles only its graph's kernels.  ``labels`` is
+    copied; ``tau0`` is in absolute score units.
+    """
     X = labels.copy()
-    if dense:
+    n = X.shape[0]
+    if W is not None:
         WX = nk._cluster_weights_dense_ser(W, X, n_clusters)
-    else:
-        WX = nk._cluster_weights_csr_ser(indptr, indices, data, X, n_clusters)
-    vol, assoc = nk.cluster_stats(WX, X, degrees, n_clusters)
+        vol, assoc = nk.cluster_stats(WX, X, degrees, n_clusters)
+    if indptr is not None:
+        vol, assoc = ncsr._cluster_stats_csr_ser(indptr, indices, data, X, degrees,
+                                                 n_clusters)
+        best = np.empty_like(X)
+        s_best = np.empty(n)
+        s_own = np.empty(n)
+        w_own = np.empty(n)
+        w_best = np.empty(n)
     f = nk.objective(vol, assoc)
     path = np.empty(max_iter + max_polish + 1, dtype=np.float64)
     path[0] = f
@@ -43,17 +55,25 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
     for _ in range(max_iter):
         trial_tau = tau_cur
         acc_X, acc_vol, acc_assoc, acc_f, acc_moved = X, vol, assoc, f, 0
+        if indptr is not None:
+            ncsr._row_choices_ser(indptr, indices, data, X, degrees, vol, assoc, best,
+                                  s_best, s_own, w_own, w_best)
         for _b in range(max_backtrack):
-            new = nk._argmax_with_inertia_ser(WX, degrees, vol, assoc, X, trial_tau)
-            cand, moved = nk._guard_empty(X, new, n_clusters)
+            if W is not None:
+                new = nk._argmax_with_inertia_ser(WX, degrees, vol, assoc, X,
+                                                  trial_tau)
+                cand, moved = nk._guard_empty(X, new, n_clusters)
+            if indptr is not None:
+                cand, moved = ncsr.threshold_step(best, s_best, s_own, X, trial_tau,
+                                                  n_clusters)
             if moved > 0:
-                if dense:
+                if W is not None:
                     cvol, cassoc = nk._candidate_stats_dense_ser(W, degrees, X, cand,
                                                                  WX, vol, assoc)
-                else:
-                    cvol, cassoc = nk.candidate_stats_csr(indptr, indices, data,
-                                                          degrees, X, cand, WX, vol,
-                                                          assoc)
+                if indptr is not None:
+                    cvol, cassoc = ncsr._candidate_stats_ser(
+                        indptr, indices, data, degrees, X, cand, best, w_own, w_best,
+                        vol, assoc)
                 fc = nk.objective(cvol, cassoc)
             else:
                 cvol, cassoc, fc = vol, assoc, f
@@ -67,10 +87,8 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
         gain = acc_f - f
         n_iter += 1
         if acc_moved > 0:
-            if dense:
+            if W is not None:
                 nk._apply_moves_dense_ser(W, X, acc_X, WX)
-            else:
-                nk.apply_moves_csr(indptr, indices, data, X, acc_X, WX)
             path[n_path] = acc_f
             n_path += 1
         X, vol, assoc = acc_X, acc_vol, acc_assoc
@@ -83,11 +101,11 @@ def _falcon_loop(dense, W, indptr, indices, data, degrees, labels, n_clusters,
     n_polish = 0
     if polish:
         for _ in range(max_polish):
-            if dense:
+            if W is not None:
                 m = npol.local_move_sweep_dense(W, degrees, X, WX, vol, assoc)
-            else:
-                m = npol.local_move_sweep_csr(indptr, indices, data, degrees, X, WX,
-                                              vol, assoc)
+            if indptr is not None:
+                m = npol.local_move_sweep_csr(indptr, indices, data, degrees, X, vol,
+                                              assoc)
             if m == 0:
                 break
             f = nk.objective(vol, assoc)
@@ -122,15 +140,12 @@ def run(graph, labels, n_clusters, tau0, options, polish):
         converged, tau)``.
     """
     W, indptr, indices, data, degrees = graph
-    labels = np.ascontiguousarray(np.asarray(labels).reshape(-1), dtype=np.int64)
-    dense = W is not None
-    if dense:
-        empty_i = np.zeros(1, dtype=np.int64)
-        indptr, indices, data = empty_i, empty_i[:0], np.zeros(0, dtype=W.dtype)
-    else:
-        W = np.zeros((0, 0), dtype=data.dtype)
+    # CSR: labels in the narrowest type, as the Python loop's (NumbaProblem)
+    dtype = np.int64 if W is not None else ncsr.label_dtype(n_clusters)
+    labels = np.ascontiguousarray(np.asarray(labels).reshape(-1), dtype=dtype)
     o = options
-    return _falcon_loop(dense, W, indptr, indices, data, degrees, labels,
-                        int(n_clusters), int(o.max_iter), float(o.tol), float(tau0),
-                        float(o.gamma_backtrack), float(o.delta), bool(polish),
-                        int(o.max_polish), int(o.max_backtrack), bool(o.shrink_tau))
+    out = _falcon_loop(W, indptr, indices, data, degrees, labels,
+                       int(n_clusters), int(o.max_iter), float(o.tol), float(tau0),
+                       float(o.gamma_backtrack), float(o.delta), bool(polish),
+                       int(o.max_polish), int(o.max_backtrack), bool(o.shrink_tau))
+    return (out[0].astype(np.int64),) + tuple(out[1:])

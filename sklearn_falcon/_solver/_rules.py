@@ -14,7 +14,7 @@ import numpy as np
 from .._jit import jit
 
 
-@jit
+@jit(inline=True)
 def accept(n_moved, f_trial, f, delta, tau):
     """Whether a trial step is accepted.
 
@@ -25,7 +25,7 @@ def accept(n_moved, f_trial, f, delta, tau):
     return (n_moved == 0) | (f_trial >= f + delta * tau * n_moved)
 
 
-@jit
+@jit(inline=True)
 def stop(n_moved, gain, f, tol):
     """Whether a graph stops after an accepted iteration: no row moved, or the
     relative gain ``gain / |f|`` (``f`` before the iteration) fell below
@@ -33,7 +33,7 @@ def stop(n_moved, gain, f, tol):
     return (n_moved == 0) | (gain / np.maximum(np.abs(f), 1e-300) < tol)
 
 
-@jit
+@jit(inline=True)
 def next_tau(trial_tau, tau0, gamma, shrink):
     """``tau`` of the next iteration: the accepted one, or with ``shrink``
     that divided by ``gamma`` and floored at the initial ``tau0``."""

@@ -10,10 +10,9 @@ ids already present: the number of segments can never increase.
 from numbers import Integral
 
 import numpy as np
-from numba import njit, prange
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._jit import CACHE as _CACHE
+from .._jit import jit, pjit, prange
 
 __all__ = ["pamr"]
 
@@ -28,7 +27,7 @@ def _offsets(dilations):
     return np.asarray(offs, dtype=np.int64)
 
 
-@njit(cache=_CACHE, nogil=True)
+@jit
 def _clamped_span(x_shift, w):  # pragma: no cover - compiled
     """``(x0, x1)``: for ``x < x0`` the column ``x + x_shift`` is left of a row
     of ``w`` pixels, for ``x >= x1`` right of it, and inside in between."""
@@ -36,7 +35,7 @@ def _clamped_span(x_shift, w):  # pragma: no cover - compiled
     return x0, max(min(w - x_shift, w), x0)
 
 
-@njit(cache=_CACHE, nogil=True, parallel=True)
+@pjit
 def _affinities(img, offs, dilations):  # pragma: no cover - compiled
     """Softmax weights ``(P, H, W)`` of each pixel's ``P`` dilated neighbours.
 
@@ -111,7 +110,7 @@ def _affinities(img, offs, dilations):  # pragma: no cover - compiled
     return aff
 
 
-@njit(cache=_CACHE, nogil=True, parallel=True)
+@pjit
 def _propagate(mask, aff, offs, n_iter):  # pragma: no cover - compiled
     """``n_iter`` steps of ``m(x) <- sum_q aff_q(x) m(x + offset_q)`` on ``(K, H, W)``.
 

@@ -24,7 +24,7 @@ from .._numba._kernels import (
     cluster_stats,
     objective,
 )
-from .._numba._polish import local_move_sweep_csr
+from .._numba._polish import local_move_sweep_csr_wx
 
 __all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task", "label_dtype",
            "pass_task", "polish_task", "random_task", "relabel_task", "step_task",
@@ -185,8 +185,8 @@ def polish_task(block, r0, degrees, labels, WX, vol, assoc):
     lab = labels.copy()
     v = vol.copy()
     a = assoc.copy()
-    moves = local_move_sweep_csr(D.indptr, D.indices, D.data, degrees, lab, WX.copy(),
-                                 v, a)
+    moves = local_move_sweep_csr_wx(D.indptr, D.indices, D.data, degrees, lab,
+                                    WX.copy(), v, a)
     return lab, (int(moves), float(objective(v, a) - objective(vol, assoc)))
 
 

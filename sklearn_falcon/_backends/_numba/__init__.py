@@ -1,21 +1,27 @@
 """The Numba backend: kernels on NumPy arrays and the one-graph problem.
 
 The kernel names here are those of :mod:`sklearn_falcon._backends._torch`
-(same semantics, without the batch dimension); ``apply_moves_*``,
-``candidate_stats_*`` and the ``local_move_sweep_*`` polish exist only here.
+(same semantics, without the batch dimension); ``apply_moves_dense``,
+``candidate_stats_*``, the row-by-row CSR iteration (:mod:`._csr`) and the
+``local_move_sweep_*`` polish exist only here.
 """
 
+from ._csr import (
+    candidate_stats_rows,
+    cluster_stats_csr,
+    label_dtype,
+    own_cluster_weights_csr,
+    row_choices,
+    threshold_step,
+)
 from ._kernels import (
-    apply_moves_csr,
     apply_moves_dense,
-    candidate_stats_csr,
     candidate_stats_dense,
     cluster_pair_weights_csr,
     cluster_stats,
     cluster_weights_csr,
     cluster_weights_dense,
     objective,
-    own_cluster_weights_csr,
     proximal_step,
     score_matrix,
 )
@@ -25,19 +31,22 @@ from ._problem import COMPILED_LOOP_MAX_ENTRIES, NumbaProblem
 __all__ = [
     "COMPILED_LOOP_MAX_ENTRIES",
     "NumbaProblem",
-    "apply_moves_csr",
     "apply_moves_dense",
-    "candidate_stats_csr",
     "candidate_stats_dense",
+    "candidate_stats_rows",
     "cluster_pair_weights_csr",
     "cluster_stats",
+    "cluster_stats_csr",
     "cluster_weights_csr",
     "cluster_weights_dense",
+    "label_dtype",
     "local_move_sweep_csr",
     "local_move_sweep_dense",
     "local_move_sweep_rows",
     "objective",
     "own_cluster_weights_csr",
     "proximal_step",
+    "row_choices",
     "score_matrix",
+    "threshold_step",
 ]

@@ -4,10 +4,12 @@ updates, the cluster statistics and the proximal step.
 Every function here is a function on arrays: no validation, no estimator
 state, no torch.  :mod:`sklearn_falcon._backends._torch._kernels` implements
 the public names with the same semantics on ``torch.Tensor`` (batched).  The
-copy-free backtracking helpers (``apply_moves_*``, ``candidate_stats_*``)
-exist only here: they are sequential, in-place CPU work.  The exact local
-moves are in :mod:`._polish`; the compiled proximal loop, built from these
-kernels, is :mod:`sklearn_falcon._solver._compiled`.
+copy-free backtracking helpers (``apply_moves_dense``,
+``candidate_stats_dense``) exist only here: they are sequential, in-place
+CPU work.  The iteration on a CSR graph, which never forms ``WX``, is in
+:mod:`._csr`; the exact local moves are in :mod:`._polish`; the compiled
+proximal loop, built from these kernels, is
+:mod:`sklearn_falcon._solver._compiled`.
 
 Conventions
 -----------
@@ -26,13 +28,13 @@ Conventions
 """
 
 import numpy as np
-from numba import prange
 
-from ..._jit import PARALLEL_MIN
+from ..._jit import PARALLEL_MIN, prange
 from ..._jit import jit as _jit
 from ..._jit import pjit as _pjit
 
-@_jit
+
+@_jit(inline=True)
 def _row_weights_csr(i, indptr, indices, data, labels, WX):
     for p in range(indptr[i], indptr[i + 1]):
         WX[i, labels[indices[p]]] += data[p]
@@ -94,7 +96,7 @@ _DENSE_PARTIAL_BYTES = 64 << 20
 _DENSE_PAR_MIN = 20_000_000
 
 
-@_jit
+@_jit(inline=True)
 def _dense_chunks(n, n_clusters):
     """Row chunks of the dense pass for an ``n``-node W (1: one plain pass)."""
     if n * n <= _DENSE_PAR_MIN:
@@ -182,27 +184,7 @@ def cluster_weights_dense(W, labels, n_clusters):
     return _cluster_weights_dense_ser(W, labels, n_clusters)
 
 
-@_jit
-def apply_moves_csr(indptr, indices, data, old_labels, new_labels, WX):
-    """In place: turn ``WX = W @ onehot(old_labels)`` into ``W @
-    onehot(new_labels)``.
-
-    Only the rows of the nodes that moved are read (W is symmetric, so the
-    row of a moved node is also its column): the cost is the sum of their
-    degrees, not nnz.
-    """
-    for j in range(old_labels.shape[0]):
-        a = old_labels[j]
-        b = new_labels[j]
-        if a != b:
-            for p in range(indptr[j], indptr[j + 1]):
-                i = indices[p]
-                w = data[p]
-                WX[i, a] -= w
-                WX[i, b] += w
-
-
-@_jit
+@_jit(inline=True)
 def _n_moved(old_labels, new_labels):
     m = 0
     for i in range(old_labels.shape[0]):
@@ -212,6 +194,19 @@ def _n_moved(old_labels, new_labels):
 
 
 @_jit
+def _moved_nodes(old_labels, new_labels):
+    """Indices of the nodes whose label changes, in order (``np.flatnonzero``
+    costs 0.7 s of compile time)."""
+    moved = np.empty(_n_moved(old_labels, new_labels), dtype=np.int64)
+    m = 0
+    for i in range(old_labels.shape[0]):
+        if old_labels[i] != new_labels[i]:
+            moved[m] = i
+            m += 1
+    return moved
+
+
+@_jit(inline=True)
 def _many_moved(old_labels, new_labels):
     """Whether more than a quarter of the nodes move.  On a dense graph the
     incremental updates then cost more than a fresh contiguous pass over W
@@ -244,15 +239,20 @@ def _apply_moves_dense_par(W, old_labels, new_labels, moved, WX):
 @_jit
 def _apply_moves_dense_ser(W, old_labels, new_labels, WX):
     if _many_moved(old_labels, new_labels):
-        WX[:, :] = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
+        fresh = _cluster_weights_dense_ser(W, new_labels, WX.shape[1])
+        for i in range(WX.shape[0]):  # (a slice assignment compiles 3 s of
+            for k in range(WX.shape[1]):  # error formatting)
+                WX[i, k] = fresh[i, k]
         return
-    moved = np.flatnonzero(old_labels != new_labels)
+    moved = _moved_nodes(old_labels, new_labels)
     _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, 0, W.shape[0])
 
 
 def apply_moves_dense(W, old_labels, new_labels, WX):
-    """Dense twin of :func:`apply_moves_csr`; recomputes ``WX`` in one pass
-    over W when more than a quarter of the nodes move.
+    """In place: turn ``WX = W @ onehot(old_labels)`` into ``W @
+    onehot(new_labels)``, from the rows of the moved nodes (``W`` is
+    symmetric); recomputes ``WX`` in one pass over W when more than a quarter
+    of the nodes move.
 
     Large updates run in parallel (over blocks of rows of ``WX``, or over
     the chunks of the fresh pass); every entry of ``WX`` is summed in the
@@ -269,7 +269,7 @@ def apply_moves_dense(W, old_labels, new_labels, WX):
         _apply_moves_dense_block(W, old_labels, new_labels, moved, WX, 0, W.shape[0])
 
 
-@_jit
+@_jit(inline=True)
 def _pair_delta(assoc, w, a_j, b_j, a_i, b_i):
     # (delta_j . delta_i) w per cluster, delta = e_new - e_old
     if b_j == b_i:
@@ -282,40 +282,15 @@ def _pair_delta(assoc, w, a_j, b_j, a_i, b_i):
         assoc[a_j] -= w
 
 
-@_jit
-def _single_move_delta(vol, assoc, dj, WX, j, a, b):
-    """The terms of node ``j`` moving from ``a`` to ``b`` that do not involve
-    other moved nodes: its degree, and ``2 diag(D' WX)``."""
+@_jit(inline=True)
+def _single_move_delta(vol, assoc, dj, a, b, wa, wb):
+    """The terms of a node of degree ``dj`` moving from ``a`` to ``b`` that do
+    not involve other moved nodes: its degree, and ``2 diag(D' WX)``
+    (``wa``, ``wb``: its ``WX`` at ``a`` and ``b``)."""
     vol[a] -= dj
     vol[b] += dj
-    assoc[b] += 2.0 * WX[j, b]
-    assoc[a] -= 2.0 * WX[j, a]
-
-
-@_jit
-def candidate_stats_csr(indptr, indices, data, degrees, old_labels, new_labels, WX,
-                        vol, assoc):
-    """``(vol, assoc)`` of ``new_labels`` from the state of ``old_labels``,
-    without forming the new ``WX``.
-
-    With ``D = onehot(new) - onehot(old)``:
-    ``assoc' = assoc + 2 diag(D' WX) + diag(D' W D)``, and the last term only
-    involves pairs of moved nodes.  Cost: the degrees of the moved nodes.
-    """
-    vol2 = vol.copy()
-    assoc2 = assoc.copy()
-    n = old_labels.shape[0]
-    for j in range(n):
-        a = old_labels[j]
-        b = new_labels[j]
-        if a == b:
-            continue
-        _single_move_delta(vol2, assoc2, degrees[j], WX, j, a, b)
-        for p in range(indptr[j], indptr[j + 1]):
-            i = indices[p]
-            if old_labels[i] != new_labels[i]:
-                _pair_delta(assoc2, data[p], a, b, old_labels[i], new_labels[i])
-    return vol2, assoc2
+    assoc[b] += 2.0 * wb
+    assoc[a] -= 2.0 * wa
 
 
 @_jit
@@ -331,18 +306,21 @@ def _candidate_stats_dense_ser(W, degrees, old_labels, new_labels, WX, vol, asso
 def _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol, assoc):
     vol2 = vol.copy()
     assoc2 = assoc.copy()
-    moved = np.flatnonzero(old_labels != new_labels)
+    moved = _moved_nodes(old_labels, new_labels)
     for j in moved:
         a = old_labels[j]
         b = new_labels[j]
-        _single_move_delta(vol2, assoc2, degrees[j], WX, j, a, b)
+        _single_move_delta(vol2, assoc2, degrees[j], a, b, WX[j, a], WX[j, b])
         for i in moved:
             _pair_delta(assoc2, W[j, i], a, b, old_labels[i], new_labels[i])
     return vol2, assoc2
 
 
 def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
-    """Dense twin of :func:`candidate_stats_csr`; from a fresh pass over W
+    """``(vol, assoc)`` of ``new_labels`` from the state of ``old_labels``,
+    without forming the new ``WX``: with ``D = onehot(new) - onehot(old)``,
+    ``assoc' = assoc + 2 diag(D' WX) + diag(D' W D)``, where the last term
+    involves only pairs of moved nodes.  From a fresh pass over W
     (in parallel when W is large) when more than a quarter of the nodes move:
     the pair term is quadratic in the number of moved nodes."""
     if _many_moved(old_labels, new_labels):
@@ -350,23 +328,6 @@ def candidate_stats_dense(W, degrees, old_labels, new_labels, WX, vol, assoc):
         return cluster_stats(fresh, new_labels, degrees, WX.shape[1])
     return _candidate_stats_dense_moves(W, degrees, old_labels, new_labels, WX, vol,
                                         assoc)
-
-
-@_jit
-def own_cluster_weights_csr(indptr, indices, data, labels):
-    """``WX[i, labels[i]]`` for every node of a CSR graph, without the
-    ``(n, K)`` matrix: the same sums, in the same order, as
-    :func:`cluster_weights_csr`."""
-    n = indptr.shape[0] - 1
-    own = np.zeros(n, dtype=np.float64)
-    for i in range(n):
-        k = labels[i]
-        acc = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            if labels[indices[p]] == k:
-                acc += data[p]
-        own[i] = acc
-    return own
 
 
 @_jit
@@ -415,7 +376,7 @@ def objective(vol, assoc):
     return f
 
 
-@_jit
+@_jit(inline=True)
 def _score_terms(vol, assoc):
     """``(1 / vol_k, assoc_k / vol_k**2)``, zero for clusters of zero volume."""
     K = vol.shape[0]
@@ -428,7 +389,7 @@ def _score_terms(vol, assoc):
     return inv_vol, pen
 
 
-@_jit
+@_jit(inline=True)
 def _score(wx, d, inv_vol, pen):
     """Falcon's gradient score of one (node, cluster) pair: the one formula
     of the step, the score matrix and out-of-sample prediction."""
@@ -493,7 +454,7 @@ def _argmax_with_inertia(WX, degrees, vol, assoc, labels, tau):
     return _argmax_with_inertia_ser(WX, degrees, vol, assoc, labels, tau)
 
 
-@_jit
+@_jit(inline=True)
 def _guard_empty(labels, new, n_clusters):
     """Cancel every move out of a cluster that the step would empty.
 

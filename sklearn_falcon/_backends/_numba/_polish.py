@@ -2,10 +2,12 @@
 
 One sweep visits the nodes in order and applies, for each, the best strictly
 improving single move by the exact change of ``f`` (the weighted kernel
-k-means gain), updating ``labels``, ``WX``, ``vol`` and ``assoc`` in place.
-``f`` never decreases and no cluster is emptied.  Sequential by nature, it
-has no torch twin: :class:`sklearn_falcon._backends._torch.TorchProblem`
-runs these sweeps on the host.  Conventions as in :mod:`._kernels`.
+k-means gain), updating ``labels``, ``vol`` and ``assoc`` (and, on a dense
+graph, ``WX``) in place; on a CSR graph a node's weights to the clusters are
+summed from its row when it is visited.  ``f`` never decreases and no
+cluster is emptied.  Sequential by nature, it has no torch twin:
+:class:`sklearn_falcon._backends._torch.TorchProblem` runs these sweeps on
+the host.  Conventions as in :mod:`._kernels`.
 """
 
 import numpy as np
@@ -13,20 +15,21 @@ import numpy as np
 from ..._jit import jit as _jit
 
 
-@_jit
-def _best_move(i, a, di, wii, WX, vol, assoc):
-    """Cluster of the best strictly improving move of node ``i`` (in ``a``),
-    or -1: the exact change of ``f`` (weighted kernel k-means gain)."""
+@_jit(inline=True)
+def _best_move(a, di, wii, wx, vol, assoc):
+    """Cluster of the best strictly improving move of a node in ``a`` (degree
+    ``di``, self-loop ``wii``, weights ``wx`` to the clusters), or -1: the
+    exact change of ``f`` (weighted kernel k-means gain)."""
     va = vol[a] - di
-    aa = assoc[a] - 2.0 * WX[i, a] + wii
+    aa = assoc[a] - 2.0 * wx[a] + wii
     base_a = assoc[a] / vol[a]
     new_a = aa / va if va > 0.0 else 0.0
     best_gain = 1e-12 * (base_a + 1e-300)  # ignore gains at rounding level
     best_b = -1
-    for b in range(WX.shape[1]):
+    for b in range(wx.shape[0]):
         if b == a:
             continue
-        ab = assoc[b] + 2.0 * WX[i, b] + wii
+        ab = assoc[b] + 2.0 * wx[b] + wii
         old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
         gain = new_a - base_a + ab / (vol[b] + di) - old_b
         if gain > best_gain:
@@ -35,20 +38,20 @@ def _best_move(i, a, di, wii, WX, vol, assoc):
     return best_b
 
 
-@_jit
-def _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts):
+@_jit(inline=True)
+def _move_stats(i, a, b, di, wii, wx, vol, assoc, labels, counts):
     """Move node ``i`` from ``a`` to ``b`` in every state but ``WX`` (whose
     columns ``a`` and ``b`` the caller updates from the row of ``i``)."""
-    assoc[a] = assoc[a] - 2.0 * WX[i, a] + wii
+    assoc[a] = assoc[a] - 2.0 * wx[a] + wii
     vol[a] -= di
-    assoc[b] = assoc[b] + 2.0 * WX[i, b] + wii
+    assoc[b] = assoc[b] + 2.0 * wx[b] + wii
     vol[b] += di
     labels[i] = b
     counts[a] -= 1
     counts[b] += 1
 
 
-@_jit
+@_jit(inline=True)
 def _cluster_counts(labels, n_clusters):
     counts = np.zeros(n_clusters, dtype=np.int64)
     for i in range(labels.shape[0]):
@@ -57,16 +60,53 @@ def _cluster_counts(labels, n_clusters):
 
 
 @_jit
-def local_move_sweep_csr(indptr, indices, data, degrees, labels, WX, vol, assoc):
+def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
     """One sequential sweep of exact best single moves (weighted kernel k-means
     style polishing) on a CSR graph.
 
-    For each node in turn, the exact change of ``f`` of moving it to each other
-    cluster is computed from ``WX``, ``vol`` and ``assoc``; the best strictly
-    positive move is applied and the state is updated in place.  ``f`` never
-    decreases.  A move that would empty a cluster is not considered.
-    Updates ``labels``, ``WX``, ``vol`` and ``assoc`` in place (they are the
-    solver's own work arrays) and returns the number of moves.
+    For each node in turn, its weights to the clusters are summed from its
+    row (with the labels as updated so far), the exact change of ``f`` of
+    moving it to each other cluster is computed from them and from ``vol``
+    and ``assoc``, and the best strictly positive move is applied.  ``f``
+    never decreases.  A move that would empty a cluster is not considered.
+    Updates ``labels``, ``vol`` and ``assoc`` in place (the solver's own work
+    arrays) and returns the number of moves; no ``(n, K)`` state is needed.
+    """
+    K = vol.shape[0]
+    counts = _cluster_counts(labels, K)
+    wx = np.zeros(K)
+    n_moves = 0
+    for i in range(labels.shape[0]):
+        di = degrees[i]
+        a = labels[i]
+        if di <= 0.0 or counts[a] <= 1:
+            continue
+        wii = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            wx[labels[j]] += data[p]
+            if j == i:
+                wii += data[p]
+        b = _best_move(a, di, wii, wx, vol, assoc)
+        if b >= 0:
+            _move_stats(i, a, b, di, wii, wx, vol, assoc, labels, counts)
+            n_moves += 1
+        for p in range(indptr[i], indptr[i + 1]):
+            wx[labels[indices[p]]] = 0.0
+        wx[a] = 0.0  # labels[i] itself may have changed (a self-loop)
+    return n_moves
+
+
+@_jit
+def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, assoc):
+    """The sweep of :func:`local_move_sweep_csr` with the nodes' weights to
+    the clusters given in ``WX`` instead of summed from their rows.
+
+    For a graph held in row blocks (the Dask backend): ``WX`` holds a
+    block's full rows (all columns, other blocks' nodes included) while the
+    CSR arrays are the block's own columns, the only ones its moves change.
+    A move updates ``WX`` from the node's CSR row; ``labels``, ``WX``,
+    ``vol`` and ``assoc`` are updated in place.  Returns the number of moves.
     """
     counts = _cluster_counts(labels, WX.shape[1])
     n_moves = 0
@@ -79,9 +119,9 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, WX, vol, assoc)
         for p in range(indptr[i], indptr[i + 1]):
             if indices[p] == i:
                 wii += data[p]
-        b = _best_move(i, a, di, wii, WX, vol, assoc)
+        b = _best_move(a, di, wii, WX[i], vol, assoc)
         if b >= 0:
-            _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts)
+            _move_stats(i, a, b, di, wii, WX[i], vol, assoc, labels, counts)
             for p in range(indptr[i], indptr[i + 1]):
                 WX[indices[p], a] -= data[p]
                 WX[indices[p], b] += data[p]
@@ -137,9 +177,9 @@ def local_move_sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts):
         if di <= 0.0 or counts[a] <= 1:
             continue
         wii = rows[t, i]
-        b = _best_move(i, a, di, wii, WX, vol, assoc)
+        b = _best_move(a, di, wii, WX[i], vol, assoc)
         if b >= 0:
-            _move_stats(i, a, b, di, wii, WX, vol, assoc, labels, counts)
+            _move_stats(i, a, b, di, wii, WX[i], vol, assoc, labels, counts)
             for j in range(rows.shape[1]):
                 WX[j, a] -= rows[t, j]
                 WX[j, b] += rows[t, j]

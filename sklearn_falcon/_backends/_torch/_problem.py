@@ -13,6 +13,7 @@ import torch
 from .. import _boundary as bd
 from .._numba import _polish as npol
 from . import _kernels as tk
+from ._host import HostCSR, HostState
 from ._affinity import (
     Affinity,
     cluster_weights_features,
@@ -23,6 +24,12 @@ from ._affinity import (
 
 def _as_list(obj):
     return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+
+
+# Sparse graphs on the CPU are solved with the Numba CSR kernels on views of
+# the problem's tensors (:mod:`._host`); False runs torch's own CSR kernels
+# there too (the CUDA path, tested on the CPU).
+HOST_CSR_ON_CPU = True
 
 
 class TorchProblem:
@@ -44,7 +51,9 @@ class TorchProblem:
     on the device and streamed to ``local_move_sweep_rows``.  Either way the
     sweep is the one of the Numba backend, node for node; the ``(n, K)``
     state is shared with the tensors on the CPU (zero copy) and transferred
-    on CUDA.
+    on CUDA.  On the CPU, sparse graphs are solved with the Numba CSR
+    kernels on views of the tensors altogether (:mod:`._host`): torch's CSR
+    kernels, kept for CUDA, were 20x slower there.
 
     Examples
     --------
@@ -59,7 +68,7 @@ class TorchProblem:
     """
 
     def __init__(self, kind, n_clusters, device, dtype, sizes, host_degrees, *,
-                 W=None, csr=None, affinity=None, host_graphs=None):
+                 W=None, csr=None, affinity=None, host_graphs=None, host_csr=None):
         self.kind = kind
         self.n_clusters = int(n_clusters)
         self.device = device
@@ -80,6 +89,8 @@ class TorchProblem:
         self.csr = csr
         self.affinity = affinity
         self._host_graphs = host_graphs
+        self._host_csr = host_csr
+        self._last_update = None  # (WX, old, new, WX of new): see commit
 
     # -- construction ----------------------------------------------------
     @classmethod
@@ -120,6 +131,10 @@ class TorchProblem:
         B, n = len(host), max(sizes)
         if any(sp.issparse(W) for W in host):
             host = [W if sp.issparse(W) else sp.csr_matrix(W) for W in host]
+            if device.type == "cpu" and HOST_CSR_ON_CPU:
+                return cls("csr", n_clusters, device, dtype, sizes, degrees,
+                           host_graphs=host, host_csr=HostCSR(host, degrees,
+                                                              n_clusters))
             blocks = []
             for W in host:
                 Wp = W.copy()
@@ -262,7 +277,8 @@ class TorchProblem:
             arr = np.asarray(labels, dtype=np.int64)
             arr = arr.reshape(1, -1) if arr.ndim == 1 else arr
             rows = list(arr)
-        out = np.zeros((B, n), dtype=np.int64)
+        dtype = np.int64 if self._host_csr is None else self._host_csr.label_dtype
+        out = np.zeros((B, n), dtype=dtype)
         for b, y in enumerate(rows):
             out[b, : self.sizes[b]] = y[: self.sizes[b]]
         return bd.to_tensor(out, self.device)
@@ -272,6 +288,8 @@ class TorchProblem:
 
     def weights(self, labels):
         K = self.n_clusters
+        if self._host_csr is not None:
+            return HostState()
         if self.kind == "dense":
             return tk.cluster_weights_dense(self.W, labels, K, self.valid)
         if self.kind == "csr":
@@ -294,19 +312,38 @@ class TorchProblem:
 
     def candidate_stats(self, WX, vol, assoc, old, new):
         """``(vol, assoc)`` of ``new``, through a temporary updated ``WX``."""
-        return self.stats(self._update(WX, old, new), new)
+        if self._host_csr is not None:
+            v, a = self._host_csr.candidate_stats(WX, vol, assoc, old, new)
+            return bd.to_tensor(v, self.device), bd.to_tensor(a, self.device)
+        updated = self._update(WX, old, new)
+        self._last_update = (WX, old, new, updated)
+        return self.stats(updated, new)
 
     def commit(self, WX, old, new):
-        """``WX`` of ``new`` (a new tensor)."""
+        """``WX`` of ``new`` (a new tensor): the one the candidate's statistics
+        were computed from, when ``new`` is that candidate (no second
+        update: on the matrix-free path it recomputes rows of ``W``)."""
+        if self._host_csr is not None:
+            return HostState()
+        last, self._last_update = self._last_update, None
+        if last is not None and last[0] is WX and last[1] is old and last[2] is new:
+            return last[3]
         return self._update(WX, old, new)
 
     def stats(self, WX, labels):
+        if self._host_csr is not None:
+            v, a = self._host_csr.stats(labels)
+            return bd.to_tensor(v, self.device), bd.to_tensor(a, self.device)
         return tk.cluster_stats(WX, labels, self.degrees, self.n_clusters)
 
     def objective(self, vol, assoc):
         return bd.to_numpy(tk.objective(vol, assoc))
 
     def step(self, WX, vol, assoc, labels, tau):
+        if self._host_csr is not None:
+            new, moved = self._host_csr.step(WX, vol, assoc, labels,
+                                             np.asarray(tau, dtype=np.float64))
+            return bd.to_tensor(new, self.device), moved
         tau_t = bd.to_tensor(np.asarray(tau, dtype=np.float64), self.device)
         new, moved = tk.proximal_step(WX, self.degrees, vol, assoc, labels, tau_t,
                                       self.valid)
@@ -324,6 +361,8 @@ class TorchProblem:
     def polish(self, labels, WX, vol, assoc):
         """One exact local-move sweep per graph, in place, with the Numba
         sweep on the host; returns moves per graph."""
+        if self._host_csr is not None:
+            return self._host_csr.polish(labels, vol, assoc)
         if self._host_graphs is not None:
             return self._polish_host(labels, WX, vol, assoc)
         return self._polish_stream(labels, WX, vol, assoc)
@@ -343,12 +382,15 @@ class TorchProblem:
         moves = np.zeros(self.n_graphs, dtype=np.int64)
         for b, G in enumerate(self._host_graphs):
             nb = int(self.sizes[b])
-            args = (self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
             if sp.issparse(G):
-                moves[b] = npol.local_move_sweep_csr(G.indptr, G.indices, G.data,
-                                                     *args)
+                # the CSR sweep sums each node's weights from its row: WX is
+                # left as it was (the loop does not read it after polishing)
+                moves[b] = npol.local_move_sweep_csr(
+                    G.indptr, G.indices, G.data, self.host_degrees[b], Xn[b, :nb],
+                    vn[b], an[b])
             else:
-                moves[b] = npol.local_move_sweep_dense(G, *args)
+                moves[b] = npol.local_move_sweep_dense(
+                    G, self.host_degrees[b], Xn[b, :nb], WXn[b, :nb], vn[b], an[b])
         self._copy_back((labels, WX, vol, assoc), state)
         return moves
 

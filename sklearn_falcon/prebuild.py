@@ -1,0 +1,200 @@
+"""Compile sklearn-falcon's Numba kernels ahead of time, into Numba's cache.
+
+The first fit in a fresh environment compiles the kernels its path needs
+(several seconds); every later process loads them from Numba's cache.  Run
+this once per environment to do all of it up front, for example in a
+Dockerfile after ``pip install``, or on a cluster's shared install::
+
+    python -m sklearn_falcon.prebuild
+
+It runs small fits that cover the common paths (sparse kNN graphs and dense
+rbf / cosine affinities, float32 and float64, every initialization,
+``predict``, batches, PAMR, the Dask backend's block tasks) and calls the
+parallel kernels that large graphs use.  The cache is written for the CPU of the machine that runs it:
+to the package's ``__pycache__`` directories when they are writable (a
+read-only install built this way is then read from), else to
+``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
+"""
+
+import argparse
+import time
+
+__all__ = ["prebuild"]
+
+
+def _sparse_fits():
+    import numpy as np
+
+    from ._falcon import FalconNCut
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(0, 1, (80, 4)), rng.normal(6, 1, (80, 4))]
+    for dtype in (np.float64, np.float32):
+        Xd = X.astype(dtype)
+        for init in ("multilevel", "spectral", "kmeans", "random"):
+            est = FalconNCut(2, init=init, random_state=0).fit(Xd)
+        est.predict(Xd[:5])
+    # more clusters and samples: the multilevel start's other stages
+    centres = rng.uniform(-10, 10, (6, 2))
+    X = (centres[:, None, :] + rng.normal(size=(6, 150, 2))).reshape(-1, 2)
+    for K in (3, 6):
+        FalconNCut(K, random_state=0).fit(X)
+
+
+def _dense_fits():
+    import numpy as np
+
+    from ._falcon import FalconNCut
+
+    rng = np.random.default_rng(1)
+    X = np.r_[rng.normal(0, 1, (60, 4)), rng.normal(6, 1, (60, 4))]
+    for dtype in (np.float64, np.float32):
+        for affinity in ("rbf", "cosine"):
+            Xd = X.astype(dtype)
+            est = FalconNCut(2, affinity=affinity, gamma=0.1, random_state=0).fit(Xd)
+            est.predict(Xd[:5])
+
+
+def _batches():
+    import numpy as np
+
+    from ._batch import falcon_batch
+
+    rng = np.random.default_rng(2)
+    feats = [rng.normal(size=(50, 6)).astype(np.float32) for _ in range(2)]
+    falcon_batch(feats, 3, affinity="cosine", power=3.0, backend="numba",
+                 random_state=0)
+
+
+def _parallel_kernels():
+    """The parallel kernels of large graphs, on small inputs (their types
+    do not depend on the size)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ._affinity import clean_csr
+    from ._backends._numba import _csr as ncsr
+    from ._backends._numba import _kernels as nk
+
+    rng = np.random.default_rng(3)
+    n, K = 40, 3
+    A = sp.random(n, n, density=0.2, random_state=4)
+    labels = (np.arange(n) % K).astype(np.int64)
+    new = np.roll(labels, 1)
+    d = np.ones(n)
+    vol, assoc = np.ones(K), np.full(K, 0.5)
+    for dtype in (np.float64, np.float32):
+        S = clean_csr((A + A.T).astype(dtype))
+        args = (S.indptr, S.indices, S.data)
+        ch = (np.empty(n, dtype=np.int64),) + tuple(np.empty(n) for _ in range(4))
+        ncsr._row_choices_par(*args, labels, d, vol, assoc, *ch)
+        ncsr._candidate_stats_par(*args, d, labels, new, ch[0], ch[3], ch[4], vol,
+                                  assoc)
+        ncsr._own_weights_par(*args, labels)
+        nk._cluster_weights_csr_par(*args, labels, K)
+        W = np.ascontiguousarray(rng.random((n, n)), dtype=dtype)
+        WX = nk._cluster_weights_dense_par(W, labels, K, 2)
+        nk._apply_moves_dense_par(W, labels, new, np.flatnonzero(labels != new), WX)
+        nk._argmax_with_inertia_par(WX, d, vol, assoc, labels, 0.0)
+
+
+def _dask_blocks():
+    """The per-block tasks of the Dask backend (their kernels run on the
+    workers, which read the same cache on a shared install); Dask itself is
+    not needed to call them."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ._affinity import clean_csr
+    from ._backends._dask import _blocks as B
+
+    n, K = 40, 3
+    A = sp.random(n, n, density=0.2, random_state=5)
+    for dtype in (np.float64, np.float32):
+        S = clean_csr((A + A.T).astype(dtype))
+        d, _ = B.summary_task(S, 0, n, n, 7)
+        labels = (np.arange(n) % K).astype(B.label_dtype(K))
+        WX, (vol, assoc, _) = B.pass_task(S, 0, d, K, labels)
+        B.step_task(WX, d, vol, assoc, labels, 0.5)
+        B.polish_task(S, 0, d, labels, WX, vol, assoc)
+
+
+def _pamr():
+    import numpy as np
+
+    from .image._pamr import pamr
+
+    img = np.zeros((16, 16, 3), np.uint8)
+    img[:, 8:] = 255
+    lab = np.zeros((16, 16), np.int64)
+    lab[:, 7:] = 1
+    pamr(img, lab, n_iter=2)
+
+
+STEPS = {
+    "sparse graphs (kNN; every init; float64, float32)": _sparse_fits,
+    "dense graphs (rbf, cosine; float64, float32)": _dense_fits,
+    "batches of graphs": _batches,
+    "parallel kernels of large graphs": _parallel_kernels,
+    "image refinement (PAMR)": _pamr,
+    "Dask backend's block tasks": _dask_blocks,
+}
+
+
+def prebuild(verbose=True):
+    """Compile (or load) every kernel of the common paths into Numba's cache.
+
+    Parameters
+    ----------
+    verbose : bool, default=True
+        Print each step, its time and where the cache is.
+
+    Returns
+    -------
+    times : dict
+        Seconds per step.
+    """
+    import warnings
+
+    from . import _jit
+    from ._solver import _compiled
+
+    _jit._state["notice"] = False  # this command says it compiles
+    times = {}
+    for name, step in STEPS.items():
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # tiny graphs
+            step()
+        times[name] = time.perf_counter() - t0
+        if verbose:
+            print(f"  {name}: {times[name]:.1f} s", flush=True)
+    if verbose:
+        if _jit._state["cache_ok"]:
+            where = _compiled._falcon_loop.stats.cache_path
+            print(f"Numba cache of sklearn-falcon's kernels (and its sibling "
+                  f"__pycache__ directories): {where}")
+        else:
+            print("Numba's cache is off (SKLEARN_FALCON_NUMBA_CACHE, or no writable "
+                  "location): nothing was kept.")
+    return times
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m sklearn_falcon.prebuild",
+        description="Compile sklearn-falcon's Numba kernels into Numba's cache, "
+                    "once per environment.")
+    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    if not args.quiet:
+        print("Compiling sklearn-falcon's kernels (once per environment)...",
+              flush=True)
+    prebuild(verbose=not args.quiet)
+    if not args.quiet:
+        print(f"Done in {time.perf_counter() - t0:.1f} s.")
+
+
+if __name__ == "__main__":
+    main()

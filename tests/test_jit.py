@@ -1,0 +1,157 @@
+"""Numba kernels built on first use, and a cache that never stops a fit:
+no writable cache location, a corrupted cache file, a read-only install
+with a prebuilt cache (issue 18, defect 1; issue 16)."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sklearn_falcon import _jit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# two kernels (one CSR, one dense): a fallback that warns per kernel shows
+CHILD = r"""
+import json, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    import numpy as np, scipy.sparse as sp
+    import sklearn_falcon
+    from sklearn_falcon import normalized_cut
+    W = np.kron(np.eye(2), np.ones((3, 3)))
+    y = np.array([0, 0, 1, 1, 1, 0])
+    out = [normalized_cut(sp.csr_matrix(W), y), normalized_cut(W, y)]
+print("JSON:" + json.dumps({
+    "ncut": out,
+    "warnings": [str(w.message) for w in caught
+                 if issubclass(w.category, RuntimeWarning)]}))
+"""
+
+
+def _run(env_extra, code=CHILD):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CACHE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env.update(env_extra)
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = [x for x in p.stdout.splitlines() if x.startswith("JSON:")][-1]
+    return json.loads(line[5:])
+
+
+def test_import_does_not_import_numba_or_torch():
+    code = ("import sys, json, sklearn_falcon; print('JSON:' + json.dumps("
+            "[m in sys.modules for m in ('numba', 'torch')]))")
+    assert _run({}, code) == [False, False]
+
+
+def test_without_a_writable_cache_location_kernels_compile_with_one_warning(tmp_path):
+    # Numba's only locator here needs NUMBA_CACHE_DIR, which is a file: no
+    # cache can be written anywhere ("no locator available" from Numba)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = _run({"NUMBA_CACHE_DIR": str(blocker / "cache"),
+                "NUMBA_CACHE_LOCATOR_CLASSES": "UserProvidedCacheLocator"})
+    assert out["ncut"] == pytest.approx([8 / 9, 8 / 9])
+    assert len(out["warnings"]) == 1
+    assert "no writable location for Numba's cache" in out["warnings"][0]
+
+
+@pytest.mark.parametrize("what", ["index", "data"])
+def test_a_corrupted_cache_file_is_recompiled_with_a_warning(tmp_path, what):
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    first = _run(env)
+    assert first["warnings"] == []
+    files = list(tmp_path.rglob("*.nbi" if what == "index" else "*.nbc"))
+    assert files
+    for f in files:
+        f.write_bytes(b"\x80\x04garbage, not a pickle" * 3)
+    second = _run(env)
+    assert second["ncut"] == first["ncut"]
+    assert len(second["warnings"]) == 1
+    assert "unreadable Numba cache entry" in second["warnings"][0]
+    # the entries were written anew: the next process loads them silently
+    assert _run(env)["warnings"] == []
+
+
+def test_a_read_only_install_reads_its_prebuilt_cache(tmp_path):
+    code = r"""
+import json, sys
+import numba.core.caching as caching
+if sys.argv[1] == "read-only":
+    def refuse(self):
+        raise OSError("read-only file system")
+    caching.InTreeCacheLocator.ensure_cache_path = refuse
+    caching.UserWideCacheLocator.ensure_cache_path = refuse
+import numpy as np
+from sklearn_falcon._backends._numba import _kernels as nk
+f = nk.objective(np.array([2.0, 4.0]), np.array([1.0, 1.0]))
+print("JSON:" + json.dumps({"f": f, "hits": sum(nk.objective.stats.cache_hits.values()),
+                            "path": nk.objective.stats.cache_path}))
+"""
+    env = {"HOME": str(tmp_path)}
+    writable = _run(env, code.replace("sys.argv[1]", "'writable'"))
+    assert writable["path"].endswith("__pycache__")  # the package's own
+    ro = _run(env, code.replace("sys.argv[1]", "'read-only'"))
+    assert ro["f"] == writable["f"] == 0.75
+    assert ro["hits"] == 1 and ro["path"] == writable["path"]
+
+
+def test_a_kernel_is_a_plain_function_until_called():
+    from sklearn_falcon._solver import _rules
+
+    assert isinstance(_rules.accept, _jit.Kernel)
+    # the Python loop calls the plain function on arrays
+    assert _rules.accept.py_func(np.array([0, 2]), np.array([1.0, 0.0]),
+                                 np.array([1.0, 1.0]), 0.1, 1.0).tolist() == [True,
+                                                                           False]
+    assert "kernel" in repr(_rules.accept)
+
+
+def test_a_kernel_pickles_by_reference():
+    import pickle
+
+    from sklearn_falcon._backends._numba import _kernels as nk
+
+    assert pickle.loads(pickle.dumps(nk.objective)) is nk.objective
+
+
+def test_the_compile_notice_is_logged_once(monkeypatch, caplog):
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.05)
+    notice = _jit._CompileNotice()
+    with caplog.at_level(logging.WARNING, logger="sklearn_falcon"):
+        notice.on_start()
+        notice.on_start()  # nested compiles count once
+        time.sleep(0.3)
+        notice.on_end()
+        notice.on_end()
+        notice.on_start()
+        time.sleep(0.2)
+        notice.on_end()
+    msgs = [r.getMessage() for r in caplog.records]
+    assert len(msgs) == 1 and "compiling kernels" in msgs[0]
+
+
+def test_a_short_compile_says_nothing(monkeypatch, caplog):
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 5.0)
+    notice = _jit._CompileNotice()
+    with caplog.at_level(logging.WARNING, logger="sklearn_falcon"):
+        notice.on_start()
+        notice.on_end()
+        time.sleep(0.05)
+    assert not caplog.records
+
+
+def test_prebuild_runs(capsys):
+    from sklearn_falcon import prebuild
+
+    prebuild.main([])
+    out = capsys.readouterr().out
+    assert "sparse graphs" in out and "Done in" in out
