@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._backends import make_problem
-from .._backends._numba import cluster_weights_dense, own_cluster_weights_csr
+from .._backends._numba import own_cluster_weights_csr
 from .._jit import jit as _jit
 from .._solver import SolverOptions, solve
 from .._stats import (cluster_pair_weights, cluster_statistics, cluster_weight_summary,
