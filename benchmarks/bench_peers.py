@@ -51,6 +51,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -386,6 +387,9 @@ def main(argv=None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.simplefilter("ignore")
     st = Settings(args)
+    st.command = " ".join(
+        ["python -m benchmarks.bench_peers"]
+        + [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)])
     if args.rewrite:
         from .peers_report import Report
 

@@ -207,6 +207,7 @@ class Report:
         self.rows = []
         self.failed_graphs = []
         self.elapsed = None
+        self.command = getattr(st, "command", None)
         self.machine = machine_info()
         for mod in ("pymetis", "kahip", "skimage"):
             self.machine[mod] = _version(mod)
@@ -219,6 +220,7 @@ class Report:
         rep = cls(st)
         rep.rows, rep.failed_graphs = data["rows"], data.get("failed_graphs", [])
         rep.elapsed = data.get("elapsed_s")
+        rep.command = data.get("command")
         rep.machine = {k: v for k, v in data["machine"].items()
                        if k != "load average at end"}
         rep._end_load = data["machine"].get("load average at end")
@@ -486,9 +488,11 @@ class Report:
     def intro(self):
         st = self.st
         return (
-            f"Mode `{st.mode}`, seed {st.seed}; run time "
-            f"{(self.elapsed or 0):.0f} s. `python -m benchmarks.bench_peers"
-            f"{'' if st.mode == 'full' else ' --' + st.mode}` "
+            f"Mode `{st.mode}`, seed {st.seed}; "
+            + (f"run time {self.elapsed:.0f} s. " if self.elapsed is not None else
+               "the run was stopped before its end: the tables hold the graphs "
+               "it finished. ")
+            + f"`{self.command or 'python -m benchmarks.bench_peers'}` "
             "(`benchmarks/bench_peers.py`; graphs in `benchmarks/families.py`, peers "
             "in `benchmarks/peer_jobs.py`). Every method runs on the same W, each "
             "job in a guarded worker process with a budget of "
@@ -544,6 +548,7 @@ class Report:
         (out / "peers_detail.md").write_text("\n".join(detail))
         (out / "peers.json").write_text(json.dumps({
             "mode": self.st.mode, "seed": self.st.seed, "elapsed_s": self.elapsed,
+            "command": self.command,
             "variants": self.st.variants, "machine": machine,
             "targets": [list(t) for t in targets], "rows": self.rows,
             "failed_graphs": self.failed_graphs,
