@@ -1164,7 +1164,9 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
     parts = [DOCS_HEADER]
     summary = Table("Summary of the targets of the full run",
                     ["suite", "target", "measured", "holds"])
-    for s in SUITES + ("peers",):  # peers: benchmarks/bench_peers.py
+    # peers: benchmarks/bench_peers.py; scale/peers: its scale group, when it
+    # was run on its own (--families scale --out results/scale)
+    for s in SUITES + ("peers", "scale/peers"):
         js = results_dir / f"{s}.json"
         if js.exists():
             data = json.loads(js.read_text())
@@ -1180,10 +1182,14 @@ def write_docs(results_dir=RESULTS, docs_dir=ROOT / "docs"):
                      "as measured (nothing was tuned to pass).\n\n"
                      + summary.rst().split("\n", 3)[3])
     found = []
-    for s in SUITES + ("peers",):
+    for s in SUITES + ("peers", "scale/peers"):
         frag = results_dir / f"{s}.rst"
         if frag.exists():
-            parts.append(frag.read_text())
+            text = frag.read_text()
+            if s == "scale/peers":  # the same report's title, for another run
+                title = "Falcon against METIS and KaHIP at scale (the scale group)"
+                text = title + "\n" + "-" * len(title) + "\n" + text.split("\n", 2)[2]
+            parts.append(text)
             found.append(s)
         elif s == "segmentation" and (results_dir / "segmentation.md").exists():
             parts.append(markdown_to_rst(
