@@ -159,5 +159,3 @@ def fit_sharded(est, X):
     est.n_features_in_ = n
     est._dask_info = info
     return est
-
-
