@@ -118,11 +118,37 @@ def test_hierarchy_preserves_f_and_respects_a_partition():
     d = np.asarray(W.sum(1)).ravel()
     H = _multilevel.Hierarchy(W, d, 4, np.random.default_rng(0), part=y)
     assert H.sizes[-1] <= max(_multilevel.COARSE_PER_CLUSTER * 4, 0.9 * H.sizes[-2])
-    for lv in range(1, len(H.graphs)):
+    for lv in range(1, len(H.sizes)):
         # every level represents the partition exactly
         np.testing.assert_array_equal(H.project(H.parts[lv], lv), y)
-        Wl, dl = H.graphs[lv]
+        Wl, dl = H.level(lv)
         assert _f(Wl, H.parts[lv], 4) == pytest.approx(_f(W, y, 4), rel=1e-10)
+
+
+def test_hierarchy_over_its_budget_contracts_dropped_levels_again():
+    # a random graph keeps most entries per level: with a budget of half of
+    # W's entries every other level is dropped, and contracted again it is
+    # the same graph, bit for bit; the multilevel labels are the same
+    W, _ = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    full = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), budget=np.inf)
+    lean = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), budget=0.5)
+    assert full.n_dropped == 0 and lean.n_dropped >= 2
+    assert lean.sizes == full.sizes
+    for lv in range(len(full.sizes)):
+        for a, b in zip(full.level(lv), lean.level(lv)):
+            if sp.issparse(a):
+                for name in ("indptr", "indices", "data"):
+                    np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+            else:
+                np.testing.assert_array_equal(a, b)
+    labels = []
+    for budget in (np.inf, 0.5):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_multilevel, "HIERARCHY_BUDGET", budget)
+            labels.append(_multilevel.multilevel_labels(
+                W, d, 6, np.random.default_rng(1))[0])
+    np.testing.assert_array_equal(labels[0], labels[1])
 
 
 def test_sweep_is_the_best_prefix_split():
