@@ -188,6 +188,8 @@ class Hierarchy:
         Wl, dl = self._graphs[lv]
         if Wl is not None:
             return Wl, dl
+        if dl is None:
+            raise RuntimeError(f"level {lv} of the hierarchy was released")
         if self._held is None or self._held[0] != lv:
             self._held = None  # free the one held before contracting another
             Wf, df = self._graphs[lv - 1]
