@@ -10,8 +10,9 @@ sums that :func:`add_parts` reduces.  They call the serial twins of the
 kernels: the parallelism is Dask's, one thread per block.  No task modifies
 its inputs (a persisted array may be shared by later tasks).
 
-Labels travel in the smallest integer type that holds ``K`` (:func:`label_dtype`):
-every pass over ``W`` reads the labels of all ``n`` nodes.
+Labels travel in the narrowest integer type that holds ``K`` (the Numba
+backend's :func:`label_dtype`, which its CSR kernels take: int8 up to 127
+clusters): every pass over ``W`` reads the labels of all ``n`` nodes.
 """
 
 import numpy as np
@@ -24,18 +25,12 @@ from .._numba._kernels import (
     cluster_stats,
     objective,
 )
+from .._numba._csr import label_dtype
 from .._numba._polish import local_move_sweep_csr_wx
 
 __all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task", "label_dtype",
            "pass_task", "polish_task", "random_task", "relabel_task", "step_task",
            "sum_values", "summary_task", "symmetry_sums"]
-
-
-def label_dtype(n_clusters):
-    """The integer type of labels on the cluster: int16 up to 32,767
-    clusters, else int32."""
-    return np.dtype(np.int16) if n_clusters <= np.iinfo(np.int16).max else (
-        np.dtype(np.int32))
 
 
 def as_csr(block):
