@@ -54,6 +54,23 @@ def test_rbf_is_sklearn_rbf_kernel():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_self_products_by_row_blocks_agree(dtype, monkeypatch):
+    # above SELF_PRODUCT_BLOCK rows the cosine and rbf self-products are made
+    # of row blocks (NumPy's whole U @ U.T goes to an OpenBLAS syrk that
+    # crashed at 16,384 float64 rows): the same matrices, to rounding
+    from sklearn_falcon._affinity import _kinds
+
+    X = np.random.default_rng(2).normal(size=(230, 7)).astype(dtype)
+    S_lib, W_lib = _kinds.cosine_similarity(X), rbf_kernel(X, gamma=0.3)
+    monkeypatch.setattr(_kinds, "SELF_PRODUCT_BLOCK", 64)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(_kinds.cosine_similarity(X), S_lib, rtol=tol, atol=tol)
+    est = FalconNCut(3, affinity="rbf", gamma=0.3, random_state=0).fit(X)
+    np.testing.assert_allclose(est.affinity_matrix_, W_lib, rtol=tol, atol=tol)
+    assert np.all(np.diag(est.affinity_matrix_) == 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_max_asymmetry_dense(dtype):
     W, _ = _graph(n=150, seed=4, dtype=dtype)  # more than two 64-wide tiles
     assert nk.max_asymmetry_dense(W) == 0.0

@@ -79,8 +79,27 @@ def cosine_similarity(X, Y=None):
 
     X, Y = check_pairwise_arrays(X, Y)
     U = _unit_rows(X)
+    if Y is X and not sp.issparse(U) and U.shape[0] > SELF_PRODUCT_BLOCK:
+        return _self_product(U)
     V = U if Y is X else _unit_rows(Y)
     return np.asarray(safe_sparse_dot(U, V.T, dense_output=True))
+
+
+# NumPy sends a whole ``U @ U.T`` to BLAS's symmetric rank-k update (syrk),
+# which crashes the process (SIGSEGV) in the OpenBLAS 0.3.31 of NumPy's
+# wheels for float64 at 16,384 rows x 384 columns on this project's machine
+# (8,192 rows pass; scikit-learn's rbf_kernel crashes the same way).  Above
+# this many rows the self-product is made of row blocks (general products).
+SELF_PRODUCT_BLOCK = 4096
+
+
+def _self_product(U):
+    """``U @ U.T`` of a dense ``U``, by blocks of ``SELF_PRODUCT_BLOCK`` rows."""
+    n = U.shape[0]
+    out = np.empty((n, n), dtype=U.dtype)
+    for i in range(0, n, SELF_PRODUCT_BLOCK):
+        np.matmul(U[i:i + SELF_PRODUCT_BLOCK], U.T, out=out[i:i + SELF_PRODUCT_BLOCK])
+    return out
 
 
 def cosine_range(S):
@@ -310,8 +329,12 @@ class RBFAffinity(Affinity):
 
         X = self.X_fit_
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
-        return np.ascontiguousarray(
-            rbf_kernel(X, gamma=self.gamma).astype(X.dtype, copy=False))
+        if sp.issparse(X) or X.shape[0] <= SELF_PRODUCT_BLOCK:
+            W = rbf_kernel(X, gamma=self.gamma)
+        else:  # a copy as Y: general products, not the crashing syrk (above)
+            W = rbf_kernel(X, np.array(X), gamma=self.gamma)
+            np.fill_diagonal(W, 1.0)  # as rbf_kernel(X) (distance 0 to itself)
+        return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
         from sklearn.metrics.pairwise import rbf_kernel
