@@ -353,7 +353,7 @@ def before_after(baseline, n=1_000_000, rounds=2):
 
 # ------------------------------------------------------------------ memory
 def _child_memory(kind, n):
-    from benchmarks.run import PeakMemory
+    from benchmarks._report import PeakMemory
     from sklearn_falcon import FalconNCut
 
     Ws, _ = G.sbm_graph(5000, K, seed=1)  # compile first: JIT memory excluded
@@ -407,7 +407,7 @@ def fit_memory(kind, n, timeout=1800):
 # ------------------------------------------------------------------- suite
 def suite(mode, out_dir=None):
     """The ``bandwidth`` suite of :mod:`benchmarks.run`."""
-    from . import run as R
+    from . import _report as R
 
     res = R.SuiteResult(
         "bandwidth", "Memory-bandwidth roofline of the CSR iteration", INTRO)
@@ -598,7 +598,7 @@ def main(argv=None):
         out = _child_memory(argv[1], int(argv[2]))
         print("JSON:" + json.dumps(out), flush=True)
         return
-    from . import run as R
+    from . import _report as R
 
     mode = "quick" if "--quick" in argv else "full"
     t0 = time.perf_counter()

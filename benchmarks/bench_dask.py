@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import graphs as G
-from .run import RESULTS, PeakMemory, SuiteResult, Table, csr_bytes, machine_info
+from ._report import RESULTS, PeakMemory, SuiteResult, Table, csr_bytes, machine_info
 
 SIZES = {
     "full": dict(n=600_000, K=10, degree=10, p_in=0.8, shards=6, repeats=3,

@@ -26,7 +26,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from sklearn_falcon import normalized_cut
 
-from .run import Table, _one_line, _version, machine_info
+from ._report import Table, _one_line, _version, machine_info
 
 __all__ = ["aggregate_peers", "best_peer", "reference_peers", "Report",
            "one_line_summary", "ncut_ratio"]
