@@ -15,6 +15,20 @@ __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
 _KNN_BLOCK_ELEMS = 1 << 24
 
 
+def _token_matrix(features):
+    """``features`` as a finite float32 ``(n_tokens, n_features)`` matrix (a
+    ``(gh, gw, C)`` token grid is flattened)."""
+    f = np.asarray(features, dtype=np.float32)
+    if f.ndim == 3:
+        f = f.reshape(-1, f.shape[-1])
+    if f.ndim != 2 or f.shape[0] == 0:
+        raise ValueError(
+            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
+    if not np.all(np.isfinite(f)):
+        raise ValueError("features contain NaN or infinite values.")
+    return f
+
+
 @validate_params(
     {"features": ["array-like"], "power": [Interval(Real, 0, None, closed="neither")]},
     prefer_skip_nested_validation=True,
@@ -50,14 +64,7 @@ def cosine_power_affinity(features, power=10.0):
            [0.995, 1.   , 0.1  ],
            [0.   , 0.1  , 1.   ]], dtype=float32)
     """
-    f = np.asarray(features, dtype=np.float32)
-    if f.ndim == 3:
-        f = f.reshape(-1, f.shape[-1])
-    if f.ndim != 2 or f.shape[0] == 0:
-        raise ValueError(
-            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
-    if not np.all(np.isfinite(f)):
-        raise ValueError("features contain NaN or infinite values.")
+    f = _token_matrix(features)
     return _cosine_power_affinity(f, power)[0]
 
 
@@ -109,14 +116,7 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     """
     from sklearn.utils import check_random_state
 
-    f = np.asarray(features, dtype=np.float32)
-    if f.ndim == 3:
-        f = f.reshape(-1, f.shape[-1])
-    if f.ndim != 2 or f.shape[0] == 0:
-        raise ValueError(
-            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
-    if not np.all(np.isfinite(f)):
-        raise ValueError("features contain NaN or infinite values.")
+    f = _token_matrix(features)
     n = f.shape[0]
     k = min(int(n_neighbors), n)
     norm = np.linalg.norm(f, axis=1, keepdims=True)
