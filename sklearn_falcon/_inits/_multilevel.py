@@ -204,11 +204,6 @@ class Hierarchy:
         if self._held is not None and self._held[0] >= lv:
             self._held = None
 
-    @property
-    def n_dropped(self):
-        """Levels held as their mapping only."""
-        return sum(g[0] is None for g in self._graphs)
-
     def project(self, labels, level, to_level=0):
         """Labels of ``level`` expressed on ``to_level``."""
         for lv in range(level - 1, to_level - 1, -1):
