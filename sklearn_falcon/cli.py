@@ -175,6 +175,10 @@ def build_parser(prog="sklearn-falcon"):
     seg.add_argument("--power", type=float, default=None,
                      help="affinity sharpening exponent (default: 10 for ViTs, 6 for "
                           "'color')")
+    seg.add_argument("--position-weight", type=float, default=None, metavar="W",
+                     help="weight of the position term of the token features, which "
+                          "favours compact segments (default: 0.3 for 'color', 0 for "
+                          "ViTs)")
     seg.add_argument("--device", default="cpu",
                      help="torch device: cpu, cuda, auto (default: %(default)s)")
     seg.add_argument("--seed", type=int, default=0,
@@ -258,6 +262,7 @@ def _run_segment(args):
         patch_size=args.patch_size,
         max_tokens=args.max_tokens,
         power=args.power,
+        position_weight=args.position_weight,
         refine=None if args.refine == "none" else args.refine,
         device=args.device,
         random_state=args.seed,

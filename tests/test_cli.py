@@ -290,3 +290,22 @@ def test_cli_without_pillow_says_what_to_install(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert "pip install 'sklearn-falcon[cli]'" in res.stdout
+
+
+def test_cli_position_weight(tmp_path, capsys, monkeypatch):
+    from sklearn_falcon.image import ImageSegmenter
+
+    seen = []
+    segment = ImageSegmenter.segment
+
+    def spy(self, image):
+        seen.append(self.position_weight)
+        return segment(self, image)
+
+    monkeypatch.setattr(ImageSegmenter, "segment", spy)
+    assert _segment(tmp_path, "--position-weight", "0.25") == 0
+    assert _segment(tmp_path) == 0
+    assert seen == [0.25, None]
+    rc = _segment(tmp_path, "--position-weight", "-1")
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and "position_weight" in line

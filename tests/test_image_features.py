@@ -157,6 +157,51 @@ def test_timm_register_tokens_removed_and_keys():
     assert not np.allclose(first, tok)
 
 
+def test_timm_position_term():
+    from sklearn_falcon.image import ColorTextureFeatures, TimmFeatures
+
+    model = _vit(14)
+    img = _img(56, 84)
+    raw = TimmFeatures(model, resolution=56).extract(img)
+    ext = TimmFeatures(model, resolution=56, position_weight=0.5)
+    f = ext.extract(img)
+    assert f.shape == (4, 6, 32 + 64) and f.dtype == np.float32
+    unit = raw / np.linalg.norm(raw, axis=-1, keepdims=True)
+    np.testing.assert_allclose(f[..., :32], unit, rtol=1e-5, atol=1e-6)
+    pos = f[..., 32:].reshape(-1, 64)
+    assert abs(np.linalg.norm(pos, axis=1).mean() - 0.5) < 0.1
+    # the offline features' term on the same grid (one basis, one geometry)
+    offline = ColorTextureFeatures(14, position_weight=0.5).extract(img)[..., 48:]
+    np.testing.assert_allclose(f[..., 32:], offline, rtol=1e-5, atol=1e-6)
+    # a close pair of tokens is more alike than a far pair, through the term
+    cos = lambda a, b: float(a @ b)  # noqa: E731
+    assert cos(f[0, 0, 32:], f[0, 1, 32:]) > cos(f[0, 0, 32:], f[3, 5, 32:])
+    for bad in (-1, "0.3", float("nan")):
+        with pytest.raises(ValueError, match="position_weight"):
+            TimmFeatures(model, position_weight=bad)
+    with pytest.raises(ValueError, match="position_scale"):
+        TimmFeatures(model, position_scale=0)
+
+
+def test_segmenter_position_weight_reaches_the_extractor():
+    from sklearn_falcon import ImageSegmenter
+
+    img = _img(48, 64)
+    same = ImageSegmenter(n_segments=3, position_weight=0.3).segment(img)
+    np.testing.assert_array_equal(same, ImageSegmenter(n_segments=3).segment(img))
+    seg = ImageSegmenter(n_segments=3, position_weight=0)
+    assert seg.extract_features(img).shape[-1] == 48
+    assert seg.set_params(position_weight=1.0).extract_features(img).shape[-1] == 48 + 64
+    with pytest.raises(ValueError, match="position_weight=0.3"):
+        ImageSegmenter(model="color-position", position_weight=0.3).segment(img)
+    with pytest.raises(ValueError, match="'position_weight' parameter"):
+        ImageSegmenter(position_weight=-0.1).segment(img)
+    vit = ImageSegmenter(model=_vit(16), resolution=64, n_segments=3,
+                         position_weight=0.3)
+    assert vit.extract_features(img).shape[-1] == 32 + 64
+    assert vit.segment(img).shape == img.shape[:2]
+
+
 def test_timm_keys_match_manual_computation():
     import torch
 

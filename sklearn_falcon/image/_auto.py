@@ -4,7 +4,7 @@ import numpy as np
 
 from .._stats import cluster_pair_weights
 
-__all__ = ["select_n_segments"]
+__all__ = ["conductance_sweep", "select_n_segments"]
 
 
 def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
@@ -99,3 +99,37 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     if best_k is None:
         best_k, best_labels = len(alive), labels_now()
     return best_k, best_labels, history
+
+
+def conductance_sweep(fit, n, auto_range, threshold):
+    """Token labels of ``n_segments="auto"``: Falcon for K = high, high - 1,
+    ... down to low; the first K whose clusters all have a conductance
+    ``cut_k / vol_k <= threshold`` is kept (``low`` if none).
+
+    Parameters
+    ----------
+    fit : callable
+        ``fit(k)`` returns a fitted :class:`~sklearn_falcon.FalconNCut`.
+    n : int
+        Number of tokens.
+    auto_range : (int, int)
+        ``(low, high)``.
+    threshold : float
+        Conductance threshold in (0, 1).
+
+    Returns
+    -------
+    labels : ndarray of shape (n,)
+    """
+    lo, hi = auto_range
+    hi = min(hi, n)
+    lo = min(lo, hi)
+    for k in range(hi, lo - 1, -1):
+        if k <= 1:
+            return np.zeros(n, dtype=np.int64)
+        est = fit(k)
+        vol = est.cluster_volumes_
+        cond = (vol - est.cluster_associations_) / np.maximum(vol, 1e-300)
+        if cond.max() <= threshold:
+            break
+    return est.labels_

@@ -22,6 +22,7 @@ def make_extractor(
     resolution=None,
     device="cpu",
     pos_interpolation="bicubic",
+    position_weight=None,
 ):
     """Build the feature extractor described by :class:`ImageSegmenter` parameters.
 
@@ -55,6 +56,11 @@ def make_extractor(
     pos_interpolation : {"bicubic", "timm"}, default="bicubic"
         Resizing of the ViT's position embedding to other token grids (see
         :class:`TimmFeatures`).
+    position_weight : float, default=None
+        Weight of the position term of :class:`ColorTextureFeatures` or
+        :class:`TimmFeatures`; None keeps the extractor's default (0.3 for
+        ``"color"``, 0 for a ViT).  ``"color-position"`` has its own
+        position descriptors and takes none.
 
     Returns
     -------
@@ -73,8 +79,17 @@ def make_extractor(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
                 "pretrained weights or checkpoint_path."
             )
-        cls = ColorTextureFeatures if model == "color" else ColorPositionFeatures
-        return cls(8 if patch_size is None else patch_size)
+        ps = 8 if patch_size is None else patch_size
+        if model == "color-position":
+            if position_weight is not None:
+                raise ValueError(
+                    "position_weight applies to model='color' and to ViTs; "
+                    "model='color-position' has its own position descriptors "
+                    f"(got position_weight={position_weight!r}).")
+            return ColorPositionFeatures(ps)
+        if position_weight is None:
+            return ColorTextureFeatures(ps)
+        return ColorTextureFeatures(ps, position_weight=position_weight)
     if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
         if patch_size is not None:
             raise ValueError(
@@ -91,6 +106,7 @@ def make_extractor(
             resolution=resolution,
             device=device,
             pos_interpolation=pos_interpolation,
+            position_weight=0.0 if position_weight is None else position_weight,
         )
     raise TypeError(
         "model must be 'color', a timm model name or a torch.nn.Module; got "

@@ -8,6 +8,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._inits import INITS
+from ._auto import conductance_sweep
 from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
 from ._extractors import make_extractor
@@ -82,6 +83,12 @@ class ImageSegmenter(BaseEstimator):
         How the ViT's position embedding is resized to other token grids:
         bicubic without antialiasing as in the DINO/DINOv2 reference code,
         or timm's own resampling (see :class:`~sklearn_falcon.image.TimmFeatures`).
+    position_weight : float, default=None
+        Weight of the position term appended to the token features, which
+        favours compact segments: ``None`` keeps the extractor's default,
+        0.3 for ``model="color"``, 0 (none) for a ViT (see
+        :class:`~sklearn_falcon.image.TimmFeatures`); not for
+        ``model="color-position"``.
     patch_size : int, default=None
         Cell size of the ``"color"`` extractors (8 if ``None``).
     max_tokens : int, default=4096
@@ -148,6 +155,7 @@ class ImageSegmenter(BaseEstimator):
         feature="token",
         resolution=None,
         pos_interpolation="bicubic",
+        position_weight=None,
         patch_size=None,
         max_tokens=4096,
         power=None,
@@ -168,6 +176,7 @@ class ImageSegmenter(BaseEstimator):
         self.feature = feature
         self.resolution = resolution
         self.pos_interpolation = pos_interpolation
+        self.position_weight = position_weight
         self.patch_size = patch_size
         self.max_tokens = max_tokens
         self.power = power
@@ -190,7 +199,7 @@ class ImageSegmenter(BaseEstimator):
         model = self.model if isinstance(self.model, str) else id(self.model)
         return (model, self.pretrained, str(self.checkpoint_path), self.layer,
                 self.feature, str(self.resolution), self.pos_interpolation,
-                self.patch_size, self.device)
+                self.position_weight, self.patch_size, self.device)
 
     def _get_extractor(self):
         key = self._extractor_key()
@@ -206,6 +215,7 @@ class ImageSegmenter(BaseEstimator):
                 resolution=self.resolution,
                 device=self.device,
                 pos_interpolation=self.pos_interpolation,
+                position_weight=self.position_weight,
             )
             self._extractor_cache = (key, ext)
         ext = self._extractor_cache[1]
@@ -222,6 +232,7 @@ class ImageSegmenter(BaseEstimator):
         "feature": [StrOptions({"token", "key"})],
         "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
         "pos_interpolation": [StrOptions({"bicubic", "timm"})],
+        "position_weight": [Interval(Real, 0, None, closed="left"), None],
         "patch_size": [Interval(Integral, 1, None, closed="left"), None],
         "max_tokens": [Interval(Integral, 1, None, closed="left")],
         "power": [Interval(Real, 0, None, closed="neither"), None],
@@ -318,25 +329,12 @@ class ImageSegmenter(BaseEstimator):
         return est.fit(X).labels_
 
     def _cluster_auto(self, X, affinity):
-        """``n_segments="auto"``: Falcon for K = high, high - 1, ... down to
-        low; the first K whose clusters all have a conductance
-        ``cut_k / vol_k <= auto_threshold`` is kept (``low`` if none)."""
-        n = X.shape[0]
-        lo, hi = self.auto_range
-        hi = min(hi, n)
-        lo = min(lo, hi)
+        """``n_segments="auto"``: :func:`._auto.conductance_sweep`."""
         if affinity == "cosine" and self._torch_device() is None:
             # one dense W for the whole sweep (on a device: matrix-free fits)
             X, affinity = cosine_power_affinity(X, self._power()), "precomputed"
-        for k in range(hi, lo - 1, -1):
-            if k <= 1:
-                return np.zeros(n, dtype=np.int64)
-            est = self._falcon(k, affinity).fit(X)
-            vol = est.cluster_volumes_
-            cond = (vol - est.cluster_associations_) / np.maximum(vol, 1e-300)
-            if cond.max() <= self.auto_threshold:
-                break
-        return est.labels_
+        return conductance_sweep(lambda k: self._falcon(k, affinity).fit(X),
+                                 X.shape[0], self.auto_range, self.auto_threshold)
 
     def cluster_tokens(self, W):
         """Cluster tokens given their affinity; returns labels ``0..K-1``.

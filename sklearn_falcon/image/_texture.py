@@ -19,7 +19,7 @@ Bhattacharyya coefficient of their histograms, the classic affinity of
 texture segmentation with normalized cuts (Malik, Belongie, Leung and Shi,
 *Contour and texture analysis for image segmentation*, IJCV 2001). A weak
 position term (random Fourier features of the cell centre, weighted by
-``position_weight``) is appended.
+``position_weight``; module ``_position``) is appended.
 """
 
 import numbers
@@ -29,6 +29,7 @@ import numpy as np
 from .._threads import fit_threads
 from ._features import _box, _cell_edges, rgb_to_lab
 from ._io import check_image_size
+from ._position import N_POSITION, fourier_basis, grid_positions, position_features
 
 __all__ = ["ColorTextureFeatures"]
 
@@ -126,7 +127,10 @@ class ColorTextureFeatures:
         Weight of the position term (0: none); the cosine of two tokens is
         ``(BC + position_weight**2 k) / (1 + position_weight**2)`` with
         ``BC`` the Bhattacharyya coefficient of their histograms and ``k``
-        a Gaussian kernel of their distance.
+        a Gaussian kernel of their distance.  A larger weight favours
+        segments of similar size: 0.6 scores higher on the mosaics of
+        ``benchmarks/bench_mosaics.py`` but loses small objects on a large
+        background (``benchmarks/bench_position.py``).
     position_scale : float, default=0.3
         Bandwidth of that kernel, as a fraction of the longer image side.
     n_samples : int, default=8000
@@ -150,7 +154,6 @@ class ColorTextureFeatures:
     """
 
     default_power = 6.0
-    _n_position = 64
 
     def __init__(
         self,
@@ -196,14 +199,12 @@ class ColorTextureFeatures:
         self.position_weight = float(position_weight)
         self.position_scale = float(position_scale)
         self.random_state = random_state
-        rng = np.random.default_rng(random_state)
-        self._omega = rng.standard_normal((2, self._n_position)).astype(np.float32)
-        self._beta = rng.uniform(0, 2 * np.pi, self._n_position).astype(np.float32)
+        self._basis = fourier_basis(random_state)
 
     @property
     def n_features(self):
         """Length of a token's feature vector."""
-        pos = self._n_position if self.position_weight > 0 else 0
+        pos = N_POSITION if self.position_weight > 0 else 0
         return self.n_texture_words + self.n_color_words + pos
 
     def word_maps(self, rgb, n_words=None):
@@ -297,12 +298,7 @@ class ColorTextureFeatures:
         z = np.concatenate(blocks, axis=-1)
         z /= np.linalg.norm(z, axis=-1, keepdims=True)
         if self.position_weight > 0:
-            side = float(max(h, w))
-            cy = (re[:-1] + re[1:]) / 2.0 / side
-            cx = (ce[:-1] + ce[1:]) / 2.0 / side
-            pos = np.stack(np.meshgrid(cy, cx, indexing="ij"), axis=-1)
-            pos = (pos / self.position_scale).astype(np.float32)
-            pz = np.cos(pos @ self._omega + self._beta)
-            pz *= np.float32(self.position_weight * np.sqrt(2.0 / self._n_position))
+            pz = position_features(grid_positions(re, ce), self._basis,
+                                   self.position_weight, self.position_scale)
             z = np.concatenate([z, pz], axis=-1)
         return z.astype(np.float32)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import check_image_size
+from ._position import fourier_basis, grid_positions, position_features
 
 __all__ = ["TimmFeatures"]
 
@@ -111,6 +112,20 @@ class TimmFeatures:
         the final DINOv2 ViT-S/14 tokens at 448 pixels, of values up to 11).
         Models without an absolute position embedding, or built without
         ``dynamic_img_size``, always use timm's forward.
+    position_weight : float, default=0.0
+        Weight of a position term (0: none).  When positive, the tokens are
+        scaled to unit norm and random Fourier features of the token centres
+        are appended, so that the cosine of two tokens is
+        ``(c + position_weight**2 k) / (1 + position_weight**2)``, ``c``
+        being the cosine of the tokens and ``k`` a Gaussian kernel of their
+        distance, as in :class:`ColorTextureFeatures`.  On the mosaics of
+        ``benchmarks/bench_dinov2.py`` (DINOv2 block 7 keys), 0.3 raised the
+        mean mIoU of held-out mosaics from 0.75 to 0.82; on photographs it
+        can also cut a uniform region along a smooth line (the sky of
+        scikit-image's ``rocket``), so it is off by default.
+    position_scale : float, default=0.3
+        Bandwidth of that kernel, as a fraction of the longer side of the
+        token grid.
 
     Notes
     -----
@@ -143,7 +158,15 @@ class TimmFeatures:
         resolution=None,
         device="cpu",
         pos_interpolation="bicubic",
+        position_weight=0.0,
+        position_scale=0.3,
     ):
+        if not isinstance(position_weight, numbers.Real) or not position_weight >= 0:
+            raise ValueError(
+                f"position_weight must be a number >= 0; got {position_weight!r}.")
+        if not isinstance(position_scale, numbers.Real) or not position_scale > 0:
+            raise ValueError(
+                f"position_scale must be a positive number; got {position_scale!r}.")
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
         self._torch = torch
         if feature not in ("token", "key"):
@@ -244,6 +267,9 @@ class TimmFeatures:
         self.resolution = resolution
         self.pos_interpolation = pos_interpolation
         self._pos_cache = {}
+        self.position_weight = float(position_weight)
+        self.position_scale = float(position_scale)
+        self._basis = fourier_basis(0)
 
     def input_size(self, height, width):
         """Network input size ``(H', W')`` used for an image of ``(height, width)``."""
@@ -410,6 +436,17 @@ class TimmFeatures:
         return out.reshape(out.shape[0], gh, gw, -1)
 
     def extract(self, rgb):
-        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens removed."""
+        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens
+        removed; with a ``position_weight``, unit-norm tokens followed by
+        the position term (``C`` then counts its features too)."""
         out = self.tokens(self.preprocess(rgb))
-        return out[0].float().cpu().numpy().astype(np.float32)
+        z = out[0].float().cpu().numpy().astype(np.float32)
+        if self.position_weight > 0:
+            gh, gw = z.shape[:2]
+            ph, pw = self.patch_size
+            z /= np.maximum(np.linalg.norm(z, axis=-1, keepdims=True), 1e-12)
+            pos = grid_positions(np.arange(gh + 1) * ph, np.arange(gw + 1) * pw)
+            pz = position_features(pos, self._basis, self.position_weight,
+                                   self.position_scale)
+            z = np.concatenate([z, pz], axis=-1)
+        return z
