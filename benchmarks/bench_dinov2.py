@@ -19,7 +19,12 @@ Needs the converted checkpoint (``--checkpoint``; by default the one
    ``power`` (2, 3, 5, 10) for the chosen default and the best token layer.
 2. **Held-out mosaics** (seed 1, 16 other mosaics): the chosen default
    against the offline default, since the layer was chosen on seed 0.
-3. **Speed**: the whole ``ImageSegmenter.segment`` on 448 x 448 photographs
+3. **Position term** (``--only position``): the documented default
+   through the user's path, ``ImageSegmenter(model=..., position_weight=w)``,
+   for several weights ``w`` of the position term appended to the tokens,
+   on the seed-0 and the held-out seed-1 mosaics, next to the offline
+   default; the table goes to ``dinov2_position.md``.
+4. **Speed**: the whole ``ImageSegmenter.segment`` on 448 x 448 photographs
    (scikit-image's astronaut, coffee, chelsea), ViT included, at the
    documented default, interleaved with the offline default, median of
    ``--repeats`` runs per image; with a per-stage split.
@@ -187,6 +192,37 @@ def mosaic_tables(rows, layers, powers_for):
     return out
 
 
+POSITION_WEIGHTS = (0.0, 0.3, 0.6, 1.0)
+
+
+def position(checkpoint, n_images=16, seeds=(0, 1), weights=POSITION_WEIGHTS):
+    """mIoU of the documented default with a position term of each weight
+    (``ImageSegmenter(position_weight=w)``), per mosaic seed."""
+    from benchmarks.bench_position import mean_miou
+    from sklearn_falcon import ImageSegmenter
+
+    def vit(w, seed):
+        return ImageSegmenter(model=D.TIMM_NAME, checkpoint_path=str(checkpoint),
+                              layer=DEFAULT_LAYER, feature=DEFAULT_FEATURE,
+                              power=DEFAULT_POWER, resolution=RESOLUTION,
+                              position_weight=w, random_state=seed)
+
+    header = ["seed", "offline default"] + [f"DINOv2, position_weight={w:g}"
+                                             for w in weights]
+    out = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+    scores = {}
+    for seed in seeds:
+        data = B.make_mosaics(n_images, size=256, seed=seed)
+        segs = [("offline default", ImageSegmenter(random_state=seed))]
+        segs += [(w, vit(w, seed)) for w in weights]
+        row = []
+        for name, seg in segs:
+            row.append(mean_miou(seg, data))
+            scores[(seed, name)] = row[-1]
+        out.append(f"| {seed} | " + " | ".join(f"{v:.4f}" for v in row) + " |")
+    return out, scores
+
+
 def speed(checkpoint, repeats=5):
     """Per-image seconds of the whole pipeline at 448 x 448, ViT included."""
     import torch
@@ -263,8 +299,8 @@ def main(argv=None):
     ap.add_argument("--checkpoint", default=None,
                     help="converted .safetensors (default: find or convert it)")
     ap.add_argument("--quick", action="store_true", help="4 images, 3 blocks")
-    ap.add_argument("--only", default="mosaics,heldout,speed",
-                    help="comma-separated parts: mosaics, heldout, speed")
+    ap.add_argument("--only", default="mosaics,heldout,position,speed",
+                    help="comma-separated parts: mosaics, heldout, position, speed")
     ap.add_argument("--n-images", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None,
@@ -323,6 +359,28 @@ def main(argv=None):
                   f"Falcon **{f['miou']:.3f}**, SpectralClustering {s['miou']:.3f}; "
                   f"offline default {d['miou']:.3f} (difference "
                   f"{f['miou'] - d['miou']:+.3f}). Full table: `{path.name}`.", ""]
+    if "position" in parts:
+        table, _ = position(ck, n_images=n)
+        pos_lines = [
+            f"`ImageSegmenter(model='{D.TIMM_NAME}', checkpoint_path=..., "
+            f"layer={DEFAULT_LAYER}, feature='{DEFAULT_FEATURE}', "
+            f"power={DEFAULT_POWER:g}, resolution={RESOLUTION}, position_weight=w, "
+            f"n_segments=K, random_state=seed)` on {n} mosaics of each seed "
+            "(seed 1: held out), against the offline default "
+            "`ImageSegmenter(n_segments=K, random_state=seed)`: mean mIoU. The "
+            "position term: unit-norm tokens followed by random Fourier features "
+            "of the token centres of norm w (`TimmFeatures(position_weight=)`).",
+            "", *table, ""]
+        if parts == {"position"}:  # a run of its own: its own file
+            out = RESULTS / f"dinov2_position{suffix}.md"
+            out.write_text("\n".join(
+                [lines[0].replace("features", "features: position term"), "",
+                 lines[2].replace("bench_dinov2", "bench_dinov2 --only position"),
+                 ""] + pos_lines))
+            print("\n".join(pos_lines))
+            print(f"written: {out}")
+            return 0
+        lines += ["## Position term", ""] + pos_lines
     if "speed" in parts:
         text, _ = speed(ck, repeats=2 if args.quick else args.repeats)
         speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text

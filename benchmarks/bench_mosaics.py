@@ -161,6 +161,7 @@ def _superpixel_method(seed, n_superpixels=400, power=6.0):
     from sklearn_falcon import FalconNCut
     from sklearn_falcon.image import ColorTextureFeatures, pamr
     from sklearn_falcon.image._affinity import cosine_power_affinity
+    from sklearn_falcon.image._position import position_features
 
     fe = ColorTextureFeatures()
 
@@ -177,9 +178,9 @@ def _superpixel_method(seed, n_superpixels=400, power=6.0):
         yy, xx = np.mgrid[0:img.shape[0], 0:img.shape[1]]
         cnt = np.bincount(spx.ravel(), minlength=n)
         pos = np.stack([np.bincount(spx.ravel(), weights=a.ravel(), minlength=n) / cnt
-                        for a in (yy, xx)], 1) / max(img.shape[:2]) / fe.position_scale
-        pz = np.cos(pos @ fe._omega + fe._beta) * np.sqrt(2.0 / fe._n_position)
-        z = np.concatenate([z, fe.position_weight * pz], 1)
+                        for a in (yy, xx)], 1) / max(img.shape[:2])
+        pz = position_features(pos, fe._basis, fe.position_weight, fe.position_scale)
+        z = np.concatenate([z, pz], 1)
         W = cosine_power_affinity(z, power)
         a = np.concatenate([spx[:, 1:].ravel(), spx[1:, :].ravel()])
         b = np.concatenate([spx[:, :-1].ravel(), spx[:-1, :].ravel()])
@@ -243,11 +244,12 @@ def run(n_images=24, size=256, seed=0, features=("color",), thresholds=CUT_THRES
                  n_images=len(data))
             for name in methods]
     path = _write(rows, n_images=n_images, size=size, seed=seed, features=features,
-                  true_k=float(np.mean([g.max() + 1 for g in gts])), out=out, quick=quick)
+                  thresholds=thresholds, true_k=float(np.mean([g.max() + 1 for g in gts])),
+                  out=out, quick=quick)
     return rows, path
 
 
-def _write(rows, *, n_images, size, seed, features, true_k, out, quick):
+def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, quick):
     if out is None:
         out = RESULTS / ("mosaics_quick.md" if quick else "mosaics.md")
     out = Path(out)
@@ -267,6 +269,8 @@ def _write(rows, *, n_images, size, seed, features, true_k, out, quick):
         cmd += f" --seed {seed}"
     if tuple(features) != ("color",):
         cmd += f" --features {','.join(features)}"
+    if not quick and tuple(thresholds) != CUT_THRESHOLDS:
+        cmd += f" --thresholds {','.join(map(str, thresholds))}"
     lines = [
         "# Mosaics of real photographs and textures" + (" (quick)" if quick else ""),
         "",
@@ -316,6 +320,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--features", default="color",
                         help=f"comma-separated feature sets ({', '.join(sorted(FEATURES))})")
+    parser.add_argument("--thresholds", default=None,
+                        help="comma-separated cut_normalized thresholds (default "
+                        f"{','.join(map(str, CUT_THRESHOLDS))}; the slowest rows)")
     parser.add_argument("--out", default=None, help="markdown file to write")
     args = parser.parse_args(argv)
     features = tuple(f for f in args.features.split(",") if f)
@@ -324,6 +331,8 @@ def main(argv=None):
         kwargs.update(n_images=6, thresholds=(0.01,), quick=True)
     else:
         kwargs.update(n_images=args.n_images)
+    if args.thresholds is not None:
+        kwargs["thresholds"] = tuple(float(t) for t in args.thresholds.split(",") if t)
     rows, path = run(**kwargs)
     for r in rows:
         print(f"{r['method']:<62} mIoU {r['miou']:.4f}  time {r['time_s']:.4f}s")

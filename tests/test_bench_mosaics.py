@@ -68,5 +68,32 @@ def test_bench_mosaics_runs_and_is_extensible(tmp_path):
         assert 0.0 <= r["miou"] <= 1.0 and r["time_s"] > 0
     text = path.read_text()
     assert "| method | mIoU |" in text and "coarse" in text
+    assert "--thresholds 0.01`" in text  # the command that reproduces the table
     with pytest.raises(ValueError, match="unknown feature set"):
         B.build_methods(("nope",))
+
+
+def test_bench_mosaics_command_line_takes_the_thresholds(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(**kwargs):
+        seen.update(kwargs)
+        return [], tmp_path / "m.md"
+
+    monkeypatch.setattr(B, "run", fake_run)
+    B.main(["--n-images", "2", "--seed", "2", "--thresholds", "0.001,0.05"])
+    assert seen["thresholds"] == (0.001, 0.05) and seen["seed"] == 2
+    seen.clear()
+    B.main(["--n-images", "2"])
+    assert "thresholds" not in seen  # run()'s default: every threshold
+
+
+def test_bench_position_quick(tmp_path):
+    from benchmarks import bench_position as P
+
+    sets = P.image_sets(quick=True)
+    assert len(sets) == 5 and all(len(data) >= 3 for _, data in sets.values())
+    scores = P.run(weights=(0.0, 0.3), quick=True)
+    assert len(scores) == 10 and all(0.0 <= v <= 1.0 for v in scores.values())
+    text = P.write(scores, (0.0, 0.3), tmp_path / "p.md", True, 1.0).read_text()
+    assert "w = 0.3 (default)" in text and "small objects" in text
