@@ -243,9 +243,9 @@ def run(n_images=24, size=256, seed=0, features=("color",), thresholds=CUT_THRES
                  n_segments=float(np.mean([len(np.unique(p)) for p in preds[name]])),
                  n_images=len(data))
             for name in methods]
+    true_k = float(np.mean([g.max() + 1 for g in gts]))
     path = _write(rows, n_images=n_images, size=size, seed=seed, features=features,
-                  thresholds=thresholds, true_k=float(np.mean([g.max() + 1 for g in gts])),
-                  out=out, quick=quick)
+                  thresholds=thresholds, true_k=true_k, out=out, quick=quick)
     return rows, path
 
 

@@ -9,12 +9,25 @@ centres (Rahimi and Recht, 2007).  Shared by the offline default
 extractor (:class:`~sklearn_falcon.image.TimmFeatures`).
 """
 
+import numbers
+
 import numpy as np
 
-__all__ = ["N_POSITION", "fourier_basis", "grid_positions", "position_features"]
+__all__ = ["N_POSITION", "check_position", "fourier_basis", "grid_positions",
+           "position_features"]
 
 #: Number of random Fourier features.
 N_POSITION = 64
+
+
+def check_position(weight, scale):
+    """``(weight, scale)`` as floats, or a ValueError naming the parameter:
+    ``position_weight`` must be a number >= 0, ``position_scale`` > 0."""
+    if not isinstance(weight, numbers.Real) or not weight >= 0:
+        raise ValueError(f"position_weight must be a number >= 0; got {weight!r}.")
+    if not isinstance(scale, numbers.Real) or not scale > 0:
+        raise ValueError(f"position_scale must be a positive number; got {scale!r}.")
+    return float(weight), float(scale)
 
 
 def fourier_basis(random_state, n_features=N_POSITION):

@@ -29,7 +29,9 @@ import numpy as np
 from .._threads import fit_threads
 from ._features import _box, _cell_edges, rgb_to_lab
 from ._io import check_image_size
-from ._position import N_POSITION, fourier_basis, grid_positions, position_features
+from ._position import (
+    N_POSITION, check_position, fourier_basis, grid_positions, position_features,
+)
 
 __all__ = ["ColorTextureFeatures"]
 
@@ -190,14 +192,8 @@ class ColorTextureFeatures:
                 "sigmas must be a non-empty sequence of positive numbers; got "
                 f"{sigmas!r}.")
         self.sigmas = sig
-        if not isinstance(position_weight, numbers.Real) or not position_weight >= 0:
-            raise ValueError(
-                f"position_weight must be a number >= 0; got {position_weight!r}.")
-        if not isinstance(position_scale, numbers.Real) or not position_scale > 0:
-            raise ValueError(
-                f"position_scale must be a positive number; got {position_scale!r}.")
-        self.position_weight = float(position_weight)
-        self.position_scale = float(position_scale)
+        self.position_weight, self.position_scale = check_position(position_weight,
+                                                                   position_scale)
         self.random_state = random_state
         self._basis = fourier_basis(random_state)
 

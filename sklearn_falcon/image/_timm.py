@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ._io import check_image_size
-from ._position import fourier_basis, grid_positions, position_features
+from ._position import check_position, fourier_basis, grid_positions, position_features
 
 __all__ = ["TimmFeatures"]
 
@@ -161,12 +161,8 @@ class TimmFeatures:
         position_weight=0.0,
         position_scale=0.3,
     ):
-        if not isinstance(position_weight, numbers.Real) or not position_weight >= 0:
-            raise ValueError(
-                f"position_weight must be a number >= 0; got {position_weight!r}.")
-        if not isinstance(position_scale, numbers.Real) or not position_scale > 0:
-            raise ValueError(
-                f"position_scale must be a positive number; got {position_scale!r}.")
+        position_weight, position_scale = check_position(position_weight,
+                                                         position_scale)
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
         self._torch = torch
         if feature not in ("token", "key"):
@@ -267,8 +263,7 @@ class TimmFeatures:
         self.resolution = resolution
         self.pos_interpolation = pos_interpolation
         self._pos_cache = {}
-        self.position_weight = float(position_weight)
-        self.position_scale = float(position_scale)
+        self.position_weight, self.position_scale = position_weight, position_scale
         self._basis = fourier_basis(0)
 
     def input_size(self, height, width):
