@@ -8,8 +8,8 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._inits import INITS
-from ._auto import conductance_sweep
 from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
+from ._auto import conductance_sweep
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
 from ._extractors import make_extractor
 from ._io import as_image_list, load_image
