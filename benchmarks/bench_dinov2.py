@@ -375,7 +375,8 @@ def main(argv=None):
             out = RESULTS / f"dinov2_position{suffix}.md"
             out.write_text("\n".join(
                 [lines[0].replace("features", "features: position term"), "",
-                 lines[2].replace("bench_dinov2", "bench_dinov2 --only position"),
+                 lines[2].replace("bench_dinov2", "bench_dinov2 --only position" + (
+                     f" --n-images {n}" if not args.quick and n != 16 else "")),
                  ""] + pos_lines))
             print("\n".join(pos_lines))
             print(f"written: {out}")
