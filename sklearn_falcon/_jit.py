@@ -27,8 +27,9 @@ When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
 while a kernel of the package compiles (Numba's compiler allocates millions
 of short-lived objects: the collector's passes over them were about a tenth
-of a first fit's compile time) and resumes when the outermost compile ends.  ``python -m sklearn_falcon.prebuild`` compiles
-the kernels of the common paths ahead (for Docker images and clusters).
+of a first fit's compile time) and resumes when the outermost compile ends.
+``python -m sklearn_falcon.prebuild`` compiles the kernels of the common
+paths ahead (for Docker images and clusters).
 """
 
 import functools
@@ -42,7 +43,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "jit", "pjit", "prange"]
+__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "inlined", "jit", "pjit", "prange"]
 
 CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
     "0",
@@ -134,6 +135,17 @@ def jit(fn=None, *, inline=False):
     if fn is None:
         return lambda f: Kernel(f, options)
     return Kernel(fn, options)
+
+
+def inlined(kernel):
+    """A twin of the serial ``kernel`` that Numba inlines into the kernels
+    that call it, for a caller that is its only call site on a path.
+
+    A kernel called from another is compiled on its own (with an entry
+    point from Python) and its machine code is optimized and generated
+    again inside every caller; inlined, it is compiled once, in the caller.
+    The kernel itself stays for its callers from Python."""
+    return Kernel(kernel.py_func, {"inline": "always"})
 
 
 def pjit(fn):
