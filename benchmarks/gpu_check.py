@@ -55,7 +55,11 @@ It prints markdown tables (and writes them to ``$OUT/gpu_check.md`` when
    the same way as a check of the method.
 
 CUDA rows are skipped when CUDA is unavailable; rows that would exceed the
-time budget (``--budget`` seconds) are skipped and marked so.
+time budget (``--budget`` seconds) are skipped and marked so.  A failing row
+is reported in its table and the check goes on (a lent GPU's time is
+short); with ``--strict`` the run then exits with status 1, which is how CI
+runs this script on the CPU (``--quick --cpu-only --strict``), so that it is
+known to work before a GPU is lent.
 """
 
 import argparse
@@ -112,6 +116,7 @@ class Bench:
         self.budget = budget
         self.cuda = cuda
         self.rows = []
+        self.errors = []  # every failure reported in a table
         try:
             import torch
 
@@ -121,6 +126,12 @@ class Bench:
 
     def elapsed(self):
         return time.perf_counter() - self.t0
+
+    def error(self, exc, width=120):
+        """``exc`` formatted for a table cell, and recorded in ``errors``."""
+        msg = f"{type(exc).__name__}: {str(exc)[:width]}"
+        self.errors.append(msg)
+        return msg
 
     def over_budget(self):
         return self.elapsed() > self.budget
@@ -150,7 +161,7 @@ class Bench:
             self.sync(device)
             run = time.perf_counter() - t
         except Exception as exc:  # report the failure and go on with the rest
-            row["note"] = f"error: {type(exc).__name__}: {str(exc)[:120]}"
+            row["note"] = f"error: {self.error(exc)}"
             self.rows.append(row)
             return None
         degrees = [P.degrees] if isinstance(P, NumbaProblem) else P.degrees_numpy()
@@ -389,8 +400,7 @@ def batch_section(bench, B, n, cuda, cpu_batch):
             bench.sync(device)
             dt = time.perf_counter() - t
         except Exception as exc:  # report the failure and go on with the rest
-            rows.append(dict(method=label,
-                             note=f"error: {type(exc).__name__}: {str(exc)[:120]}"))
+            rows.append(dict(method=label, note=f"error: {bench.error(exc)}"))
             return
         row = dict(method=label, images=count, seconds=dt, ips=count / dt,
                    ncut=float(np.mean(ncut)))
@@ -498,7 +508,7 @@ def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
                             for (m, r, _), v in tokens.items()
                             if m == model and r == res and "cpu" in v]))
                 except Exception as exc:  # e.g. CUDA OOM: report it, go on
-                    row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                    row["error"] = bench.error(exc, 80)
                 print(row, flush=True)
     out = ["| model | input | tokens | device | extract s | affinity s | Falcon s "
            "| upsample + PAMR s | total s | agree (ARI vs CPU) |",
@@ -561,7 +571,7 @@ def pipeline_section(bench, cuda, n_images=8, n_dataset=64, batch=32, res=224):
             rate = n_ds / (time.perf_counter() - t0)
             out.append(f"| {dev} | {n_tok:,} | {np.median(times):.4f} | {rate:.1f} |")
         except Exception as exc:  # e.g. CUDA OOM: report it, go on
-            out.append(f"| {dev} | | {type(exc).__name__}: {str(exc)[:80]} | |")
+            out.append(f"| {dev} | | {bench.error(exc, 80)} | |")
         print(out[-1], flush=True)
     return "\n".join(out)
 
@@ -590,7 +600,7 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
     try:
         ck = D.ensure_checkpoint(checkpoint)
     except Exception as exc:  # noqa: BLE001 - report, do not abort the check
-        return f"DINOv2 checkpoint conversion failed: {type(exc).__name__}: {exc}"
+        return f"DINOv2 checkpoint conversion failed: {bench.error(exc, 400)}"
     if ck is None:
         return ("no DINOv2 checkpoint (pass --dinov2-checkpoint, or "
                 f"{D.INSTALL_HINT}): section skipped")
@@ -630,7 +640,7 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
                                         labels[(dev, i)].ravel())
                     for i in range(len(photos))]))
         except Exception as exc:  # e.g. CUDA OOM: report it, go on
-            row["error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+            row["error"] = bench.error(exc, 80)
         print(row, flush=True)
     out = ["| device | whole pipeline s / image | ViT tokens s | agree (ARI vs CPU) |",
            "|---|---:|---:|---:|"]
@@ -714,7 +724,8 @@ def _memory_child(n, mode, dtype):
                           n_iter=int(res.n_iter[0]))))
 
 
-def memory_section(sizes, timeout):
+def memory_section(sizes, timeout, errors=None):
+    """Peak memory table; each failed child is also appended to ``errors``."""
     rows = []
     jobs = [(n, "matrix-free", dt) for n in sizes for dt in ("float64", "float32")]
     jobs.insert(1, (sizes[0], "dense", "float64"))
@@ -727,6 +738,8 @@ def memory_section(sizes, timeout):
             rows.append(json.loads(out))
         except (subprocess.SubprocessError, IndexError, ValueError) as exc:
             rows.append(dict(n=n, mode=mode, dtype=dt, error=type(exc).__name__))
+            if errors is not None:
+                errors.append(f"memory child {n} {mode} {dt}: {type(exc).__name__}")
     out = ["| tokens | path | dtype | peak RSS growth MiB | n^2 floats of W MiB "
            "(same dtype) | ratio | seconds (3 iters) |",
            "|---:|---|---|---:|---:|---:|---:|"]
@@ -750,6 +763,8 @@ def main(argv=None):
     ap.add_argument("--memory-only", action="store_true",
                     help="run only the CPU memory section")
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 if any row failed (CI)")
     ap.add_argument("--sizes", default=None,
                     help="token counts, comma separated (default 4096,16384)")
     ap.add_argument("--knn-n", type=int, default=None,
@@ -853,7 +868,7 @@ def main(argv=None):
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
         parts += ["\n## Peak CPU memory of the matrix-free path\n",
-                  memory_section(mem_sizes, timeout=600)]
+                  memory_section(mem_sizes, timeout=600, errors=bench.errors)]
     parts.append(f"\nTotal wall time: {bench.elapsed():.0f} s\n")
     text = "\n".join(parts)
     print("\n" + text)
@@ -862,6 +877,11 @@ def main(argv=None):
     if out:
         with open(out, "w") as fh:
             fh.write(text)
+    if bench.errors:
+        print(f"{len(bench.errors)} row(s) failed:\n  " + "\n  ".join(bench.errors),
+              file=sys.stderr)
+        if args.strict:
+            return 1
     return 0
 
 
