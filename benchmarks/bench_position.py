@@ -13,9 +13,11 @@ kinds of image, the true number of regions given:
 - the **synthetic** piecewise-textured images of
   :mod:`benchmarks.bench_segmentation` (Voronoi regions too);
 - **small objects on a large background**: the frames of the moving-shapes
-  video (:func:`benchmarks.videos.make_moving_shapes`: a disc and a square,
-  each about 3% of the frame, over grass), each frame segmented on its own,
-  three videos.
+  video (:func:`benchmarks.videos.make_moving_shapes`: a disc and a square
+  over grass), each frame segmented on its own, three videos;
+- **objects on a background** (:mod:`benchmarks.objects`): one to three
+  discs, ellipses or rectangles of 2 % to 25 % of the image each, cut from
+  other sources, on a photograph or texture, seeds 0 and 1 (30 images each).
 
 Reported: mean mIoU (per-image Hungarian matching) per set and weight.  The
 position term favours segments of similar size and compact shape, which the
@@ -38,6 +40,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_segmentation import make_dataset  # noqa: E402
 from benchmarks.mosaics import make_mosaics  # noqa: E402
+from benchmarks.objects import make_objects  # noqa: E402
 from benchmarks.videos import make_moving_shapes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,7 +49,7 @@ WEIGHTS = (0.0, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0)
 
 def image_sets(quick=False):
     """``{name: (seed, [(image, truth), ...])}``."""
-    n_mos, n_syn, n_frames = (3, 3, 2) if quick else (None, 16, 6)
+    n_mos, n_syn, n_frames, n_obj = (3, 3, 2, 3) if quick else (None, 16, 6, 30)
     sets = {}
     for seed, n in ((0, 24), (1, 16), (2, 24)):
         sets[f"mosaics, seed {seed}"] = (seed, make_mosaics(n_mos or n, size=256,
@@ -58,6 +61,9 @@ def image_sets(quick=False):
         f, t = make_moving_shapes(n_frames, seed=seed)
         frames += list(zip(f, t))
     sets["small objects (video frames)"] = (0, frames)
+    for seed in (0, 1):
+        sets[f"objects on a background, seed {seed}"] = (
+            seed, make_objects(n_obj, size=256, seed=seed))
     return sets
 
 

@@ -92,8 +92,36 @@ def test_bench_position_quick(tmp_path):
     from benchmarks import bench_position as P
 
     sets = P.image_sets(quick=True)
-    assert len(sets) == 5 and all(len(data) >= 3 for _, data in sets.values())
+    assert len(sets) == 7 and all(len(data) >= 3 for _, data in sets.values())
     scores = P.run(weights=(0.0, 0.3), quick=True)
-    assert len(scores) == 10 and all(0.0 <= v <= 1.0 for v in scores.values())
+    assert len(scores) == 14 and all(0.0 <= v <= 1.0 for v in scores.values())
     text = P.write(scores, (0.0, 0.3), tmp_path / "p.md", True, 1.0).read_text()
     assert "w = 0.3 (default)" in text and "small objects" in text
+    assert "objects on a background, seed 1" in text
+
+
+def test_objects_are_deterministic_and_well_formed():
+    from benchmarks.objects import make_objects
+
+    a = make_objects(4, size=64, seed=3)
+    b = make_objects(4, size=64, seed=3)
+    assert len(a) == 4
+    for (ia, ta), (ib, tb) in zip(a, b):
+        assert ia.shape == (64, 64, 3) and ia.dtype == np.uint8
+        assert ta.shape == (64, 64) and ta.dtype == np.int64
+        np.testing.assert_array_equal(ia, ib)
+        np.testing.assert_array_equal(ta, tb)
+        counts = np.bincount(ta.ravel())
+        assert 2 <= counts.size <= 4 and (counts > 0).all()  # ids 0..m, all present
+        assert counts[0] == counts.max()  # the background is the largest region
+    other = make_objects(4, size=64, seed=4)
+    assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, other))
+
+
+def test_object_fractions_are_respected():
+    from benchmarks.objects import make_objects
+
+    for _, truth in make_objects(6, size=128, seed=0, max_objects=1,
+                                 min_fraction=0.1, max_fraction=0.12):
+        frac = (truth == 1).mean()
+        assert 0.08 <= frac <= 0.14, frac
