@@ -49,6 +49,26 @@ def test_color_texture_features_shape_determinism_and_texture():
     assert ColorTextureFeatures(position_weight=0).extract(img).shape[-1] == 48
 
 
+def test_texture_histogram_window_is_a_gaussian_of_the_window_scale():
+    from sklearn_falcon.image._texture import _WINDOW_SIGMA, _window_sum
+
+    counts = np.zeros((21, 21, 2))
+    counts[10, 10, 0] = 1.0  # one word in one cell
+    np.testing.assert_array_equal(_window_sum(counts, 0), counts)
+    out = _window_sum(counts, 2)[..., 0]
+    assert np.isclose(out.sum(), 1.0)  # mass kept away from the edges
+    np.testing.assert_allclose(out, out.T)  # isotropic
+    row = out[10, 10:]
+    assert np.all(np.diff(row[:6]) < 0) and row[6:].max() == 0  # cut at 3 sd
+    s = _WINDOW_SIGMA * 2
+    np.testing.assert_allclose(row[1] / row[0], np.exp(-0.5 / s**2), rtol=1e-3)
+    assert not _window_sum(counts, 2)[..., 1].any()  # words do not mix
+    # at a corner the window is cut: nothing comes from outside the grid
+    corner = np.zeros((9, 9, 1))
+    corner[0, 0, 0] = 1.0
+    assert _window_sum(corner, 2).sum() < 0.5
+
+
 def test_color_texture_features_validation():
     with pytest.raises(ValueError, match="patch_size"):
         ColorTextureFeatures(0)

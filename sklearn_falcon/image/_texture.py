@@ -13,7 +13,8 @@ k-means iterations (no weights, nothing downloaded):
   slightly smoothed CIE L*a*b* colour.
 
 A token (a ``patch_size`` cell) is described by the histograms of both words
-over the ``(2 window + 1)^2`` cells around it, in the Hellinger embedding
+over the cells around it, weighted by a Gaussian of ``0.75 window`` cells
+of standard deviation, in the Hellinger embedding
 (square roots of the frequencies): the cosine of two tokens is then the
 Bhattacharyya coefficient of their histograms, the classic affinity of
 texture segmentation with normalized cuts (Malik, Belongie, Leung and Shi,
@@ -27,7 +28,7 @@ import numbers
 import numpy as np
 
 from .._threads import fit_threads
-from ._features import _box, _cell_edges, rgb_to_lab
+from ._features import _cell_edges, rgb_to_lab
 from ._io import check_image_size
 from ._position import (
     N_POSITION, check_position, fourier_basis, grid_positions, position_features,
@@ -39,6 +40,8 @@ __all__ = ["ColorTextureFeatures"]
 _ASSIGN_CHUNK = 1 << 16
 # filter-response norm (in tenths of L* units) under which a pixel is flat
 _FLAT = 0.3
+# standard deviation of the histogram window, in units of ``window`` cells
+_WINDOW_SIGMA = 0.75
 
 
 def _filter_bank(L, sigmas):
@@ -55,6 +58,20 @@ def _filter_bank(L, sigmas):
             out[..., i] *= norm
             i += 1
     return out
+
+
+def _window_sum(counts, r):
+    """Sums of ``counts`` (gh, gw, c) over the cells around each cell,
+    weighted by a Gaussian of ``_WINDOW_SIGMA * r`` cells (cut at 3 standard
+    deviations; nothing outside the grid).  A Gaussian rather than a box: a
+    cell's histogram changes smoothly from one cell to the next, so tokens
+    near a boundary mix their two sides in proportion to the distance."""
+    if r == 0:
+        return counts
+    from scipy import ndimage as ndi
+
+    s = _WINDOW_SIGMA * r
+    return ndi.gaussian_filter(counts, (s, s, 0), mode="constant", truncate=3.0)
 
 
 def _assign(X, centers):
@@ -96,7 +113,8 @@ class ColorTextureFeatures:
     The default extractor of :class:`~sklearn_falcon.ImageSegmenter`
     (``model="color"``): no weights, deterministic for a fixed
     ``random_state``.  Each ``patch_size`` cell is described by the
-    histograms, over the cells within ``window`` cells of it, of per-pixel
+    histograms, over the cells around it weighted by a Gaussian of
+    ``0.75 window`` cells of standard deviation, of per-pixel
     texture words (k-means centres of a Gaussian-derivative filter bank on
     L* at the scales ``sigmas``) and colour words (k-means centres of
     L*a*b*), learned on the image itself.  The feature is the Hellinger
@@ -119,10 +137,12 @@ class ColorTextureFeatures:
     n_color_words : int, default=16
         Number of colour words (k-means centres of L*a*b*).
     window : int, default=2
-        Radius, in cells, of the window of the word histograms (2: 5x5
-        cells); at most a sixteenth of the shorter grid side, so that small
-        images keep their detail.  At most one word per 16 pixels of a
-        window is learned (fewer words on small windows).
+        Scale, in cells, of the window of the word histograms: a Gaussian of
+        standard deviation ``0.75 window`` cells (2: 1.5 cells, cut at 3
+        standard deviations; 0: the cell alone); at most a sixteenth of the
+        shorter grid side, so that small images keep their detail.  At most
+        one word per 16 pixels of a ``(2 window + 1)^2``-cell square is
+        learned (fewer words on small windows).
     sigmas : tuple of float, default=(1.0, 2.0, 4.0)
         Scales, in pixels, of the texture filter bank.
     position_weight : float, default=0.3
@@ -287,8 +307,8 @@ class ColorTextureFeatures:
             counts = np.bincount(cell * n_words + words.ravel(),
                                  minlength=gh * gw * n_words)
             counts = counts.reshape(gh, gw, n_words).astype(np.float64)
-            hist = _box(counts, r)
-            hist = np.maximum(hist, 0.0)  # the box sums' round-off
+            hist = _window_sum(counts, r)
+            hist = np.maximum(hist, 0.0)  # the filter's round-off
             hist /= hist.sum(axis=-1, keepdims=True)
             blocks.append(np.sqrt(hist))
         z = np.concatenate(blocks, axis=-1)
