@@ -78,6 +78,52 @@ print(json.dumps(dict(import_s=t_import, first_fit_s=t_first, second_fit_s=t_sec
                       numba_at_import="numba" in sys.modules and not listen)))
 """
 
+# where the CPU time of a cold first fit goes: Numba's compiler stages timed
+# by wrapping them (exclusive of the stages they call); benchmark-only
+# instrumentation of Numba internals (names as of numba 0.6x)
+BREAKDOWN_CHILD = r"""
+import json, time, collections
+c0 = time.process_time()
+import numpy as np
+from sklearn.datasets import make_blobs
+from sklearn_falcon import FalconNCut
+c1 = time.process_time()
+import numba
+from numba.core import codegen, compiler, dispatcher, lowering, typeinfer
+c2 = time.process_time()
+acc = collections.Counter()
+stack = []
+def wrap(owner, name, cat):
+    f = getattr(owner, name)
+    def w(*a, **k):
+        t = time.process_time()
+        stack.append(0.0)
+        try:
+            return f(*a, **k)
+        finally:
+            el = time.process_time() - t
+            acc[cat] += el - stack.pop()
+            if stack:
+                stack[-1] += el
+    setattr(owner, name, w)
+wrap(typeinfer.TypeInferer, "propagate", "Numba: type inference")
+wrap(lowering.Lower, "lower", "Numba: lowering to LLVM IR")
+wrap(lowering.Lower, "create_cpython_wrapper", "Numba: entry points from Python")
+wrap(codegen.CPUCodeLibrary, "add_ir_module", "LLVM: IR text and parsing")
+wrap(codegen.CPUCodeLibrary, "_optimize_functions", "LLVM: function passes")
+wrap(codegen.CPUCodeLibrary, "_optimize_final_module", "LLVM: module passes")
+wrap(codegen.CPUCodeLibrary, "_finalize_final_module", "LLVM: machine code")
+wrap(compiler.CompilerBase, "compile_extra", "Numba: other passes (bytecode, SSA, inlining, rewrites)")
+wrap(dispatcher.Dispatcher, "compile", "Numba: dispatch and cache writes")
+X, _ = make_blobs(n_samples=500, centers=3, random_state=0)
+c3 = time.process_time()
+FalconNCut(3, random_state=0).fit(X)
+c4 = time.process_time()
+fit = c4 - c3
+acc["outside compiles (the fit itself, kNN graph, Numba's set-up)"] = fit - sum(acc.values())
+print(json.dumps(dict(fit=fit, numba_import=c2 - c1, parts=dict(acc))))
+"""
+
 IMPORT_CHILD = r"""
 import json, sys, time
 w0 = time.perf_counter()
@@ -143,35 +189,37 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=str(RESULTS / "compile.md"))
     ap.add_argument("--no-prebuild", action="store_true")
-    ap.add_argument("--baseline", default=None,
+    ap.add_argument("--baseline", action="append", default=[],
                     help="another checkout of the package (e.g. a worktree of an "
                          "earlier commit): its cold and warm first fits are "
-                         "measured interleaved with this tree's")
+                         "measured interleaved with this tree's (repeatable)")
     args = ap.parse_args(argv)
     R = args.repeats
     t_start = time.time()
     load = os.getloadavg()
 
     cold, warm, imports = [], [], []
-    base_cold, base_warm, base_imports = [], [], []
+    bases = {b: ([], [], []) for b in args.baseline}  # cold, warm, imports
     for _ in range(R):  # cold, warm and import runs interleaved
         with tempfile.TemporaryDirectory() as cache:
             cold.append(_child(FIT_CHILD, cache, "1"))
             warm.append(_child(FIT_CHILD, cache, "0"))
         with tempfile.TemporaryDirectory() as cache:
             imports.append(_child(IMPORT_CHILD, cache))
-        if args.baseline:
+        for base, (b_cold, b_warm, b_imports) in bases.items():
             with tempfile.TemporaryDirectory() as cache:
-                base_cold.append(_child(FIT_CHILD, cache, "1", tree=args.baseline))
-                base_warm.append(_child(FIT_CHILD, cache, "0", tree=args.baseline))
+                b_cold.append(_child(FIT_CHILD, cache, "1", tree=base))
+                b_warm.append(_child(FIT_CHILD, cache, "0", tree=base))
             with tempfile.TemporaryDirectory() as cache:
-                base_imports.append(_child(IMPORT_CHILD, cache, tree=args.baseline))
+                b_imports.append(_child(IMPORT_CHILD, cache, tree=base))
     # a warm cache loaded by R more processes (the first warm run above may
     # still find the page cache cold)
     with tempfile.TemporaryDirectory() as cache:
         _child(FIT_CHILD, cache, "0")
         for _ in range(R):
             warm.append(_child(FIT_CHILD, cache, "0"))
+    with tempfile.TemporaryDirectory() as cache:
+        breakdown = _child(BREAKDOWN_CHILD, cache)
     pre = None
     if not args.no_prebuild:
         with tempfile.TemporaryDirectory() as cache:
@@ -186,7 +234,9 @@ def main(argv=None):
 
     lines = ["## Cold start", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC "
-             f"with `python -m benchmarks.bench_compile --repeats {R}` on a shared "
+             f"with `python -m benchmarks.bench_compile --repeats {R}"
+             + "".join(f" --baseline {b}" for b in args.baseline)
+             + "` on a shared "
              f"machine ({os.cpu_count()} cores, load average {load[0]:.1f} at the "
              f"start, {platform.python_version()}, numba "
              f"{_numba_version()}).  Median [min, max] of {R} fresh processes "
@@ -222,8 +272,8 @@ def main(argv=None):
               f"| scikit-learn's import | | {fmt(sk)} |",
               f"| `import sklearn_falcon` added to it | <= 0.3 s | {fmt(fa)} |",
               f"| `SpectralClustering` added after both | | {fmt(sc)} |", ""]
-    if args.baseline:
-        rev = subprocess.run(["git", "-C", args.baseline, "log", "-1",
+    for base, (base_cold, base_warm, base_imports) in bases.items():
+        rev = subprocess.run(["git", "-C", base, "log", "-1",
                               "--format=%h"], capture_output=True,
                              text=True).stdout.strip()
         lines += ["", f"### Against the baseline checkout ({rev}), interleaved", "",
@@ -259,6 +309,16 @@ def main(argv=None):
               "| kernel | compiles | CPU [s] | wall [s] |", "|---|---|---|---|"]
     for name, (cpu, wall, n) in table:
         lines.append(f"| `{name}` | {n} | {cpu:.2f} | {wall:.2f} |")
+    parts = sorted(breakdown["parts"].items(), key=lambda kv: -kv[1])
+    lines += ["", "### Where a cold first fit's CPU time goes", "",
+              "One more cold process, with Numba's compiler stages timed by "
+              "wrapping them (exclusive of the stages each calls; the wrapping "
+              "adds a little).  `import numba` (before the fit, not counted in it): "
+              f"{breakdown['numba_import']:.2f} CPU s.", "",
+              "| stage | CPU [s] | share |", "|---|---|---|"]
+    for name, t in parts:
+        lines.append(f"| {name} | {t:.2f} | {t / breakdown['fit']:.0%} |")
+    lines.append(f"| first fit, in all | {breakdown['fit']:.2f} | |")
     if pre is not None:
         lines += ["", "### Prebuild", "",
                   "`python -m sklearn_falcon.prebuild` into an empty cache, then the "

@@ -24,11 +24,16 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
   from (Numba itself only uses directories it can write to).
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
-says so, once per process.  ``python -m sklearn_falcon.prebuild`` compiles
-the kernels of the common paths ahead (for Docker images and clusters).
+says so, once per process.  Python's cyclic garbage collector is paused
+while a kernel of the package compiles (Numba's compiler allocates millions
+of short-lived objects: the collector's passes over them were about a tenth
+of a first fit's compile time) and resumes when the outermost compile ends.
+``python -m sklearn_falcon.prebuild`` compiles the kernels of the common
+paths ahead (for Docker images and clusters).
 """
 
 import functools
+import gc
 import hashlib
 import logging
 import os
@@ -38,7 +43,7 @@ import time
 import warnings
 from pathlib import Path
 
-__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "jit", "pjit", "prange"]
+__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "inlined", "jit", "pjit", "prange"]
 
 CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
     "0",
@@ -132,6 +137,17 @@ def jit(fn=None, *, inline=False):
     return Kernel(fn, options)
 
 
+def inlined(kernel):
+    """A twin of the serial ``kernel`` that Numba inlines into the kernels
+    that call it, for a caller that is its only call site on a path.
+
+    A kernel called from another is compiled on its own (with an entry
+    point from Python) and its machine code is optimized and generated
+    again inside every caller; inlined, it is compiled once, in the caller.
+    The kernel itself stays for its callers from Python."""
+    return Kernel(kernel.py_func, {"inline": "always"})
+
+
 def pjit(fn):
     """Decorator of a parallel kernel (its loops over :data:`prange` run on
     Numba's threads)."""
@@ -152,13 +168,16 @@ def _setup_numba():
         return typeof_impl(val.dispatcher, c)
 
     notice = _CompileNotice()
+    pause = _GcPause()
 
     class _Listener(event.Listener):
         def on_start(self, event):
+            pause.on_start(event.data["dispatcher"])
             notice.on_start()
 
         def on_end(self, event):
             notice.on_end()
+            pause.on_end()
 
     event.register("numba:compile", _Listener())
     _state["numba"] = True
@@ -285,6 +304,32 @@ def _sources_stamp():
             pass
         _state["stamp"] = h.hexdigest()
     return _state["stamp"]
+
+
+class _GcPause:
+    """Pauses Python's cyclic garbage collector from the start of the
+    outermost compile of a kernel of the package to its end (a Numba event
+    listener; compiles are serialized by Numba's compiler lock).  The
+    collector is resumed only if it was enabled before."""
+
+    def __init__(self):
+        self.depth = 0
+        self.resume = False
+
+    def on_start(self, dispatcher):
+        if self.depth == 0:
+            py_func = getattr(dispatcher, "py_func", None)
+            ours = getattr(py_func, "__module__", "").startswith(__package__ + ".")
+            self.resume = ours and gc.isenabled()
+            if self.resume:
+                gc.disable()
+        self.depth += 1
+
+    def on_end(self):
+        self.depth -= 1
+        if self.depth == 0 and self.resume:
+            self.resume = False
+            gc.enable()
 
 
 class _CompileNotice:

@@ -149,6 +149,68 @@ def test_a_short_compile_says_nothing(monkeypatch, caplog):
     assert not caplog.records
 
 
+class _Disp:
+    def __init__(self, module):
+        self.py_func = type("F", (), {"__module__": module})
+
+
+def test_the_collector_pauses_during_a_package_compile_only():
+    import gc
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        pause = _jit._GcPause()
+        pause.on_start(_Disp("sklearn_falcon._inits._coarsen"))
+        pause.on_start(_Disp("numba.np.arrayobj"))  # nested: still paused
+        assert not gc.isenabled()
+        pause.on_end()
+        assert not gc.isenabled()
+        pause.on_end()
+        assert gc.isenabled()
+        pause.on_start(_Disp("somebody_else"))  # another library's compile
+        assert gc.isenabled()
+        pause.on_end()
+        gc.disable()  # disabled by the user: stays disabled
+        pause.on_start(_Disp("sklearn_falcon._solver._compiled"))
+        pause.on_end()
+        assert not gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()
+
+
+def test_the_collector_is_paused_while_a_kernel_compiles(monkeypatch):
+    import gc
+
+    from numba.core import event
+
+    def plus_one(x):
+        return x + 1
+
+    plus_one.__module__ = "sklearn_falcon._test_only"
+    monkeypatch.setitem(_jit._state, "cache_ok", False)  # write no cache file
+    kernel = _jit.Kernel(plus_one, {})
+    _jit._setup_numba()  # its listener first
+
+    seen = []
+
+    class Seen(event.Listener):
+        def on_start(self, e):
+            seen.append(gc.isenabled())
+
+        def on_end(self, e):
+            pass
+
+    assert gc.isenabled()
+    with event.install_listener("numba:compile", Seen()):
+        assert kernel(1) == 2
+    assert seen and not seen[0]
+    assert gc.isenabled()
+
+
 def test_prebuild_runs(capsys):
     from sklearn_falcon import prebuild
 

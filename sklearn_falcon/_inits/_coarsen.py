@@ -65,10 +65,11 @@ def _pair_two_hops(match, heavy, order):
 
 
 @_jit(inline=True)
-def _top_of_row(u, cols, vals, inv, part):
-    """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part."""
+def _top_of_row(u, cols, vals, q0, q1, inv, part):
+    """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part
+    (the row of ``u``: ``cols[q0:q1]``, ``vals[q0:q1]``)."""
     t = 0.0
-    for q in range(cols.shape[0]):
+    for q in range(q0, q1):
         j = cols[q]
         if j != u and part[j] == part[u]:
             s = np.float64(vals[q]) * inv[j]
@@ -78,13 +79,13 @@ def _top_of_row(u, cols, vals, inv, part):
 
 
 @_jit(inline=True)
-def _match_row(u, cols, vals, inv, part, alpha, top, match, heavy):
-    """Visit node ``u`` (its row: neighbours ``cols``, weights ``vals``):
-    pair it with its best eligible unmatched neighbour, and note its
-    heaviest eligible neighbour for the two-hop pairing."""
+def _match_row(u, cols, vals, q0, q1, inv, part, alpha, top, match, heavy):
+    """Visit node ``u`` (its row: neighbours ``cols[q0:q1]``, weights
+    ``vals[q0:q1]``): pair it with its best eligible unmatched neighbour, and
+    note its heaviest eligible neighbour for the two-hop pairing."""
     best = 0.0
     best_j = -1
-    for q in range(cols.shape[0]):
+    for q in range(q0, q1):
         j = cols[q]
         w = np.float64(vals[q])
         if j == u or w <= 0.0 or part[j] != part[u]:
@@ -127,18 +128,18 @@ def match_csr(indptr, indices, data, degrees, order, part, alpha):
         Coarse node of each node.
     """
     n = indptr.shape[0] - 1
-    inv = 1.0 / degrees
+    inv = np.empty(n, dtype=np.float64)
+    for u in range(n):
+        inv[u] = 1.0 / degrees[u]
     top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        top[u] = _top_of_row(u, indices[indptr[u]:indptr[u + 1]],
-                             data[indptr[u]:indptr[u + 1]], inv, part)
+        top[u] = _top_of_row(u, indices, data, indptr[u], indptr[u + 1], inv, part)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
         if match[u] < 0:
-            _match_row(u, indices[indptr[u]:indptr[u + 1]],
-                       data[indptr[u]:indptr[u + 1]], inv, part, alpha, top, match,
-                       heavy)
+            _match_row(u, indices, data, indptr[u], indptr[u + 1], inv, part, alpha,
+                       top, match, heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 
@@ -152,12 +153,12 @@ def match_dense(W, degrees, order, part, alpha):
     cols = np.arange(n)
     top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        top[u] = _top_of_row(u, cols, W[u], inv, part)
+        top[u] = _top_of_row(u, cols, W[u], 0, n, inv, part)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
         if match[u] < 0:
-            _match_row(u, cols, W[u], inv, part, alpha, top, match, heavy)
+            _match_row(u, cols, W[u], 0, n, inv, part, alpha, top, match, heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 

@@ -44,7 +44,7 @@ except that labels may have any signed integer type.
 
 import numpy as np
 
-from ..._jit import PARALLEL_MIN, jit, pjit, prange
+from ..._jit import PARALLEL_MIN, inlined, jit, pjit, prange
 from ._kernels import (
     _guard_empty,
     _many_moved,
@@ -111,13 +111,17 @@ def _choose_block(blk, indptr, indices, data, labels, degrees, vol, inv_vol, pen
             acc[k] = 0.0
 
 
+# the serial pass inlines the block (the parallel one calls it per task)
+_choose_block_inline = inlined(_choose_block)
+
+
 @jit
 def _row_choices_ser(indptr, indices, data, labels, degrees, vol, assoc, best,
                      s_best, s_own, w_own, w_best):
     inv_vol, pen = _score_terms(vol, assoc)
     for blk in range(_n_blocks(labels.shape[0])):
-        _choose_block(blk, indptr, indices, data, labels, degrees, vol, inv_vol, pen,
-                      best, s_best, s_own, w_own, w_best)
+        _choose_block_inline(blk, indptr, indices, data, labels, degrees, vol,
+                             inv_vol, pen, best, s_best, s_own, w_own, w_best)
 
 
 @pjit
