@@ -45,13 +45,16 @@ from benchmarks.videos import make_moving_shapes  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WEIGHTS = (0.0, 0.15, 0.3, 0.45, 0.6, 0.8, 1.0)
+MOSAIC_SEEDS = (0, 1, 2)
 
 
-def image_sets(quick=False):
-    """``{name: (seed, [(image, truth), ...])}``."""
+def image_sets(quick=False, mosaic_seeds=MOSAIC_SEEDS, only=None):
+    """``{name: (seed, [(image, truth), ...])}``; ``only``: keep the sets whose
+    name contains it."""
     n_mos, n_syn, n_frames, n_obj = (3, 3, 2, 3) if quick else (None, 16, 6, 30)
     sets = {}
-    for seed, n in ((0, 24), (1, 16), (2, 24)):
+    for seed in mosaic_seeds:
+        n = 16 if seed == 1 else 24  # seed 1: the 16 held-out mosaics of bench_dinov2
         sets[f"mosaics, seed {seed}"] = (seed, make_mosaics(n_mos or n, size=256,
                                                             seed=seed))
     sets["synthetic (bench_segmentation)"] = (0, [
@@ -64,7 +67,7 @@ def image_sets(quick=False):
     for seed in (0, 1):
         sets[f"objects on a background, seed {seed}"] = (
             seed, make_objects(n_obj, size=256, seed=seed))
-    return sets
+    return {k: v for k, v in sets.items() if only is None or only in k}
 
 
 def mean_miou(segmenter, data):
@@ -77,12 +80,12 @@ def mean_miou(segmenter, data):
         for img, gt in data]))
 
 
-def run(weights=WEIGHTS, quick=False):
+def run(weights=WEIGHTS, quick=False, mosaic_seeds=MOSAIC_SEEDS, only=None):
     """``{(set name, weight): mean mIoU}``."""
     from sklearn_falcon import ImageSegmenter
 
     out = {}
-    for name, (seed, data) in image_sets(quick).items():
+    for name, (seed, data) in image_sets(quick, mosaic_seeds, only).items():
         for w in weights:
             out[(name, w)] = mean_miou(
                 ImageSegmenter(position_weight=w, random_state=seed), data)
@@ -90,7 +93,7 @@ def run(weights=WEIGHTS, quick=False):
     return out
 
 
-def write(scores, weights, out, quick, seconds):
+def write(scores, weights, out, quick, seconds, command=None):
     from sklearn_falcon.image import ColorTextureFeatures
 
     default = ColorTextureFeatures().position_weight
@@ -101,7 +104,8 @@ def write(scores, weights, out, quick, seconds):
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs. Command: `python -m benchmarks.bench_position"
-        f"{' --quick' if quick else ''}` ({seconds:.0f} s).",
+        f"{command if command is not None else (' --quick' if quick else '')}` "
+        f"({seconds:.0f} s).",
         "",
         "`ImageSegmenter(n_segments=K, position_weight=w)` (the offline default "
         "with another weight of its position term; PAMR on), K the true number of "
@@ -126,13 +130,26 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few images per set")
     ap.add_argument("--out", default=None, help="markdown file to write")
-    args = ap.parse_args(argv)
+    ap.add_argument("--weights", default=None,
+                    help="comma-separated weights (default: the table's seven)")
+    ap.add_argument("--mosaic-seeds", default=None,
+                    help="comma-separated seeds of the mosaic sets (default 0,1,2; "
+                         "24 mosaics each, 16 for seed 1)")
+    ap.add_argument("--only", default=None,
+                    help="run only the sets whose name contains this (e.g. mosaics)")
+    args = ap.parse_args(argv if argv is not None else sys.argv[1:])
     weights = (0.0, 0.3, 0.6) if args.quick else WEIGHTS
+    if args.weights:
+        weights = tuple(float(w) for w in args.weights.split(","))
+    seeds = MOSAIC_SEEDS if args.mosaic_seeds is None else tuple(
+        int(s) for s in args.mosaic_seeds.split(","))
     t0 = time.perf_counter()
-    scores = run(weights, quick=args.quick)
+    scores = run(weights, quick=args.quick, mosaic_seeds=seeds, only=args.only)
     out = Path(args.out) if args.out else RESULTS / (
         "position_quick.md" if args.quick else "position.md")
-    write(scores, weights, out, args.quick, time.perf_counter() - t0)
+    command = "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+                      if not a.startswith("--out") and a != str(args.out))
+    write(scores, weights, out, args.quick, time.perf_counter() - t0, command)
     print(f"written: {out}")
     return 0
 

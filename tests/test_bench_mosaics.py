@@ -100,6 +100,20 @@ def test_bench_position_quick(tmp_path):
     assert "objects on a background, seed 1" in text
 
 
+def test_bench_position_options(tmp_path):
+    from benchmarks import bench_position as P
+
+    sets = P.image_sets(quick=True, mosaic_seeds=(3, 4), only="mosaics")
+    assert list(sets) == ["mosaics, seed 3", "mosaics, seed 4"]
+    out = tmp_path / "p.md"
+    assert P.main(["--quick", "--only", "synthetic", "--weights", "0,0.3",
+                   "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "--only synthetic --weights 0,0.3`" in text and str(out) not in text
+    assert "| synthetic (bench_segmentation) |" in text and "mosaics" not in text.split(
+        "|---|")[-1]
+
+
 def test_objects_are_deterministic_and_well_formed():
     from benchmarks.objects import make_objects
 

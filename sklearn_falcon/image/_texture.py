@@ -123,9 +123,9 @@ class ColorTextureFeatures:
     features of the cell centre weighted by ``position_weight``.
 
     With the true number of segments, the pipeline reaches a mean mIoU of
-    0.78 on the mosaics of real photographs and textures of
+    0.81 on the mosaics of real photographs and textures of
     ``benchmarks/bench_mosaics.py`` (0.75 with
-    :class:`ColorPositionFeatures`) and 0.93 on the synthetic benchmark of
+    :class:`ColorPositionFeatures`) and 0.96 on the synthetic benchmark of
     ``benchmarks/bench_segmentation.py`` (0.85); see the benchmark page.
 
     Parameters
