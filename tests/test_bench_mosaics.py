@@ -12,19 +12,27 @@ from benchmarks import bench_mosaics as B  # noqa: E402
 from benchmarks.mosaics import SOURCES, load_source, make_mosaic, make_mosaics  # noqa: E402
 
 
-def test_mosaics_are_deterministic_and_well_formed():
-    a = make_mosaics(4, size=48, seed=5)
-    b = make_mosaics(4, size=48, seed=5)
-    c = make_mosaics(4, size=48, seed=6)
+def check_image_set(make, size, n_regions):
+    """``make(n, size=, seed=)`` is deterministic, seed-dependent and gives
+    (uint8 image, int64 truth) pairs whose ids ``0..k-1`` are all present,
+    ``k`` in ``n_regions``; returns the pairs of seed 5."""
+    a = make(4, size=size, seed=5)
+    b = make(4, size=size, seed=5)
+    c = make(4, size=size, seed=6)
     assert len(a) == 4
     for (ia, ta), (ib, tb) in zip(a, b):
-        assert ia.shape == (48, 48, 3) and ia.dtype == np.uint8
-        assert ta.shape == (48, 48) and ta.dtype == np.int64
+        assert ia.shape == (size, size, 3) and ia.dtype == np.uint8
+        assert ta.shape == (size, size) and ta.dtype == np.int64
         k = ta.max() + 1
-        assert 3 <= k <= 6
+        assert k in n_regions
         assert np.array_equal(np.unique(ta), np.arange(k))  # every id present
         assert np.array_equal(ia, ib) and np.array_equal(ta, tb)
     assert any(not np.array_equal(x[0], y[0]) for x, y in zip(a, c))
+    return a
+
+
+def test_mosaics_are_deterministic_and_well_formed():
+    check_image_set(make_mosaics, 48, range(3, 7))
 
 
 def test_mosaic_regions_come_from_different_sources():
@@ -117,19 +125,9 @@ def test_bench_position_options(tmp_path):
 def test_objects_are_deterministic_and_well_formed():
     from benchmarks.objects import make_objects
 
-    a = make_objects(4, size=64, seed=3)
-    b = make_objects(4, size=64, seed=3)
-    assert len(a) == 4
-    for (ia, ta), (ib, tb) in zip(a, b):
-        assert ia.shape == (64, 64, 3) and ia.dtype == np.uint8
-        assert ta.shape == (64, 64) and ta.dtype == np.int64
-        np.testing.assert_array_equal(ia, ib)
-        np.testing.assert_array_equal(ta, tb)
-        counts = np.bincount(ta.ravel())
-        assert 2 <= counts.size <= 4 and (counts > 0).all()  # ids 0..m, all present
+    for _, truth in check_image_set(make_objects, 64, range(2, 5)):
+        counts = np.bincount(truth.ravel())
         assert counts[0] == counts.max()  # the background is the largest region
-    other = make_objects(4, size=64, seed=4)
-    assert not all(np.array_equal(x[0], y[0]) for x, y in zip(a, other))
 
 
 def test_object_fractions_are_respected():
