@@ -5,7 +5,7 @@ Unsupervised segmentation of photographs
 :class:`~sklearn_falcon.ImageSegmenter` cuts an image into regions without
 any training data. Its offline default (``model="color"``, no network, no
 weights) describes every 8x8 pixel cell by the histograms, over the
-surrounding 5x5 cells, of *colour words* and *texture words* (k-means
+surrounding cells (a Gaussian window of 1.5 cells), of *colour words* and *texture words* (k-means
 centres of L*a*b* colours and of a small Gaussian-derivative filter bank,
 learned on the image itself), plus a weak position term. Cells are linked
 by a sharpened cosine affinity (the Bhattacharyya coefficient of their
