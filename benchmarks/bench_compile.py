@@ -184,6 +184,13 @@ def _kernel_table(records):
     return sorted(rows.items(), key=lambda kv: -kv[1][0])
 
 
+def _rev(checkout):
+    """Short commit hash of a checkout (its path when git cannot tell)."""
+    out = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h"],
+                         capture_output=True, text=True).stdout.strip()
+    return out or str(checkout)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -235,7 +242,7 @@ def main(argv=None):
     lines = ["## Cold start", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC "
              f"with `python -m benchmarks.bench_compile --repeats {R}"
-             + "".join(f" --baseline {b}" for b in args.baseline)
+             + "".join(f" --baseline <checkout of {_rev(b)}>" for b in args.baseline)
              + "` on a shared "
              f"machine ({os.cpu_count()} cores, load average {load[0]:.1f} at the "
              f"start, {platform.python_version()}, numba "
@@ -273,9 +280,7 @@ def main(argv=None):
               f"| `import sklearn_falcon` added to it | <= 0.3 s | {fmt(fa)} |",
               f"| `SpectralClustering` added after both | | {fmt(sc)} |", ""]
     for base, (base_cold, base_warm, base_imports) in bases.items():
-        rev = subprocess.run(["git", "-C", base, "log", "-1",
-                              "--format=%h"], capture_output=True,
-                             text=True).stdout.strip()
+        rev = _rev(base)
         lines += ["", f"### Against the baseline checkout ({rev}), interleaved", "",
                   "| | baseline | this tree | baseline / this |", "|---|---|---|---|"]
         for label, a, b, key, i in (
