@@ -23,15 +23,20 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # ============================================================== measurement
-def _status_kb(key):
+def _proc_kb(path, key):
+    """The kB figure of ``key`` in a ``/proc`` file (None off Linux)."""
     try:
-        with open("/proc/self/status") as fh:
+        with open(path) as fh:
             for line in fh:
                 if line.startswith(key + ":"):
                     return int(line.split()[1])
     except OSError:  # pragma: no cover - non-Linux
         return None
     return None
+
+
+def _status_kb(key):
+    return _proc_kb("/proc/self/status", key)
 
 
 def _malloc_trim():
@@ -145,14 +150,8 @@ def machine_info():
 
 
 def _status_meminfo():
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:  # pragma: no cover
-        return None
-    return None
+    kb = _proc_kb("/proc/meminfo", "MemTotal")
+    return None if kb is None else kb / 2**20
 
 
 # ================================================================ reporting
