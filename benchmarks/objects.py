@@ -28,11 +28,11 @@ __all__ = ["make_objects"]
 _TRIES = 50
 
 
-def _shape_mask(size, area, kind, aspect, centre):
-    """Boolean mask of an ellipse (``kind`` 0) or a rectangle of ``area``
-    pixels, width/height ``aspect``, centred at ``centre``; None when it
-    does not fit in the image."""
-    yy, xx = np.mgrid[0:size, 0:size]
+def _shape_mask(yy, xx, area, kind, aspect, centre):
+    """Boolean mask, on the pixel grid ``yy, xx``, of an ellipse (``kind`` 0)
+    or a rectangle of ``area`` pixels, width/height ``aspect``, centred at
+    ``centre``; None when it does not fit in the image."""
+    size = yy.shape[0]
     if kind == 0:
         a = np.sqrt(area / np.pi * aspect)  # half-width
         b = area / (np.pi * a)  # half-height
@@ -61,11 +61,12 @@ def make_object_image(fractions, size=256, *, rng):
     picked = rng.choice(len(names), size=len(fractions) + 1, replace=False)
     image = _crop(load_source(names[picked[0]]), size, rng).copy()
     truth = np.zeros((size, size), dtype=np.int64)
+    yy, xx = np.mgrid[0:size, 0:size]
     n_obj = 0
     for frac, src in zip(fractions, picked[1:]):
         kind, aspect = int(rng.integers(3)), rng.uniform(0.6, 1.6)
         for _ in range(_TRIES):
-            m = _shape_mask(size, frac * size * size, min(kind, 1), aspect,
+            m = _shape_mask(yy, xx, frac * size * size, min(kind, 1), aspect,
                             rng.uniform(0, size, 2))
             if m is not None and not truth[m].any():
                 break
