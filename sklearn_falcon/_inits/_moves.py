@@ -62,10 +62,11 @@ def refine(W, degrees, labels, n_clusters, options):
 
 
 def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2,
-              alpha=3.0, max_passes=20.0):
+              alpha=3.0, max_passes=2.0):
     """Rounds of localized FM searches (moves of strips of nodes that single
     moves cannot make; :mod:`.._backends._numba._fm`) from every boundary
-    node, in random order, until a round keeps no move or ``max_rounds``.
+    node, in random order, until a round raises ``f`` by less than a
+    relative 1e-6, or ``max_rounds``.
 
     Parameters
     ----------
@@ -81,7 +82,7 @@ def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2
     max_rounds : int, default=2
     alpha : float, default=3.0
         Of the adaptive rule that stops a search whose moves lose steadily.
-    max_passes : float, default=20.0
+    max_passes : float, default=2.0
         A round stops after reading this many times the entries of ``W``
         (where moves seldom pay, as in random graphs of high degree, every
         search makes many and rolls them back).
@@ -110,14 +111,16 @@ def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2
     ptr = G.indptr.astype(np.int64, copy=False)
     ind = G.indices.astype(np.int64, copy=False)
     d = np.asarray(degrees, dtype=np.float64)
+    f = objective_of(vol, assoc)
     for _ in range(max_rounds):
         seeds = rng.permutation(boundary_nodes_csr(ptr, ind, y))
-        n_kept, _ = fm_round_csr(ptr, ind, G.data, d, y, vol, assoc, seeds,
-                                 int(max_stall), float(alpha),
-                                 int(max_passes * max(G.nnz, 1)))
-        if n_kept == 0:
-            break
-    return y, objective_of(*cluster_statistics(G, y, n_clusters, degrees))
+        n_kept, gain = fm_round_csr(ptr, ind, G.data, d, y, vol, assoc, seeds,
+                                    int(max_stall), float(alpha),
+                                    int(max_passes * max(G.nnz, 1)))
+        f = objective_of(vol, assoc)  # kept exact by the moves
+        if n_kept == 0 or gain <= 1e-6 * abs(f):
+            break  # another round would find as little
+    return y, f
 
 
 @_jit

@@ -114,7 +114,7 @@ class Effort:
     fm_stall: int = 50
     fm_rounds: int = 2
     fm_alpha: float = 3.0
-    fm_passes: float = 20.0
+    fm_passes: float = 2.0
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
