@@ -139,3 +139,15 @@ def test_fm_step_never_lowers_f():
         assert f >= f0 and f == pytest.approx(_f(W, y, 3))
         y2, f2 = _multilevel._fm(W, d, y0, f0, 3, rng, None)
         assert y2 is y0 and f2 == f0
+
+
+def test_bench_fm_writes_its_tables(tmp_path):
+    from benchmarks import bench_fm
+
+    bench_fm.main(["--graphs", "^karate-K2$", "--repeats", "1", "--out",
+                   str(tmp_path)])
+    md = (tmp_path / "fm.md").read_text()
+    assert "| karate-K2 | 34 | 2 |" in md and "| all | 1 |" in md
+    (tmp_path / "fm.md").unlink()
+    bench_fm.main(["--rewrite", "--out", str(tmp_path)])
+    assert (tmp_path / "fm.md").read_text() == md
