@@ -99,6 +99,11 @@ class Effort:
     fm_passes : float
         A round of FM searches stops after reading this many times the
         entries of the level's graph.
+    fm_beam : bool
+        FM searches also on the levels that all kept candidates go up
+        (``benchmarks/results/fm_beam.md``: lower NCuts on the grids and
+        random geometric graphs, higher on noisy circles and on a few pixel
+        graphs, at 1.0-1.5x the time; off by default).
     """
 
     n_starts: int = 8
@@ -115,6 +120,7 @@ class Effort:
     fm_rounds: int = 2
     fm_alpha: float = 3.0
     fm_passes: float = 2.0
+    fm_beam: bool = False
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
@@ -357,7 +363,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
         up = []
         for _, i, y in kept:
-            y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1)
+            y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1,
+                              effort=eff if eff.fm_beam else None)
             up.append((f, i, y))
         kept = sorted(up, key=lambda c: (-c[0], c[1]))
         level -= 1
