@@ -48,21 +48,26 @@ VARIANTS = {"true K": None, "auto, conductance only": {"auto_grid_threshold": No
             "auto (default)": {}}
 
 
-def image_sets(quick=False):
-    """``{name: (seed, [(image, truth), ...])}``."""
+def image_sets(quick=False, only=None):
+    """``{name: (seed, [(image, truth), ...])}``; ``only``: keep the sets
+    whose name contains it."""
     n_syn, n_mos = (3, 3) if quick else (16, 24)
     sets = {}
     for size, seed in SYNTHETIC:
+        if only and only not in f"synthetic {size} px, seed {seed}":
+            continue
         tag = " (tuning set)" if (size, seed) == (160, 0) else ""
         data = make_dataset(n_syn, size, random_state=seed)
         sets[f"synthetic {size} px, seed {seed}{tag}"] = (
             seed, [(img, gt) for img, gt, _ in data])
     for seed in MOSAIC_SEEDS:
+        if only and only not in f"mosaics, seed {seed}":
+            continue
         sets[f"mosaics, seed {seed}"] = (seed, make_mosaics(n_mos, size=256, seed=seed))
     return sets
 
 
-def run(quick=False):
+def run(quick=False, only=None):
     """Mean mIoU, segments, true-K hits and time per set and variant.
 
     Returns
@@ -77,7 +82,7 @@ def run(quick=False):
     warm = make_dataset(1, 64, random_state=99)[0][0]
     ImageSegmenter(n_segments="auto").segment(warm)  # Numba compilation
     rows = []
-    for name, (seed, data) in image_sets(quick).items():
+    for name, (seed, data) in image_sets(quick, only).items():
         res = {v: {"pred": [], "time": []} for v in VARIANTS}
         ks = []
         for img, gt in data:
@@ -103,7 +108,7 @@ def run(quick=False):
     return rows
 
 
-def write(rows, quick=False, out=None):
+def write(rows, quick=False, out=None, only=None):
     """Write the markdown table (``results/auto_k[_quick].md``)."""
     path = Path(out) if out else RESULTS / f"auto_k{'_quick' if quick else ''}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,7 +127,8 @@ def write(rows, quick=False, out=None):
         "",
         f"Machine: {platform.machine()}, {platform.python_version()}, {os.cpu_count()} "
         "CPUs (shared; read ratios, not absolutes). Command: "
-        f"`python -m benchmarks.bench_auto{' --quick' if quick else ''}`",
+        f"`python -m benchmarks.bench_auto{' --quick' if quick else ''}"
+        + (f" --only '{only}'" if only else "") + "`",
         "",
         "| set | images | true K (mean) | " + " | ".join(f"mIoU, {n}" for n in names)
         + " | gap of the default | segments (conductance only / default) "
@@ -135,7 +141,7 @@ def write(rows, quick=False, out=None):
         lines.append(
             f"| {r['set']} | {r['n_images']} | {r['true_k']:.1f} | "
             + " | ".join(f"{r[n]['miou']:.4f}" for n in names)
-            + f" | {r[names[0]]['miou'] - b['miou']:.4f} | {a['segments']:.1f} / "
+            + f" | {round(r[names[0]]['miou'] - b['miou'], 4) + 0.0:.4f} | {a['segments']:.1f} / "
             f"{b['segments']:.1f} | {a['hits']:.0%} / {b['hits']:.0%} | "
             + " / ".join(f"{r[n]['time_s']:.3f}" for n in names) + " |")
     lines.append("")
@@ -147,8 +153,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 images per set (smoke)")
     ap.add_argument("--out", default=None, help="output markdown path")
+    ap.add_argument("--only", default=None,
+                    help="run the sets whose name contains this (e.g. 'mosaics')")
     args = ap.parse_args(argv)
-    print(write(run(quick=args.quick), quick=args.quick, out=args.out))
+    print(write(run(quick=args.quick, only=args.only), quick=args.quick, out=args.out,
+                only=args.only))
 
 
 if __name__ == "__main__":
