@@ -128,6 +128,35 @@ def test_multilevel_fm_finds_a_better_mesh_partition():
     assert _multilevel.DENSE.fm_stall == 0  # dense (token) graphs: no FM
 
 
+@pytest.mark.parametrize("min_gain, gated", [(0.0, False), (1.0, True)])
+def test_fm_gate_on_large_levels(monkeypatch, min_gain, gated):
+    # levels of over large_entries entries: once FM gains less than
+    # fm_min_gain on one of them in the first pass down, no later large
+    # level (V-cycles included) gets FM; small levels always do
+    W = _grid(40, seed=2)
+    d = np.asarray(W.sum(1)).ravel()
+    calls = []
+    real = _multilevel.fm_refine
+
+    def spy(Wl, *args, **kwargs):
+        calls.append(Wl.nnz)
+        return real(Wl, *args, **kwargs)
+
+    monkeypatch.setattr(_multilevel, "fm_refine", spy)
+    large = 2000
+    eff = dataclasses.replace(_multilevel.SPARSE, large_entries=large,
+                              fm_min_gain=min_gain)
+    y, f = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
+                                         effort=eff)
+    assert f == pytest.approx(_f(W, y, 4))
+    n_large = sum(nnz > large for nnz in calls)
+    assert any(nnz <= large for nnz in calls)
+    if gated:  # the first large level's FM gains less than 100 %: the last
+        assert n_large == 1
+    else:
+        assert n_large > 1
+
+
 def test_fm_step_never_lowers_f():
     W = _grid(20, seed=2)
     d = np.asarray(W.sum(1)).ravel()
