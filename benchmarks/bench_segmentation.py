@@ -143,10 +143,11 @@ def _falcon(W, k, seed, init="multilevel"):
     return est.fit(W).labels_
 
 
-def _falcon_auto(W, seed):
+def _falcon_auto(W, seed, grid_shape):
     from sklearn_falcon import ImageSegmenter
 
-    return ImageSegmenter(n_segments="auto", random_state=seed).cluster_tokens(W)
+    return ImageSegmenter(n_segments="auto", random_state=seed).cluster_tokens(
+        W, grid_shape=grid_shape)
 
 
 def _spectral(W, k, seed, solver, assign):
@@ -264,7 +265,7 @@ def run(quick=False, out_dir=None, seed=0, size=None, n_images=None, repeat=3):
         for name, init in falcon_inits.items():
             tok, t = _timed(_falcon, W, k, seed, init, repeat=repeat)
             finish(name, tok, t)
-        tok, t = _timed(_falcon_auto, W, seed, repeat=repeat)
+        tok, t = _timed(_falcon_auto, W, seed, grid, repeat=repeat)
         finish(auto_name, tok, t)
         for solver, assign in sc_configs:
             tok, t = _timed(_spectral, W, k, seed, solver, assign, repeat=repeat)

@@ -893,6 +893,7 @@ def markdown_to_rst(md, title):
 # tables of the image benchmarks run by their own scripts (issue 17)
 IMAGE_PAGES = (("mosaics", "Mosaics of real photographs and textures"),
                ("position", "The position term of the offline features"),
+               ("auto_k", "Choosing the number of segments (n_segments='auto')"),
                ("image_scale", "Image segmentation at photo scale"),
                ("warm_video", "Warm starts and video"))
 

@@ -137,3 +137,15 @@ def test_object_fractions_are_respected():
                                  min_fraction=0.1, max_fraction=0.12):
         frac = (truth == 1).mean()
         assert 0.08 <= frac <= 0.14, frac
+
+
+def test_bench_auto_smoke(tmp_path):
+    from benchmarks import bench_auto as A
+
+    assert len(A.image_sets(quick=True)) == 9
+    out = tmp_path / "a.md"
+    A.main(["--quick", "--only", "160 px, seed 0", "--out", str(out)])
+    text = out.read_text()
+    assert "--quick --only '160 px, seed 0'`" in text
+    rows = [line for line in text.splitlines() if line.startswith("| synthetic")]
+    assert len(rows) == 1 and "(tuning set) | 3 |" in rows[0]

@@ -238,6 +238,40 @@ def test_isolated_nodes_deterministic():
     assert np.isfinite(est.ncut_)
 
 
+@pytest.mark.parametrize("explicit_zeros", [False, True])
+def test_isolated_nodes_subgraph_without_copy(explicit_zeros):
+    from sklearn_falcon._affinity import active_subgraph
+    from sklearn_falcon._stats import degrees_of
+
+    W, _ = sbm(seed=4)
+    W = sp.lil_matrix(W)
+    for i in (0, 5, 17, W.shape[0] - 1):
+        W[i, :] = 0
+        W[:, i] = 0
+    W = sp.csr_matrix(W)
+    W.indices = W.indices.astype(np.int32)
+    W.indptr = W.indptr.astype(np.int32)
+    if explicit_zeros:  # row and column 5 store zeros: the slicing path
+        C = W.tocoo()
+        W = sp.csr_matrix((np.r_[C.data, 0.0, 0.0], (np.r_[C.row, 5, 6],
+                                                      np.r_[C.col, 6, 5])),
+                          shape=W.shape)
+        assert np.diff(W.indptr)[5] == 1
+    before = (W.data.copy(), W.indices.copy(), W.indptr.copy())
+    d = degrees_of(W)
+    active = d > 0
+    idx = np.flatnonzero(active)
+    with pytest.warns(UserWarning, match="zero degree"):
+        W_act, d_act = active_subgraph(W, d, active, 4)
+    expected = W[idx][:, idx].toarray()
+    np.testing.assert_array_equal(W_act.toarray(), expected)
+    np.testing.assert_array_equal(d_act, d[idx])
+    assert W_act.shape == (idx.size, idx.size) and W_act.has_sorted_indices
+    assert np.shares_memory(W_act.data, W.data) is not explicit_zeros
+    for a, b in zip(before, (W.data, W.indices, W.indptr)):
+        np.testing.assert_array_equal(a, b)  # the caller's W is untouched
+
+
 @pytest.mark.parametrize("n_jobs, expected", [(1, 1), (-1, "max"), (99, "max"),
                                               (None, "unchanged")])
 def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expected):

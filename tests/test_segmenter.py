@@ -9,6 +9,7 @@ from sklearn.base import clone
 from sklearn_falcon import ImageSegmenter
 from sklearn_falcon._miou import miou
 from sklearn_falcon.image import select_n_segments
+from sklearn_falcon.image._auto import conductance_sweep, grid_conductance
 
 
 def _quadrants(h=48, w=64, seed=0):
@@ -75,6 +76,90 @@ def test_auto_n_segments():
     # a stricter threshold keeps fewer segments
     few = ImageSegmenter(n_segments="auto", auto_threshold=0.05).segment(img)
     assert len(np.unique(few)) <= len(np.unique(lab))
+
+
+def test_grid_conductance():
+    halves = np.repeat([[0, 0, 0, 1, 1, 1]], 4, axis=0).ravel()     # 4 x 6 grid
+    stripes = np.tile([0, 1], 12)
+    # each half: 38 pair ends (18 vertical, 20 horizontal), 4 of them crossing
+    assert np.allclose(grid_conductance(halves, (4, 6), 2), 4 / 38)
+    # alternating columns: every horizontal pair crosses (20 of 38)
+    assert np.allclose(grid_conductance(stripes, (4, 6), 2), 20 / 38)
+    # an absent cluster, a one-row grid
+    assert grid_conductance(np.zeros(6, int), (1, 6), 3).tolist() == [0.0, 0.0, 0.0]
+
+
+def _stripe_case():
+    """An 8 x 8 token grid, left and right halves (the true K = 2).  Inside
+    the left half, tokens of the same column parity are more alike (1.0)
+    than across parity (0.6): K = 3 splitting the left half into stripes
+    has a feature conductance of about 0.38 but is not a region."""
+    cols = np.tile(np.arange(8), 8)
+    half = (cols >= 4).astype(np.int64)
+    W = np.where(half[:, None] == half[None, :], 1.0, 0.01)
+    left = half == 0
+    W[np.ix_(left, left)] = np.where(
+        (cols[left][:, None] % 2) == (cols[left][None, :] % 2), 1.0, 0.6)
+    stripes = np.where(left, cols % 2, 2)
+    return W, half, stripes
+
+
+def test_conductance_sweep_rejects_stripes():
+    from types import SimpleNamespace
+
+    from sklearn_falcon._stats import cluster_pair_weights
+
+    W, half, stripes = _stripe_case()
+    fitted = []
+
+    def fit(k):
+        lab = {2: half, 3: stripes}[k]
+        C = cluster_pair_weights(W, lab, k)
+        fitted.append(k)
+        return SimpleNamespace(labels_=lab, cluster_volumes_=C.sum(1),
+                               cluster_associations_=np.diag(C))
+
+    # the feature conductance alone keeps the stripes (K = 3 > true K) ...
+    assert conductance_sweep(fit, 64, (2, 3), 0.45) is stripes
+    # ... the grid test rejects them and keeps the two halves
+    out = conductance_sweep(fit, 64, (2, 3), 0.45, grid_shape=(8, 8),
+                            grid_threshold=0.25)
+    assert out is half and fitted == [3, 3, 2]
+    # no K passes: the lowest one is returned
+    assert conductance_sweep(fit, 64, (2, 3), 0.01, grid_shape=(8, 8),
+                             grid_threshold=0.25) is half
+    with pytest.raises(ValueError, match=r"grid_shape=\(8, 7\) does not hold the 64"):
+        conductance_sweep(fit, 64, (2, 3), 0.45, grid_shape=(8, 7), grid_threshold=0.25)
+
+
+def test_auto_grid_threshold_in_segmenter():
+    W, half, _ = _stripe_case()
+    lab = ImageSegmenter(n_segments="auto", auto_range=(2, 2)).cluster_tokens(
+        W, grid_shape=(8, 8))
+    assert miou(lab[None], half[None]) == 1.0
+    with pytest.raises(ValueError, match="does not hold the 64 tokens"):
+        ImageSegmenter(n_segments="auto").cluster_tokens(W, grid_shape=(4, 4))
+    for bad in (0, 1.5, "x"):
+        with pytest.raises(ValueError, match="auto_grid_threshold"):
+            ImageSegmenter(n_segments="auto", auto_grid_threshold=bad).cluster_tokens(W)
+
+
+def test_auto_picks_true_k_on_coarse_stripes():
+    """Image 3 of the synthetic benchmark (seed 0): 3 regions, one of coarse
+    stripes.  The feature conductance alone splits the stripes (4 segments);
+    with the grid test (the default) the true K = 3 is kept."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.bench_segmentation import make_dataset
+
+    img, mask, k = make_dataset(4, 160, random_state=0)[3]
+    assert k == 3
+    lab = ImageSegmenter(n_segments="auto", refine=None).segment(img)
+    assert len(np.unique(lab)) == 3 and miou(lab, mask) > 0.9
+    old = ImageSegmenter(n_segments="auto", refine=None, auto_grid_threshold=None)
+    assert len(np.unique(old.segment(img))) == 4
 
 
 def test_select_n_segments_block_graph():

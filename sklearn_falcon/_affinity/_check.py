@@ -218,6 +218,32 @@ def check_active_count(n_active, n_samples, n_clusters, stacklevel=2):
     return True
 
 
+def _drop_empty_rows(W, active, keep):
+    """The CSR ``W`` restricted to the rows and columns ``keep``
+    (``np.flatnonzero(active)``).
+
+    A zero-degree sample of a clean, symmetric ``W`` stores no entry, in
+    its row or its column. Then no entry is dropped: the result shares
+    ``W.data`` (read only, like ``W``) and writes only its remapped column
+    indices, a third of a CSR copy instead of the two that slicing rows,
+    then columns, makes. A ``W`` that stores entries (explicit zeros) for
+    those samples is sliced.
+    """
+    if np.diff(W.indptr)[~active].any():
+        return W[keep][:, keep].tocsr()
+    new_id = np.full(W.shape[0], -1, dtype=W.indices.dtype)
+    new_id[keep] = np.arange(keep.size, dtype=W.indices.dtype)
+    indices = new_id[W.indices]
+    if indices.size and indices.min() < 0:
+        return W[keep][:, keep].tocsr()
+    indptr = np.append(W.indptr[keep], W.indptr[-1]).astype(W.indptr.dtype)
+    m = keep.size
+    W_keep = sp.csr_matrix((W.data, indices, indptr), shape=(m, m), copy=False)
+    # a monotone map keeps each row's order
+    W_keep.has_sorted_indices = W.has_sorted_indices
+    return W_keep
+
+
 def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
     """The graph of the solve: ``W`` without its zero-degree samples.
 
@@ -236,7 +262,7 @@ def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
     if not check_active_count(n_active, n_samples, n_clusters, stacklevel=5):
         idx = np.flatnonzero(active)
         if sp.issparse(W):
-            W = W[idx][:, idx].tocsr()
+            W = _drop_empty_rows(W.tocsr(), active, idx)
         else:
             W = W[np.ix_(idx, idx)]
         degrees = degrees[idx]

@@ -164,17 +164,11 @@ def match_dense(W, degrees, order, part, alpha):
 
 
 @_jit
-def coarsen_csr(indptr, indices, data, mapping, n_coarse):
-    """``P' W P`` for CSR W, with ``P`` the one-hot matrix of ``mapping``.
-
-    One pass over the nonzeros, grouped by coarse row, with a marker array
-    (no sparse-sparse products and no transposes; scipy's ``P.T @ W @ P``
-    took 40% of a 20,000-node fit).  Returns ``(indptr, indices, data)`` of
-    the coarse CSR matrix, its column indices in order of first appearance
-    (not sorted) and in the type of ``indices`` (a coarse node number is
-    below a fine one); sums are accumulated in float64 and returned in W's
-    dtype.
-    """
+def _coarsen_csr_into(indptr, indices, data, mapping, n_coarse, out_idx, acc):
+    """The kernel of :func:`coarsen_csr`: writes the coarse rows' column
+    indices and sums into the first ``nnz`` slots of ``out_idx`` and ``acc``
+    (each as long as ``indices``) and returns the coarse ``indptr``, whose
+    last entry is ``nnz``."""
     n = indptr.shape[0] - 1
     # fine nodes grouped by coarse node (counting sort)
     start = np.zeros(n_coarse + 1, dtype=np.int64)
@@ -188,8 +182,6 @@ def coarsen_csr(indptr, indices, data, mapping, n_coarse):
         members[fill[mapping[i]]] = i
         fill[mapping[i]] += 1
     out_ptr = np.zeros(n_coarse + 1, dtype=np.int64)
-    out_idx = np.empty(indices.shape[0], dtype=indices.dtype)
-    acc = np.empty(indices.shape[0], dtype=np.float64)
     slot = np.full(n_coarse, -1, dtype=np.int64)  # position of b in this row
     nnz = 0
     for a in range(n_coarse):
@@ -206,7 +198,33 @@ def coarsen_csr(indptr, indices, data, mapping, n_coarse):
                 else:
                     acc[slot[b]] += data[p]
         out_ptr[a + 1] = nnz
-    return out_ptr, out_idx[:nnz].copy(), acc[:nnz].astype(data.dtype)
+    return out_ptr
+
+
+def coarsen_csr(indptr, indices, data, mapping, n_coarse):
+    """``P' W P`` for CSR W, with ``P`` the one-hot matrix of ``mapping``.
+
+    One pass over the nonzeros, grouped by coarse row, with a marker array
+    (no sparse-sparse products and no transposes; scipy's ``P.T @ W @ P``
+    took 40% of a 20,000-node fit).  Returns ``(indptr, indices, data)`` of
+    the coarse CSR matrix, its column indices in order of first appearance
+    (not sorted) and in the type of ``indices`` (a coarse node number is
+    below a fine one); sums are accumulated in float64 and returned in W's
+    dtype.
+
+    The output is written once, into arrays as long as the input's, which
+    are then shrunk in place (``ndarray.resize``: the allocator gives the
+    tail back) rather than copied: on a random graph, where a level keeps
+    most entries, a copy would hold both at once.
+    """
+    out_idx = np.empty(indices.shape[0], dtype=indices.dtype)
+    acc = np.empty(indices.shape[0], dtype=np.float64)
+    out_ptr = _coarsen_csr_into(indptr, indices, data, mapping, n_coarse, out_idx,
+                                acc)
+    nnz = int(out_ptr[-1])
+    out_idx.resize(nnz, refcheck=False)
+    acc.resize(nnz, refcheck=False)
+    return out_ptr, out_idx, acc.astype(data.dtype, copy=False)
 
 
 @_jit

@@ -4,7 +4,7 @@ import numpy as np
 
 from .._stats import cluster_pair_weights
 
-__all__ = ["conductance_sweep", "select_n_segments"]
+__all__ = ["conductance_sweep", "grid_conductance", "select_n_segments"]
 
 
 def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
@@ -101,10 +101,64 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     return best_k, best_labels, history
 
 
-def conductance_sweep(fit, n, auto_range, threshold):
+def _conductance(cut, vol):
+    """``cut_k / vol_k`` (0 for a cluster of zero volume)."""
+    return cut / np.maximum(vol, 1e-300)
+
+
+def grid_conductance(labels, grid_shape, n_clusters):
+    """Conductance of each cluster in the 4-neighbour grid graph of the tokens.
+
+    The share of a cluster's 4-neighbour token pairs (counted from each of
+    its tokens) that cross to another cluster: the conductance
+    ``cut_k / vol_k`` of the unweighted grid graph.  A compact region of
+    ``m`` tokens has about ``1 / sqrt(m)``; a cluster made of thin stripes
+    or scattered fragments has much more.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (gh * gw,)
+        Token labels in ``[0, n_clusters)``, row-major over the grid.
+    grid_shape : (int, int)
+        ``(gh, gw)``.
+    n_clusters : int
+
+    Returns
+    -------
+    conductance : ndarray of shape (n_clusters,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon.image._auto import grid_conductance
+    >>> halves = np.repeat([[0, 0, 1, 1]], 4, axis=0).ravel()    # 4 x 4 grid
+    >>> grid_conductance(halves, (4, 4), 2).tolist()              # 4 of 24 pairs
+    [0.16666666666666666, 0.16666666666666666]
+    >>> stripes = np.tile([0, 1, 0, 1], 4)
+    >>> grid_conductance(stripes, (4, 4), 2).tolist()             # 12 of 24
+    [0.5, 0.5]
+    """
+    grid = np.asarray(labels).reshape(grid_shape)
+    cut = np.zeros(n_clusters)
+    vol = np.zeros(n_clusters)
+    for a, b in ((grid[1:], grid[:-1]), (grid[:, 1:], grid[:, :-1])):
+        a, b = a.ravel(), b.ravel()
+        cross = a != b
+        vol += (np.bincount(a, minlength=n_clusters)
+                + np.bincount(b, minlength=n_clusters))
+        cut += (np.bincount(a[cross], minlength=n_clusters)
+                + np.bincount(b[cross], minlength=n_clusters))
+    return _conductance(cut, vol)
+
+
+def conductance_sweep(fit, n, auto_range, threshold, *, grid_shape=None,
+                      grid_threshold=None):
     """Token labels of ``n_segments="auto"``: Falcon for K = high, high - 1,
     ... down to low; the first K whose clusters all have a conductance
-    ``cut_k / vol_k <= threshold`` is kept (``low`` if none).
+    ``cut_k / vol_k <= threshold`` on the affinity and, when ``grid_shape``
+    and ``grid_threshold`` are given, a :func:`grid_conductance` of at most
+    ``grid_threshold`` (each segment a spatially coherent region) is kept
+    (``low`` if none).
 
     Parameters
     ----------
@@ -116,11 +170,20 @@ def conductance_sweep(fit, n, auto_range, threshold):
         ``(low, high)``.
     threshold : float
         Conductance threshold in (0, 1).
+    grid_shape : (int, int), default=None
+        The token grid ``(gh, gw)`` (``gh * gw == n``); None skips the
+        spatial test.
+    grid_threshold : float, default=None
+        Grid-conductance threshold in (0, 1]; None skips the spatial test.
 
     Returns
     -------
     labels : ndarray of shape (n,)
     """
+    if grid_shape is not None and int(np.prod(grid_shape)) != n:
+        raise ValueError(
+            f"grid_shape={tuple(grid_shape)!r} does not hold the {n} tokens.")
+    spatial = grid_shape is not None and grid_threshold is not None
     lo, hi = auto_range
     hi = min(hi, n)
     lo = min(lo, hi)
@@ -129,7 +192,11 @@ def conductance_sweep(fit, n, auto_range, threshold):
             return np.zeros(n, dtype=np.int64)
         est = fit(k)
         vol = est.cluster_volumes_
-        cond = (vol - est.cluster_associations_) / np.maximum(vol, 1e-300)
-        if cond.max() <= threshold:
+        cond = _conductance(vol - est.cluster_associations_, vol)
+        if cond.max() > threshold:
+            continue
+        if not spatial:
+            break
+        if grid_conductance(est.labels_, grid_shape, k).max() <= grid_threshold:
             break
     return est.labels_

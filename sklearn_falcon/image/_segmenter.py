@@ -15,7 +15,7 @@ from ._extractors import make_extractor
 from ._io import as_image_list, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
-from ._video import match_ids, progress_bar, resize_labels
+from ._video import progress_bar, segment_frames
 
 __all__ = ["ImageSegmenter"]
 
@@ -61,10 +61,10 @@ class ImageSegmenter(BaseEstimator):
         Number of segments K, or ``"auto"``: Falcon is run for K from
         ``auto_range[1]`` down to ``auto_range[0]``, and the largest K whose
         segments all have a conductance ``cut_k / vol_k`` (the share of
-        their affinity that leaves them) of at most ``auto_threshold`` is
-        kept; eigen-free.  On the synthetic segmentation benchmark it
-        reaches a mean mIoU of 0.922 against 0.931 with the true K (see
-        ``benchmarks/results/segmentation.md``).
+        their affinity that leaves them) of at most ``auto_threshold`` and
+        are spatially coherent (``auto_grid_threshold``) is kept;
+        eigen-free.  See ``benchmarks/results/segmentation.md`` for its
+        mIoU against the true K.
     pretrained : bool, default=False
         Load pretrained timm weights (ViT models only).
     checkpoint_path : str or path-like, default=None
@@ -110,6 +110,13 @@ class ImageSegmenter(BaseEstimator):
     auto_threshold : float, default=0.45
         Conductance threshold of ``n_segments="auto"`` (chosen on the
         synthetic benchmark with the default features).
+    auto_grid_threshold : float or None, default=0.25
+        Largest share of a segment's 4-neighbour token pairs that may cross
+        to other segments under ``n_segments="auto"`` (its conductance on
+        the token grid); it rejects a K that splits a region into stripes or
+        fragments, which the feature conductance alone lets through on
+        coarse textures.  0.25 was chosen on the synthetic benchmark (seed
+        0) and checked on other seeds and on photo mosaics; None disables.
     n_init : int, default=1
         Falcon initializations per image.
     init : {"multilevel", "kmeans", "spectral", "random"}, default="multilevel"
@@ -162,6 +169,7 @@ class ImageSegmenter(BaseEstimator):
         pamr_iter=10,
         auto_range=(2, 10),
         auto_threshold=0.45,
+        auto_grid_threshold=0.25,
         n_init=1,
         init="multilevel",
         device="cpu",
@@ -184,6 +192,7 @@ class ImageSegmenter(BaseEstimator):
         self.pamr_iter = pamr_iter
         self.auto_range = auto_range
         self.auto_threshold = auto_threshold
+        self.auto_grid_threshold = auto_grid_threshold
         self.n_init = n_init
         self.init = init
         self.device = device
@@ -242,6 +251,7 @@ class ImageSegmenter(BaseEstimator):
         "pamr_iter": [Interval(Integral, 0, None, closed="left")],
         "auto_range": [tuple, list],
         "auto_threshold": [Interval(Real, 0, 1, closed="neither")],
+        "auto_grid_threshold": [Interval(Real, 0, 1, closed="right"), None],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "init": [StrOptions(set(INITS))],
         "device": [str],
@@ -311,13 +321,14 @@ class ImageSegmenter(BaseEstimator):
             return W, "precomputed"
         return X, "cosine"
 
-    def _cluster(self, X, affinity, est=None):
+    def _cluster(self, X, affinity, est=None, grid_shape=None):
         """Token labels ``0..K-1`` from token features (``affinity="cosine"``)
         or from their affinity (``"precomputed"``).  ``est``: a FalconNCut
-        with ``warm_start=True`` kept across calls (video frames)."""
+        with ``warm_start=True`` kept across calls (video frames);
+        ``grid_shape``: the token grid, for ``n_segments="auto"``."""
         n = X.shape[0]
         if self.n_segments == "auto":
-            return self._cluster_auto(X, affinity)
+            return self._cluster_auto(X, affinity, grid_shape)
         k = int(self.n_segments)
         if k > n:
             raise ValueError(
@@ -330,28 +341,34 @@ class ImageSegmenter(BaseEstimator):
             est = self._falcon(k, affinity)
         return est.fit(X).labels_
 
-    def _cluster_auto(self, X, affinity):
+    def _cluster_auto(self, X, affinity, grid_shape):
         """``n_segments="auto"``: :func:`._auto.conductance_sweep`."""
         if affinity == "cosine" and self._torch_device() is None:
             # one dense W for the whole sweep (on a device: matrix-free fits)
             X, affinity = cosine_power_affinity(X, self._power()), "precomputed"
         return conductance_sweep(lambda k: self._falcon(k, affinity).fit(X),
-                                 X.shape[0], self.auto_range, self.auto_threshold)
+                                 X.shape[0], self.auto_range, self.auto_threshold,
+                                 grid_shape=grid_shape,
+                                 grid_threshold=self.auto_grid_threshold)
 
-    def cluster_tokens(self, W):
+    def cluster_tokens(self, W, grid_shape=None):
         """Cluster tokens given their affinity; returns labels ``0..K-1``.
 
         Parameters
         ----------
         W : ndarray of shape (n_tokens, n_tokens)
             Token affinity (``init`` must be one that needs no features).
+        grid_shape : (int, int), default=None
+            The tokens' grid ``(gh, gw)`` (row-major, ``gh * gw ==
+            n_tokens``), for the spatial test of ``n_segments="auto"``
+            (``auto_grid_threshold``); None skips that test.
 
         Returns
         -------
         labels : ndarray of shape (n_tokens,)
         """
         self._check_params()
-        return self._cluster(W, "precomputed")
+        return self._cluster(W, "precomputed", grid_shape=grid_shape)
 
     # -- the pipeline, in stages -------------------------------------------
     def _prepare(self, rgb):
@@ -368,7 +385,7 @@ class ImageSegmenter(BaseEstimator):
         gh, gw = feats.shape[:2]
         dev = self._torch_device()
         X, affinity = self._graph(feats.reshape(gh * gw, -1), plan)
-        tok = self._cluster(X, affinity, est=est).reshape(gh, gw)
+        tok = self._cluster(X, affinity, est=est, grid_shape=(gh, gw)).reshape(gh, gw)
         return self._finish_work(work, feats, tok, dev)
 
     def _finish_work(self, work, feats, tok, dev):
@@ -465,27 +482,7 @@ class ImageSegmenter(BaseEstimator):
         (True, np.True_)
         """
         self._check_params()
-        return self._video(frames)
-
-    def _video(self, frames):
-        est, prev, next_id = None, None, 0
-        for frame in frames:
-            rgb = load_image(frame)
-            plan, work = self._prepare(rgb)
-            if self.n_segments != "auto" and int(self.n_segments) > 1:
-                affinity = "precomputed" if plan.graph == "knn" else "cosine"
-                if est is None or est.affinity != affinity:
-                    est = self._falcon(int(self.n_segments), affinity, warm_start=True)
-            labels = self._segment_work(work, plan, est=est)
-            if prev is None:
-                ids = np.arange(int(labels.max()) + 1)
-                next_id = len(ids)
-            else:
-                if prev.shape != labels.shape:
-                    prev = resize_labels(prev, labels.shape)
-                ids, next_id = match_ids(prev, labels, next_id)
-            prev = ids[labels]
-            yield self._full(rgb, work, labels, ids=ids)
+        return segment_frames(self, frames)
 
     def fit(self, images, y=None):
         """Segment every image of ``images``; stores ``labels_``.

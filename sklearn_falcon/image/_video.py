@@ -3,7 +3,9 @@
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["match_ids", "progress_bar", "resize_labels"]
+from ._io import load_image
+
+__all__ = ["match_ids", "progress_bar", "resize_labels", "segment_frames"]
 
 
 def match_ids(previous, current, next_id):
@@ -68,3 +70,26 @@ def progress_bar(total):
     except ImportError:  # tqdm is optional (the image extra installs it)
         return None
     return tqdm(total=total, desc="segmenting", unit="img")
+
+
+def segment_frames(seg, frames):
+    """Generator of :meth:`ImageSegmenter.segment_video` (``seg``, its
+    parameters checked): one label map per frame, ids kept across frames."""
+    est, prev, next_id = None, None, 0
+    for frame in frames:
+        rgb = load_image(frame)
+        plan, work = seg._prepare(rgb)
+        if seg.n_segments != "auto" and int(seg.n_segments) > 1:
+            affinity = "precomputed" if plan.graph == "knn" else "cosine"
+            if est is None or est.affinity != affinity:
+                est = seg._falcon(int(seg.n_segments), affinity, warm_start=True)
+        labels = seg._segment_work(work, plan, est=est)
+        if prev is None:
+            ids = np.arange(int(labels.max()) + 1)
+            next_id = len(ids)
+        else:
+            if prev.shape != labels.shape:
+                prev = resize_labels(prev, labels.shape)
+            ids, next_id = match_ids(prev, labels, next_id)
+        prev = ids[labels]
+        yield seg._full(rgb, work, labels, ids=ids)
