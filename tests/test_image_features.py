@@ -220,7 +220,7 @@ def test_timm_token_smoothing():
     expect = ndi.gaussian_filter(unit[..., 3], 1.0, mode="nearest")
     np.testing.assert_allclose(f[..., 3], expect, rtol=1e-5, atol=1e-6)
     assert not np.allclose(f, unit, atol=1e-3)
-    # a uniform grid stays uniform (the filter favours no segment shape)
+    # a uniform grid stays uniform
     same = smooth_tokens(np.ones((4, 6, 5), np.float32), 2.0)
     np.testing.assert_allclose(same, 5 ** -0.5, rtol=1e-6)
     # then the position term, appended to the renormalized smoothed tokens
