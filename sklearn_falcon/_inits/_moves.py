@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._backends import make_problem
-from .._backends._numba import own_cluster_weights_csr
+from .._backends._numba import boundary_nodes_csr, fm_round_csr, own_cluster_weights_csr
 from .._jit import jit as _jit
 from .._solver import SolverOptions, solve
 from .._stats import (cluster_pair_weights, cluster_statistics, cluster_weight_summary,
@@ -43,8 +43,8 @@ from ._coarsen import coarsen
 from ._simple import fill_empty
 from ._spectral import leading_vectors
 
-__all__ = ["best_bisection", "pair_rebisection", "refine", "split_merge",
-           "subgraph", "sweep_csr", "sweep_dense"]
+__all__ = ["best_bisection", "fm_refine", "pair_rebisection", "refine",
+           "split_merge", "subgraph", "sweep_csr", "sweep_dense"]
 
 # Largest set bisected by a dense eigendecomposition; larger sets are
 # coarsened to this size first (no ARPACK: on a nearly disconnected graph it
@@ -59,6 +59,68 @@ def refine(W, degrees, labels, n_clusters, options):
     ``labels``; returns ``(labels, f)``."""
     res = solve(make_problem(W, n_clusters, degrees=degrees), labels, options)
     return res.labels[0], float(res.objective[0])
+
+
+def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2,
+              alpha=3.0, max_passes=2.0):
+    """Rounds of localized FM searches (moves of strips of nodes that single
+    moves cannot make; :mod:`.._backends._numba._fm`) from every boundary
+    node, in random order, until a round raises ``f`` by less than a
+    relative 1e-6, or ``max_rounds``.
+
+    Parameters
+    ----------
+    W : CSR matrix or ndarray
+    degrees : ndarray
+    labels : ndarray of shape (n,)
+        All ``n_clusters`` clusters non-empty; not modified.
+    n_clusters : int
+    rng : numpy.random.Generator
+        Draws the order of the seeds.
+    max_stall : int, default=50
+        A search stops after this many moves without a new best ``f``.
+    max_rounds : int, default=2
+    alpha : float, default=3.0
+        Of the adaptive rule that stops a search whose moves lose steadily.
+    max_passes : float, default=2.0
+        A round stops after reading this many times the entries of ``W``
+        (where moves seldom pay, as in random graphs of high degree, every
+        search makes many and rolls them back).
+
+    Returns
+    -------
+    labels : ndarray
+    f : float
+        Never below that of ``labels``; no cluster is emptied.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp
+    >>> from sklearn_falcon._inits._moves import fm_refine
+    >>> W = sp.csr_matrix(np.kron(np.eye(2), np.ones((4, 4))) + 0.01)
+    >>> y, f = fm_refine(W, np.asarray(W.sum(1)).ravel(),
+    ...                  [0, 0, 1, 1, 1, 1, 0, 0], 2, np.random.default_rng(0))
+    >>> y.tolist(), round(f, 3)
+    ([0, 0, 0, 0, 1, 1, 1, 1], 1.98)
+    """
+    G = W if sp.issparse(W) else sp.csr_matrix(W)
+    y = np.array(labels, dtype=np.int64, copy=True)
+    vol, assoc = cluster_statistics(G, y, n_clusters, degrees)
+    vol = np.array(vol, dtype=np.float64)
+    assoc = np.array(assoc, dtype=np.float64)
+    ptr = G.indptr.astype(np.int64, copy=False)
+    ind = G.indices.astype(np.int64, copy=False)
+    d = np.asarray(degrees, dtype=np.float64)
+    f = objective_of(vol, assoc)
+    for _ in range(max_rounds):
+        seeds = rng.permutation(boundary_nodes_csr(ptr, ind, y))
+        n_kept, gain = fm_round_csr(ptr, ind, G.data, d, y, vol, assoc, seeds,
+                                    int(max_stall), float(alpha),
+                                    int(max_passes * max(G.nnz, 1)))
+        f = objective_of(vol, assoc)  # kept exact by the moves
+        if n_kept == 0 or gain <= 1e-6 * abs(f):
+            break  # another round would find as little
+    return y, f
 
 
 @_jit

@@ -24,11 +24,18 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
    spectral embedding of the input graph finds the global arrangement.
 5. **V-cycles** on the finest partitions: coarsen again within its clusters
    (so that every level represents it), re-bisect pairs of clusters and
-   split-and-merge on the coarsest levels, and refine back down; repeated
+   split-and-merge on the coarsest levels, and refine back down, with
+   localized **FM searches** (:func:`._moves.fm_refine`: strips of a
+   boundary moved together, which single moves cannot; on meshes the
+   boundaries then follow light edges or move a few rows over) after the
+   solver on every level; repeated
    while ``f`` rises by a relative ``Effort.vcycle_min_gain``, at most
    ``Effort.n_vcycles`` times (fewer on graphs of over
    ``Effort.large_entries`` stored entries, where a cycle costs a few
    passes over the graph).
+
+The FM searches also refine the spectral candidate and the levels of step
+3 that only the best candidate goes down.
 
 How much of 2-5 is done is an :class:`Effort`: ``SPARSE`` for sparse
 graphs, the lighter ``DENSE`` for dense (feature) graphs.
@@ -47,7 +54,7 @@ from .._solver import SolverOptions
 from .._stats import cluster_statistics, n_entries, objective_of
 from ._coarsen import coarsen, contract
 from ._coarsest import coarse_starts
-from ._moves import pair_rebisection, refine, split_merge
+from ._moves import fm_refine, pair_rebisection, refine, split_merge
 from ._simple import fill_empty
 from ._spectral import leading_vectors, spectral_embedding_labels
 
@@ -80,6 +87,23 @@ class Effort:
     spectral_budget : int
         A spectral candidate of the input graph when ``nnz * K`` is at most
         this (0: never).
+    fm_stall : int
+        FM searches (:func:`._moves.fm_refine`) after the solver on every
+        level of the last pass down and of the V-cycles, and on the spectral
+        candidate, each search stopping after this many moves without a new
+        best (0: no FM).
+    fm_rounds : int
+        Rounds of FM searches per level, at most.
+    fm_alpha : float
+        Of the adaptive rule that stops a search whose moves lose steadily.
+    fm_passes : float
+        A round of FM searches stops after reading this many times the
+        entries of the level's graph.
+    fm_beam : bool
+        FM searches also on the levels that all kept candidates go up
+        (``benchmarks/results/fm_beam.md``: lower NCuts on the grids and
+        random geometric graphs, higher on noisy circles and on a few pixel
+        graphs, at 1.0-1.5x the time; off by default).
     """
 
     n_starts: int = 8
@@ -92,6 +116,11 @@ class Effort:
     vcycle_min_gain: float = 1e-4
     pair_per_cluster: int = 60
     spectral_budget: int = 2_000_000
+    fm_stall: int = 50
+    fm_rounds: int = 2
+    fm_alpha: float = 3.0
+    fm_passes: float = 2.0
+    fm_beam: bool = False
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
@@ -101,7 +130,7 @@ SPARSE = Effort()
 # and V-cycles changed the NCut of 4 of 30 token graphs by 1e-5 at twice
 # the time,
 # and the spectral candidate (meant for meshes) is a dense eigensolve.
-DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0)
+DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0)
 COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
@@ -215,11 +244,23 @@ def _f(W, degrees, labels, n_clusters):
     return objective_of(*cluster_statistics(W, labels, n_clusters, degrees))
 
 
+def _fm(W, degrees, labels, f, n_clusters, rng, effort):
+    """FM searches after a refinement (when ``effort`` asks for them, on a
+    sparse graph); returns ``(labels, f)``, never worse."""
+    if effort is None or not effort.fm_stall or not sp.issparse(W):
+        return labels, f
+    y, f2 = fm_refine(W, degrees, labels, n_clusters, rng, max_stall=effort.fm_stall,
+                      max_rounds=effort.fm_rounds, alpha=effort.fm_alpha,
+                      max_passes=effort.fm_passes)
+    return (y, f2) if f2 > f else (labels, f)
+
+
 def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0,
-               release=False):
+               release=False, effort=None):
     """Project ``labels`` from ``level`` to ``to_level``, refining on every
-    level on the way (solver, then extraction moves; pair re-bisections on
-    the levels of at most ``pairs * K`` nodes)."""
+    level on the way (solver, FM searches when ``effort`` has them, then
+    extraction moves; pair re-bisections on the levels of at most
+    ``pairs * K`` nodes)."""
     K = n_clusters
     f = None
     for lv in range(level - 1, to_level - 1, -1):
@@ -230,6 +271,7 @@ def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0,
         lv_opt = options if lv == 0 else options.replace(
             max_polish=min(options.max_polish, COARSE_POLISH))
         labels, f = refine(Wl, dl, labels, K, lv_opt)
+        labels, f = _fm(Wl, dl, labels, f, K, rng, effort)
         if Wl.shape[0] <= pairs * K:
             labels, f = pair_rebisection(Wl, dl, labels, K, rng, options)
         labels, f = split_merge(Wl, dl, labels, K, rng, options, bisect=False,
@@ -250,7 +292,7 @@ def _vcycle(W, degrees, labels, n_clusters, rng, options, effort):
     if top == 0:
         return yc, fc
     return _uncoarsen(H, yc, top, K, rng, options, pairs=effort.pair_per_cluster,
-                      release=True)
+                      release=True, effort=effort)
 
 
 def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
@@ -321,7 +363,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
         up = []
         for _, i, y in kept:
-            y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1)
+            y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1,
+                              effort=eff if eff.fm_beam else None)
             up.append((f, i, y))
         kept = sorted(up, key=lambda c: (-c[0], c[1]))
         level -= 1
@@ -330,7 +373,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
                       H.sizes[level], len(kept), kept[0][0])
     f, _, y = kept[0]
     if level > 0:
-        y, f = _uncoarsen(H, y, level, K, rng, opt, release=True)
+        y, f = _uncoarsen(H, y, level, K, rng, opt, release=True, effort=eff)
         if verbose:
             log_stage("level", "0 (%d nodes): refined, f=%.6f", n, f)
     finals = [(f, y)]
@@ -341,6 +384,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
         start = H.project(leading_vectors(Wc, dc, K, rng), top)
         ys = spectral_embedding_labels(W, degrees, K, rng, start=start)
         ys, fs = refine(W, degrees, ys, K, opt)
+        ys, fs = _fm(W, degrees, ys, fs, K, rng, eff)
         finals.append((fs, ys))
         if verbose:
             log_stage("level", "0 (%d nodes): spectral candidate, f=%.6f", n, fs)

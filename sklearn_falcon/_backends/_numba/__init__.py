@@ -3,7 +3,8 @@
 The kernel names here are those of :mod:`sklearn_falcon._backends._torch`
 (same semantics, without the batch dimension); ``apply_moves_dense``,
 ``candidate_stats_*``, the row-by-row CSR iteration (:mod:`._csr`) and the
-``local_move_sweep_*`` polish exist only here.
+``local_move_sweep_*`` polish and the FM searches (:mod:`._fm`) exist only
+here.
 """
 
 from ._csr import (
@@ -14,6 +15,7 @@ from ._csr import (
     row_choices,
     threshold_step,
 )
+from ._fm import boundary_nodes_csr, fm_round_csr
 from ._kernels import (
     apply_moves_dense,
     candidate_stats_dense,
@@ -32,6 +34,7 @@ __all__ = [
     "COMPILED_LOOP_MAX_ENTRIES",
     "NumbaProblem",
     "apply_moves_dense",
+    "boundary_nodes_csr",
     "candidate_stats_dense",
     "candidate_stats_rows",
     "cluster_pair_weights_csr",
@@ -39,6 +42,7 @@ __all__ = [
     "cluster_stats_csr",
     "cluster_weights_csr",
     "cluster_weights_dense",
+    "fm_round_csr",
     "label_dtype",
     "local_move_sweep_csr",
     "local_move_sweep_dense",
