@@ -108,8 +108,7 @@ def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2
     vol, assoc = cluster_statistics(G, y, n_clusters, degrees)
     vol = np.array(vol, dtype=np.float64)
     assoc = np.array(assoc, dtype=np.float64)
-    ptr = G.indptr.astype(np.int64, copy=False)
-    ind = G.indices.astype(np.int64, copy=False)
+    ptr, ind = G.indptr, G.indices  # as they are (int32): no copy of the graph
     d = np.asarray(degrees, dtype=np.float64)
     f = objective_of(vol, assoc)
     for _ in range(max_rounds):
