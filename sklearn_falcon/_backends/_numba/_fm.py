@@ -35,6 +35,7 @@ after a few moves).
 import numpy as np
 
 from ..._jit import jit as _jit
+from ._polish import _assoc_with, _assoc_without, _move_stats
 
 __all__ = ["boundary_nodes_csr", "fm_round_csr"]
 
@@ -140,12 +141,13 @@ def _best_target(i, indptr, indices, data, degrees, labels, vol, assoc, wx, seen
     best_b = -1
     va = vol[a] - di
     if va > 0.0:
-        base = (assoc[a] - 2.0 * wx[a] + wii) / va - assoc[a] / vol[a]
+        base = _assoc_without(assoc[a], wx[a], wii) / va - assoc[a] / vol[a]
         for t in range(nt):
             b = seen[t]
             if b == a:
                 continue
-            g = base + (assoc[b] + 2.0 * wx[b] + wii) / (vol[b] + di) - assoc[b] / vol[b]
+            g = (base + _assoc_with(assoc[b], wx[b], wii) / (vol[b] + di)
+                 - assoc[b] / vol[b])
             if g > best_g:
                 best_g = g
                 best_b = b
@@ -172,14 +174,7 @@ def _move_node(i, b, indptr, indices, data, degrees, labels, vol, assoc, counts)
             wa += w
         elif c == b:
             wb += w
-    di = degrees[i]
-    assoc[a] = assoc[a] - 2.0 * wa + wii
-    vol[a] -= di
-    assoc[b] = assoc[b] + 2.0 * wb + wii
-    vol[b] += di
-    labels[i] = b
-    counts[a] -= 1
-    counts[b] += 1
+    _move_stats(i, a, b, degrees[i], wii, wa, wb, vol, assoc, labels, counts)
 
 
 @_jit(inline=True)
@@ -197,9 +192,10 @@ def fm_round_csr(indptr, indices, data, degrees, labels, vol, assoc, seeds, max_
     """One round of localized FM searches on a CSR graph, one per seed.
 
     Each search starts from a seed node (skipped if a search of this round
-    has already moved it; the round ends when its budget of work is spent) and moves, in order of exact gain of ``f``, nodes
-    among the seed and the neighbours of the nodes it moved (each at most
-    once), to a cluster they have an edge to; it stops when its queue is
+    has already moved it; the round ends when its budget of work is spent)
+    and moves, in order of exact gain of ``f``, nodes among the seed and
+    the neighbours of the nodes it moved (each at most once), to a cluster
+    they have an edge to; it stops when its queue is
     empty, after ``max_stall`` moves without a new best ``f`` or by the
     adaptive rule, and rolls back to its best prefix.  Nodes moved by kept
     moves are locked for the rest of the round.

@@ -16,12 +16,26 @@ from ..._jit import jit as _jit
 
 
 @_jit(inline=True)
+def _assoc_without(assoc_a, w_a, wii):
+    """``assoc`` of a cluster once a node with weight ``w_a`` to it (its
+    self-loop ``wii`` included) has left it."""
+    return assoc_a - 2.0 * w_a + wii
+
+
+@_jit(inline=True)
+def _assoc_with(assoc_b, w_b, wii):
+    """``assoc`` of a cluster once a node with weight ``w_b`` to it (and
+    self-loop ``wii``) has joined it."""
+    return assoc_b + 2.0 * w_b + wii
+
+
+@_jit(inline=True)
 def _best_move(a, di, wii, wx, vol, assoc):
     """Cluster of the best strictly improving move of a node in ``a`` (degree
     ``di``, self-loop ``wii``, weights ``wx`` to the clusters), or -1: the
     exact change of ``f`` (weighted kernel k-means gain)."""
     va = vol[a] - di
-    aa = assoc[a] - 2.0 * wx[a] + wii
+    aa = _assoc_without(assoc[a], wx[a], wii)
     base_a = assoc[a] / vol[a]
     new_a = aa / va if va > 0.0 else 0.0
     best_gain = 1e-12 * (base_a + 1e-300)  # ignore gains at rounding level
@@ -29,7 +43,7 @@ def _best_move(a, di, wii, wx, vol, assoc):
     for b in range(wx.shape[0]):
         if b == a:
             continue
-        ab = assoc[b] + 2.0 * wx[b] + wii
+        ab = _assoc_with(assoc[b], wx[b], wii)
         old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
         gain = new_a - base_a + ab / (vol[b] + di) - old_b
         if gain > best_gain:
@@ -39,12 +53,13 @@ def _best_move(a, di, wii, wx, vol, assoc):
 
 
 @_jit(inline=True)
-def _move_stats(i, a, b, di, wii, wx, vol, assoc, labels, counts):
-    """Move node ``i`` from ``a`` to ``b`` in every state but ``WX`` (whose
-    columns ``a`` and ``b`` the caller updates from the row of ``i``)."""
-    assoc[a] = assoc[a] - 2.0 * wx[a] + wii
+def _move_stats(i, a, b, di, wii, w_a, w_b, vol, assoc, labels, counts):
+    """Move node ``i`` (weights ``w_a`` and ``w_b`` to the clusters) from
+    ``a`` to ``b`` in every state but ``WX`` (whose columns ``a`` and ``b``
+    the caller updates from the row of ``i``)."""
+    assoc[a] = _assoc_without(assoc[a], w_a, wii)
     vol[a] -= di
-    assoc[b] = assoc[b] + 2.0 * wx[b] + wii
+    assoc[b] = _assoc_with(assoc[b], w_b, wii)
     vol[b] += di
     labels[i] = b
     counts[a] -= 1
@@ -89,7 +104,7 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
                 wii += data[p]
         b = _best_move(a, di, wii, wx, vol, assoc)
         if b >= 0:
-            _move_stats(i, a, b, di, wii, wx, vol, assoc, labels, counts)
+            _move_stats(i, a, b, di, wii, wx[a], wx[b], vol, assoc, labels, counts)
             n_moves += 1
         for p in range(indptr[i], indptr[i + 1]):
             wx[labels[indices[p]]] = 0.0
@@ -121,7 +136,8 @@ def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, ass
                 wii += data[p]
         b = _best_move(a, di, wii, WX[i], vol, assoc)
         if b >= 0:
-            _move_stats(i, a, b, di, wii, WX[i], vol, assoc, labels, counts)
+            _move_stats(i, a, b, di, wii, WX[i, a], WX[i, b], vol, assoc, labels,
+                        counts)
             for p in range(indptr[i], indptr[i + 1]):
                 WX[indices[p], a] -= data[p]
                 WX[indices[p], b] += data[p]
@@ -179,7 +195,8 @@ def local_move_sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts):
         wii = rows[t, i]
         b = _best_move(a, di, wii, WX[i], vol, assoc)
         if b >= 0:
-            _move_stats(i, a, b, di, wii, WX[i], vol, assoc, labels, counts)
+            _move_stats(i, a, b, di, wii, WX[i, a], WX[i, b], vol, assoc, labels,
+                        counts)
             for j in range(rows.shape[1]):
                 WX[j, a] -= rows[t, j]
                 WX[j, b] += rows[t, j]
