@@ -179,6 +179,10 @@ def build_parser(prog="sklearn-falcon"):
                      help="weight of the position term of the token features, which "
                           "favours compact segments (default: 0.3 for 'color', 0 for "
                           "ViTs)")
+    seg.add_argument("--smoothing", type=float, default=0.0, metavar="S",
+                     help="ViTs only: Gaussian filter of the tokens over their grid, "
+                          "standard deviation in tokens; favours coherent regions, "
+                          "can merge small objects (default: %(default)s)")
     seg.add_argument("--device", default="cpu",
                      help="torch device: cpu, cuda, auto (default: %(default)s)")
     seg.add_argument("--seed", type=int, default=0,
@@ -263,6 +267,7 @@ def _run_segment(args):
         max_tokens=args.max_tokens,
         power=args.power,
         position_weight=args.position_weight,
+        smoothing=args.smoothing,
         refine=None if args.refine == "none" else args.refine,
         device=args.device,
         random_state=args.seed,

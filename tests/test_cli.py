@@ -108,7 +108,7 @@ def test_cli_vit_with_checkpoint(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["segment", str(path), "--model", "vit_tiny_patch16_224", "--checkpoint",
                str(ckpt), "--resolution", "32", "--segments", "2", "--feature", "key",
-               "--out", str(out), "-q"])
+               "--smoothing", "1", "--out", str(out), "-q"])
     assert rc == 0, capsys.readouterr().err
     assert np.asarray(Image.open(out / "img_labels.png")).shape == (40, 56)
     assert np.asarray(Image.open(out / "img_overlay.png")).shape == (40, 56, 3)
@@ -290,6 +290,25 @@ def test_cli_without_pillow_says_what_to_install(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert "pip install 'sklearn-falcon[cli]'" in res.stdout
+
+
+def test_cli_smoothing(tmp_path, capsys, monkeypatch):
+    from sklearn_falcon.image import ImageSegmenter
+
+    seen = []
+    segment = ImageSegmenter.segment
+
+    def spy(self, image):
+        seen.append(self.smoothing)
+        return segment(self, image)
+
+    monkeypatch.setattr(ImageSegmenter, "segment", spy)
+    assert _segment(tmp_path) == 0
+    assert seen == [0.0]
+    # the offline features have no tokens to smooth: one line naming it
+    rc = _segment(tmp_path, "--smoothing", "1")
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and "smoothing" in line
 
 
 def test_cli_position_weight(tmp_path, capsys, monkeypatch):
