@@ -16,8 +16,11 @@ with
 on the synthetic piecewise-textured images of
 :mod:`benchmarks.bench_segmentation` (160 px, 400 tokens, and 256 px, 1,024
 tokens; seed 0 is the set the thresholds were chosen on, the other seeds are
-held out) and on the mosaics of real photographs and textures
-(:mod:`benchmarks.mosaics`, 24 images of 256 px per seed, held out).
+held out), on the mosaics of real photographs and textures
+(:mod:`benchmarks.mosaics`, 24 images of 256 px per seed, held out), and on
+objects on a background (:mod:`benchmarks.objects`, 16 images per size,
+held out: objects of 2 % of the image are the small segments a spatial
+test could reject).
 
 Reported: mean mIoU (per-image Hungarian matching, after PAMR, as
 :meth:`ImageSegmenter.segment` returns it), the mean number of segments, the
@@ -40,10 +43,12 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.bench_segmentation import make_dataset  # noqa: E402
 from benchmarks.mosaics import make_mosaics  # noqa: E402
+from benchmarks.objects import make_objects  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYNTHETIC = ((160, 0), (160, 1), (160, 2), (256, 0), (256, 1), (256, 2))
 MOSAIC_SEEDS = (0, 1, 2)
+OBJECTS = ((160, 0), (256, 0))
 VARIANTS = {"true K": None, "auto, conductance only": {"auto_grid_threshold": None},
             "auto (default)": {}}
 
@@ -64,6 +69,11 @@ def image_sets(quick=False, only=None):
         if only and only not in f"mosaics, seed {seed}":
             continue
         sets[f"mosaics, seed {seed}"] = (seed, make_mosaics(n_mos, size=256, seed=seed))
+    for size, seed in OBJECTS:
+        name = f"objects on a background {size} px, seed {seed}"
+        if only and only not in name:
+            continue
+        sets[name] = (seed, make_objects(n_syn, size=size, seed=seed))
     return sets
 
 

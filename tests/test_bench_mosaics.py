@@ -142,10 +142,11 @@ def test_object_fractions_are_respected():
 def test_bench_auto_smoke(tmp_path):
     from benchmarks import bench_auto as A
 
-    assert len(A.image_sets(quick=True)) == 9
+    names = list(A.image_sets(quick=True))
+    assert len(names) == 11 and sum(n.startswith("objects") for n in names) == 2
     out = tmp_path / "a.md"
-    A.main(["--quick", "--only", "160 px, seed 0", "--out", str(out)])
+    A.main(["--quick", "--only", "synthetic 160 px, seed 0", "--out", str(out)])
     text = out.read_text()
-    assert "--quick --only '160 px, seed 0'`" in text
+    assert "--quick --only 'synthetic 160 px, seed 0'`" in text
     rows = [line for line in text.splitlines() if line.startswith("| synthetic")]
     assert len(rows) == 1 and "(tuning set) | 3 |" in rows[0]
