@@ -118,6 +118,19 @@ def run(quick=False, only=None):
     return rows
 
 
+def _out_flag(path):
+    """`` --out PATH`` for a file other than the default, relative to the
+    repository when inside it (so that the recorded command writes it)."""
+    path = Path(path).resolve()
+    if path.name in ("auto_k.md", "auto_k_quick.md") and path.parent == RESULTS:
+        return ""
+    try:
+        path = path.relative_to(ROOT)
+    except ValueError:
+        pass
+    return f" --out {path}"
+
+
 def write(rows, quick=False, out=None, only=None):
     """Write the markdown table (``results/auto_k[_quick].md``)."""
     path = Path(out) if out else RESULTS / f"auto_k{'_quick' if quick else ''}.md"
@@ -138,7 +151,7 @@ def write(rows, quick=False, out=None, only=None):
         f"Machine: {platform.machine()}, {platform.python_version()}, {os.cpu_count()} "
         "CPUs (shared; read ratios, not absolutes). Command: "
         f"`python -m benchmarks.bench_auto{' --quick' if quick else ''}"
-        + (f" --only '{only}'" if only else "") + "`",
+        + (f" --only '{only}'" if only else "") + _out_flag(path) + "`",
         "",
         "| set | images | true K (mean) | " + " | ".join(f"mIoU, {n}" for n in names)
         + " | gap of the default | segments (conductance only / default) "

@@ -894,6 +894,7 @@ def markdown_to_rst(md, title):
 IMAGE_PAGES = (("mosaics", "Mosaics of real photographs and textures"),
                ("position", "The position term of the offline features"),
                ("auto_k", "Choosing the number of segments (n_segments='auto')"),
+               ("auto_k_objects", "n_segments='auto' on objects on a background"),
                ("image_scale", "Image segmentation at photo scale"),
                ("warm_video", "Warm starts and video"))
 

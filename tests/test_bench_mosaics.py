@@ -147,6 +147,6 @@ def test_bench_auto_smoke(tmp_path):
     out = tmp_path / "a.md"
     A.main(["--quick", "--only", "synthetic 160 px, seed 0", "--out", str(out)])
     text = out.read_text()
-    assert "--quick --only 'synthetic 160 px, seed 0'`" in text
+    assert f"--quick --only 'synthetic 160 px, seed 0' --out {out}`" in text
     rows = [line for line in text.splitlines() if line.startswith("| synthetic")]
     assert len(rows) == 1 and "(tuning set) | 3 |" in rows[0]
