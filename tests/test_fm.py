@@ -144,8 +144,9 @@ def test_fm_gate_on_large_levels(monkeypatch, min_gain, gated):
 
     monkeypatch.setattr(_multilevel, "fm_refine", spy)
     large = 2000
+    # one large level (the spectral candidate's) decides here: fm_gate_levels=1
     eff = dataclasses.replace(_multilevel.SPARSE, large_entries=large,
-                              fm_min_gain=min_gain)
+                              fm_min_gain=min_gain, fm_gate_levels=1)
     y, f = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
                                          effort=eff)
     assert f == pytest.approx(_f(W, y, 4))
@@ -155,6 +156,54 @@ def test_fm_gate_on_large_levels(monkeypatch, min_gain, gated):
         assert n_large == 1
     else:
         assert n_large > 1
+
+
+def test_fm_gate_closes_after_levels_in_a_row():
+    # fm_gate_levels large levels of low gain in a row close the gate; a
+    # level that gains resets the count; once frozen it records nothing
+    eff = dataclasses.replace(_multilevel.SPARSE, fm_min_gain=1e-5, fm_gate_levels=2)
+    assert _multilevel.SPARSE.fm_gate_levels == 2
+    gate = _multilevel._FMGate()
+    gate.record(1e-6, 1.0, eff)
+    assert gate.large
+    gate.record(1e-3, 1.0, eff)  # a level that gains: the count restarts
+    gate.record(1e-6, 1.0, eff)
+    assert gate.large
+    gate.record(-1e-9, 1.0, eff)  # second low level in a row
+    assert not gate.large
+    frozen = _multilevel._FMGate()
+    frozen.frozen = True
+    for _ in range(3):
+        frozen.record(0.0, 1.0, eff)
+    assert frozen.large
+
+
+@pytest.mark.parametrize("min_gain, skip, n_cycles", [
+    (1.0, True, 0),    # the gate closes and the flag is on: no V-cycle
+    (1.0, False, 1),   # the default keeps the V-cycle
+    (0.0, True, 1),    # the gate stays open: the V-cycle runs
+])
+def test_vcycle_fm_gate(monkeypatch, min_gain, skip, n_cycles):
+    # Effort.vcycle_fm_gate (off by default): no V-cycle on a large graph
+    # where the FM gate has closed
+    W = _grid(40, seed=2)
+    d = np.asarray(W.sum(1)).ravel()
+    calls = []
+    real = _multilevel._vcycle
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_multilevel, "_vcycle", spy)
+    eff = dataclasses.replace(_multilevel.SPARSE, large_entries=2000,
+                              fm_min_gain=min_gain, fm_gate_levels=1,
+                              vcycle_fm_gate=skip)
+    y, f = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
+                                         effort=eff)
+    assert len(calls) == n_cycles
+    assert f == pytest.approx(_f(W, y, 4))
+    assert not _multilevel.SPARSE.vcycle_fm_gate
 
 
 def test_fm_step_never_lowers_f():
@@ -180,3 +229,17 @@ def test_bench_fm_writes_its_tables(tmp_path):
     (tmp_path / "fm.md").unlink()
     bench_fm.main(["--rewrite", "--out", str(tmp_path)])
     assert (tmp_path / "fm.md").read_text() == md
+
+
+@pytest.mark.parametrize("study, name", [("vcycle", "vcycle"), ("fm-gate", "fm_gate")])
+def test_bench_large_writes_its_tables(tmp_path, study, name):
+    pytest.importorskip("pymetis")
+    from benchmarks import bench_large
+
+    bench_large.main(["--study", study, "--graphs", "^karate-K2$", "--out",
+                      str(tmp_path)])
+    md = (tmp_path / f"{name}.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| karate-K2 |"))
+    # a small graph: the three variants are one code path, the same labels
+    assert row.split(" | ")[4] == row.split(" | ")[6] == "1.0000000"
+    assert "Rows: 1." in md and (tmp_path / f"{name}.json").exists()

@@ -102,15 +102,26 @@ class Effort:
     fm_min_gain : float
         On levels of more than ``large_entries`` stored entries, the FM
         searches stop for the rest of the restart (V-cycles included) once
-        they raise ``f`` by less than this relative amount on such a level
-        of the first pass down: on random graphs every node is on a
-        boundary and a round costs a few passes of the solver for gains of
-        about 1e-6 (on a 1M-node SBM they took 27 % of the fit).
+        they raise ``f`` by less than this relative amount on
+        ``fm_gate_levels`` such levels in a row of the first pass down: on
+        random graphs every node is on a boundary and a round costs a few
+        passes of the solver for gains of about 1e-6 (on a 1M-node SBM they
+        took 27 % of the fit).
+    fm_gate_levels : int
+        See ``fm_min_gain``.  With 1, one large level of low gain closed
+        the gate on some pixel graphs whose finer levels still gained, at a
+        cost of up to 1.2 % in NCut (``benchmarks/results/fm_gate.md``).
     fm_beam : bool
         FM searches also on the levels that all kept candidates go up
         (``benchmarks/results/fm_beam.md``: lower NCuts on the grids and
         random geometric graphs, higher on noisy circles and on a few pixel
         graphs, at 1.0-1.5x the time; off by default).
+    vcycle_fm_gate : bool
+        No V-cycle on a graph of more than ``large_entries`` entries where
+        the FM gate has closed (``fm_min_gain``: local searches gained next
+        to nothing on its large levels).  Off by default: on the 100k- and
+        1M-node SBMs it takes 0.70x the time but leaves NCut about 2e-5
+        (relative) higher, above METIS's (``benchmarks/results/vcycle.md``).
     """
 
     n_starts: int = 8
@@ -128,7 +139,9 @@ class Effort:
     fm_alpha: float = 3.0
     fm_passes: float = 2.0
     fm_min_gain: float = 1e-5
+    fm_gate_levels: int = 2
     fm_beam: bool = False
+    vcycle_fm_gate: bool = False
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
@@ -255,14 +268,23 @@ def _f(W, degrees, labels, n_clusters):
 class _FMGate:
     """Whether a restart's FM searches run on large levels (of more than
     ``effort.large_entries`` entries). The first pass down decides: they
-    stop once, on one of its large levels, they raise ``f`` by less than a
-    relative ``effort.fm_min_gain``; the V-cycles then keep that decision
-    (their coarse levels, within the clusters, seldom gain, even where the
-    fine ones do)."""
+    stop once, on ``effort.fm_gate_levels`` of its large levels in a row,
+    they raise ``f`` by less than a relative ``effort.fm_min_gain``; the
+    V-cycles then keep that decision (their coarse levels, within the
+    clusters, seldom gain, even where the fine ones do)."""
 
     def __init__(self):
         self.large = True
         self.frozen = False
+        self.low = 0  # large levels of low gain in a row
+
+    def record(self, gain, f, effort):
+        """Count a large level's FM gain (while not frozen)."""
+        if self.frozen:
+            return
+        self.low = self.low + 1 if gain < effort.fm_min_gain * abs(f) else 0
+        if self.low >= effort.fm_gate_levels:
+            self.large = False
 
 
 def _fm(W, degrees, labels, f, n_clusters, rng, effort, gate=None):
@@ -277,8 +299,8 @@ def _fm(W, degrees, labels, f, n_clusters, rng, effort, gate=None):
     y, f2 = fm_refine(W, degrees, labels, n_clusters, rng, max_stall=effort.fm_stall,
                       max_rounds=effort.fm_rounds, alpha=effort.fm_alpha,
                       max_passes=effort.fm_passes)
-    if large and not gate.frozen and f2 - f < effort.fm_min_gain * abs(f):
-        gate.large = False
+    if large:
+        gate.record(f2 - f, f, effort)
     return (y, f2) if f2 > f else (labels, f)
 
 
@@ -425,6 +447,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     if large:
         finals = [max(finals, key=lambda c: c[0])]
     n_vcycles = min(eff.n_vcycles, eff.n_vcycles_large) if large else eff.n_vcycles
+    if large and eff.vcycle_fm_gate and not gate.large:
+        n_vcycles = 0
     out = []
     gate.frozen = True
     for f, y in finals:

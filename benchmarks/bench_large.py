@@ -1,0 +1,222 @@
+"""Variants of the multilevel start that differ only on large graphs, side
+by side with the default, with METIS in the same run.  Two studies:
+
+``vcycle``
+    The V-cycle: kept (the default), dropped (``Effort.n_vcycles_large =
+    0``), or dropped only where the FM gate has closed
+    (``Effort.vcycle_fm_gate``).  Writes ``vcycle.md`` / ``.json``.
+``fm-gate``
+    The gate of the FM searches on large levels: closing after
+    ``Effort.fm_gate_levels`` (the default) large levels of low gain in a
+    row, after one, or never (``fm_min_gain = 0``).  Writes
+    ``fm_gate.md`` / ``.json``.
+
+Usage::
+
+    python -m benchmarks.bench_large --study vcycle --seeds 3
+    python -m benchmarks.bench_large --study fm-gate --graphs '200x300'
+
+The graphs: those of the peer benchmark (``benchmarks/families.py``) with
+over ``Effort.large_entries`` stored entries, where the variants differ
+(the four 200x300 pixel graphs, the 20,000-node SBMs and the scale group);
+on smaller graphs all three are the same code path.  The variants are
+fitted in one process, interleaved, after a warm-up fit of each
+(``--repeats`` rounds, fastest time kept); METIS runs its grid of
+configurations (``benchmarks/peer_jobs.py``, ``METIS_GRID``) once per graph
+and seed, and its lowest NCut and that configuration's time are reported.
+On a shared machine read the ratios, not the seconds.  Tables go to
+``--out`` (default ``benchmarks/results``).
+"""
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GRAPHS = "200x300|sbm-unbalanced-20000|sbm-hier-20000|^scale-"
+STUDIES = {
+    "vcycle": {
+        "file": "vcycle",
+        "title": "The V-cycle of the multilevel start on large graphs",
+        "variants": {"no V-cycle": {"n_vcycles_large": 0},
+                     "no V-cycle where FM gated": {"vcycle_fm_gate": True}},
+        "about": "`default` (one V-cycle on graphs of over 200,000 entries); "
+                 "`no V-cycle` (`Effort.n_vcycles_large = 0`); `no V-cycle where "
+                 "FM gated` (`Effort.vcycle_fm_gate = True`: none where the FM "
+                 "gate has closed).",
+    },
+    "fm-gate": {
+        "file": "fm_gate",
+        "title": "The gate of the FM searches on large levels",
+        "variants": {"gate on one level": {"fm_gate_levels": 1},
+                     "no gate": {"fm_min_gain": 0.0}},
+        "about": "`default` (FM searches stop on large levels once they gain "
+                 "less than a relative `fm_min_gain` = 1e-5 on "
+                 "`fm_gate_levels` = 2 large levels in a row of the first pass "
+                 "down); `gate on one level` (`fm_gate_levels = 1`, the rule "
+                 "before); `no gate` (`fm_min_gain = 0`: FM on every level).",
+    },
+}
+
+
+def _variants(study):
+    from sklearn_falcon._inits import _multilevel as ML
+
+    base = ML.SPARSE
+    out = {"default": base}
+    for name, change in STUDIES[study]["variants"].items():
+        out[name] = dataclasses.replace(base, **change)
+    return ML, out
+
+
+def _ncut(W, labels, K):
+    from sklearn_falcon._stats import cluster_statistics, objective_of
+
+    d = np.asarray(W.sum(axis=1)).ravel()
+    return float(K - objective_of(*cluster_statistics(W, labels, K, d)))
+
+
+def _fit(ML, effort, W, K, seed):
+    from sklearn_falcon import FalconNCut
+
+    saved = ML.SPARSE
+    ML.SPARSE = effort  # the sparse default of multilevel_labels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            est = FalconNCut(K, affinity="precomputed", random_state=seed).fit(W)
+            seconds = time.perf_counter() - t0
+    finally:
+        ML.SPARSE = saved
+    return float(est.ncut_), seconds
+
+
+def _metis(W, K, seed):
+    from benchmarks.peer_jobs import METIS_GRID, run_job
+
+    best = None
+    for cfg in METIS_GRID:
+        for out in run_job("metis", W, K, seed=seed, **cfg):
+            nc = _ncut(W, out["labels"], K)
+            if best is None or nc < best[0]:
+                best = (nc, out["seconds"], cfg)
+    return best
+
+
+def measure(args):
+    from benchmarks.families import graph_specs
+    from benchmarks.graphs import sbm_graph
+
+    ML, variants = _variants(args.study)
+    Ws, _ = sbm_graph(300, 3, avg_degree=10, p_in_ratio=0.9, seed=1)
+    for eff in variants.values():  # compile the kernels of every path
+        _fit(ML, eff, Ws, 3, 0)
+    rows = []
+    for spec in graph_specs("full", pattern=args.graphs):
+        g = spec.build()
+        W = g.W.tocsr()
+        # the parallel kernels of graphs of over 1M entries compile on first use
+        _fit(ML, variants["default"], W, g.K, 0)
+        for seed in range(args.seeds):
+            runs = {v: [] for v in variants}
+            for _ in range(args.repeats):
+                for name, eff in variants.items():
+                    runs[name].append(_fit(ML, eff, W, g.K, seed))
+            m_ncut, m_s, m_cfg = _metis(W, g.K, seed)
+            row = {"graph": g.name, "family": g.family, "n": int(W.shape[0]),
+                   "nnz": int(W.nnz), "K": g.K, "seed": seed,
+                   "ncut": {v: runs[v][0][0] for v in variants},
+                   "seconds": {v: min(r[1] for r in runs[v]) for v in variants},
+                   "metis": {"ncut": m_ncut, "seconds": m_s, "config": m_cfg}}
+            rows.append(row)
+            print(_line(row, list(variants)), flush=True)
+    return rows
+
+
+def _line(r, names):
+    nc, s, m = r["ncut"], r["seconds"], r["metis"]
+    d = nc["default"]
+    cells = [r["graph"], str(r["seed"]), f"{r['nnz']:,}", f"{d:.6f}"]
+    for v in names[1:]:
+        cells += [f"{nc[v] / d:.7f}", f"{s[v] / s['default']:.2f}"]
+    cells += [f"{m['ncut'] / d:.7f}"]
+    cells += [f"{s[v] / m['seconds']:.2f}" for v in names]
+    return "| " + " | ".join(cells) + " |"
+
+
+def write(rows, meta, out):
+    study = STUDIES[meta["study"]]
+    names = ["default", *study["variants"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{study['file']}.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1))
+    head = ["graph", "seed", "entries", "default NCut"]
+    for v in names[1:]:
+        head += [f"{v}: NCut ratio", "time ratio"]
+    head += ["METIS: NCut ratio"] + [f"time/METIS: {v}" for v in names]
+    lines = [
+        f"## {study['title']}",
+        "",
+        f"`{meta['command']}` (`benchmarks/bench_large.py`); {meta['repeats']} "
+        f"interleaved round(s) of the {len(names)} variants, fastest time kept; "
+        "METIS (its configuration grid, lowest NCut) in the same run. Shared "
+        "machine (2 cores): read the ratios, not the seconds.",
+        "",
+        f"Variants: {study['about']} Ratios are to the default's NCut and "
+        "time; time/METIS: each variant's time over the time of METIS's best "
+        "configuration.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += [_line(r, names) for r in rows]
+    worse = {v: sum(r["ncut"][v] > r["ncut"]["default"] * (1 + 1e-9) for r in rows)
+             for v in names[1:]}
+    better = {v: sum(r["ncut"][v] < r["ncut"]["default"] * (1 - 1e-9) for r in rows)
+              for v in names[1:]}
+    below = {v: sum(r["ncut"][v] <= r["metis"]["ncut"] for r in rows)
+             for v in names}
+    lines += [
+        "",
+        f"Rows: {len(rows)}. NCut above / below the default's: "
+        + "; ".join(f"{v} {worse[v]} / {better[v]}" for v in names[1:])
+        + ". At or below METIS's NCut: "
+        + "; ".join(f"{v} {below[v]}" for v in names) + ".",
+        "",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in meta["machine"].items())
+        + ".",
+        "",
+    ]
+    (out / f"{study['file']}.md").write_text("\n".join(lines))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--study", choices=sorted(STUDIES), default="vcycle")
+    p.add_argument("--graphs", default=GRAPHS,
+                   help="regular expression of graph names (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="random states 0 .. seeds-1 per graph (default: 1)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    from benchmarks._report import machine_info
+
+    command = "python -m benchmarks.bench_large " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    rows = measure(args)
+    meta = {"command": command.strip(), "study": args.study, "repeats": args.repeats,
+            "machine": machine_info()}
+    write(rows, meta, args.out)
+
+
+if __name__ == "__main__":
+    main()
