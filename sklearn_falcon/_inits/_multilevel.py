@@ -120,8 +120,11 @@ class Effort:
         No V-cycle on a graph of more than ``large_entries`` entries where
         the FM gate has closed (``fm_min_gain``: local searches gained next
         to nothing on its large levels).  Off by default: on the 100k- and
-        1M-node SBMs it takes 0.70x the time but leaves NCut about 2e-5
-        (relative) higher, above METIS's (``benchmarks/results/vcycle.md``).
+        1M-node SBMs, where the gate closes, the fit takes 0.68-0.81x the
+        time but ends 1e-5 to 1.8e-5 (relative) higher in NCut; dropping
+        the V-cycle on every large graph (``n_vcycles_large=0``) costs up
+        to 23 % on pixel graphs and 11 % on random geometric ones
+        (``benchmarks/results/vcycle.md``).
     """
 
     n_starts: int = 8
