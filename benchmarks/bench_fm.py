@@ -39,7 +39,9 @@ def _variants():
     return ML, {"old": dataclasses.replace(new, fm_stall=0), "new": new}
 
 
-def _fit(ML, effort, W, K, n_init=1):
+def _fit(ML, effort, W, K, n_init=1, seed=0):
+    """``(ncut_, seconds)`` of the default FalconNCut on ``W`` with the
+    sparse ``Effort`` of its multilevel start set to ``effort``."""
     from sklearn_falcon import FalconNCut
 
     saved = ML.SPARSE
@@ -48,7 +50,7 @@ def _fit(ML, effort, W, K, n_init=1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
-            est = FalconNCut(K, affinity="precomputed", random_state=0,
+            est = FalconNCut(K, affinity="precomputed", random_state=seed,
                              n_init=n_init).fit(W)
             seconds = time.perf_counter() - t0
     finally:

@@ -33,8 +33,6 @@ import dataclasses
 import json
 import shlex
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,22 +81,6 @@ def _ncut(W, labels, K):
     return float(K - objective_of(*cluster_statistics(W, labels, K, d)))
 
 
-def _fit(ML, effort, W, K, seed):
-    from sklearn_falcon import FalconNCut
-
-    saved = ML.SPARSE
-    ML.SPARSE = effort  # the sparse default of multilevel_labels
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            est = FalconNCut(K, affinity="precomputed", random_state=seed).fit(W)
-            seconds = time.perf_counter() - t0
-    finally:
-        ML.SPARSE = saved
-    return float(est.ncut_), seconds
-
-
 def _metis(W, K, seed):
     from benchmarks.peer_jobs import METIS_GRID, run_job
 
@@ -112,24 +94,25 @@ def _metis(W, K, seed):
 
 
 def measure(args):
+    from benchmarks.bench_fm import _fit
     from benchmarks.families import graph_specs
     from benchmarks.graphs import sbm_graph
 
     ML, variants = _variants(args.study)
     Ws, _ = sbm_graph(300, 3, avg_degree=10, p_in_ratio=0.9, seed=1)
     for eff in variants.values():  # compile the kernels of every path
-        _fit(ML, eff, Ws, 3, 0)
+        _fit(ML, eff, Ws, 3)
     rows = []
     for spec in graph_specs("full", pattern=args.graphs):
         g = spec.build()
         W = g.W.tocsr()
         # the parallel kernels of graphs of over 1M entries compile on first use
-        _fit(ML, variants["default"], W, g.K, 0)
+        _fit(ML, variants["default"], W, g.K)
         for seed in range(args.seeds):
             runs = {v: [] for v in variants}
             for _ in range(args.repeats):
                 for name, eff in variants.items():
-                    runs[name].append(_fit(ML, eff, W, g.K, seed))
+                    runs[name].append(_fit(ML, eff, W, g.K, seed=seed))
             m_ncut, m_s, m_cfg = _metis(W, g.K, seed)
             row = {"graph": g.name, "family": g.family, "n": int(W.shape[0]),
                    "nnz": int(W.nnz), "K": g.K, "seed": seed,
