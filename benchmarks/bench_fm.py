@@ -8,13 +8,14 @@ Usage::
     python -m benchmarks.bench_fm                      # all families but scale
     python -m benchmarks.bench_fm --families grid shapes --repeats 3
     python -m benchmarks.bench_fm --rewrite            # tables from fm.json
+    python -m benchmarks.bench_fm --study flow         # the max-flow refinement
 
 The peers are not run again: their NCuts are those of the last
 ``python -m benchmarks.bench_peers`` run (``results/peers.json``).  Both
 variants are fitted in the same process, interleaved (``--repeats`` rounds,
 fastest kept), after a warm-up fit of each, so the time ratio ``new/old``
 is measured side by side; on a shared machine read the ratios, not the
-seconds.  Writes ``fm.md`` and ``fm.json`` in ``--out``
+seconds.  Writes ``STUDY.md`` and ``STUDY.json`` (``fm`` by default) in ``--out``
 (default ``benchmarks/results``).
 """
 
@@ -32,11 +33,15 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _variants():
+# what each study switches off in ``old``; ``new`` is the default
+STUDIES = {"fm": {"fm_stall": 0}, "flow": {"flow_rounds": 0}}
+
+
+def _variants(study="fm"):
     from sklearn_falcon._inits import _multilevel as ML
 
     new = ML.SPARSE
-    return ML, {"old": dataclasses.replace(new, fm_stall=0), "new": new}
+    return ML, {"old": dataclasses.replace(new, **STUDIES[study]), "new": new}
 
 
 def _fit(ML, effort, W, K, n_init=1, seed=0):
@@ -64,7 +69,7 @@ def measure(args):
 
     peers = {r["graph"]: r for r in
              json.loads((RESULTS / "peers.json").read_text())["rows"]}
-    ML, variants = _variants()
+    ML, variants = _variants(args.study)
     Ws, _ = sbm_graph(300, 3, avg_degree=10, p_in_ratio=0.9, seed=1)
     for eff in variants.values():  # compile the kernels of both paths
         _fit(ML, eff, Ws, 3)
@@ -107,28 +112,44 @@ def _line(r):
             f"{r['seconds']['new'] / r['seconds']['old']:.2f} |")
 
 
+_TEXT = {
+    "fm": ("FM searches in the multilevel start",
+           "`old` = the default FalconNCut without FM searches "
+           "(`Effort.fm_stall=0`: the start before them); `new` = the default "
+           "(FM searches in the V-cycles, on the spectral candidate and on the "
+           "levels only the best candidate goes down).",
+           "the FM searches"),
+    "flow": ("Pairwise max-flow refinement of the multilevel start",
+             "`old` = the default FalconNCut without the flows "
+             "(`Effort.flow_rounds=0`); `new` = the default (rounds of "
+             "pairwise max-flow refinement of the start's final labels, "
+             "`sklearn_falcon/_inits/_flow.py`).",
+             "the flows"),
+}
+
+
 def write(rows, meta, out):
+    study = meta.get("study", "fm")
+    title, what, they = _TEXT[study]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fm.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"{study}.json").write_text(json.dumps({"meta": meta, "rows": rows},
+                                                  indent=1))
     fam = {}
     for r in rows:
         fam.setdefault(r["family"], []).append(r)
     lines = [
-        "## FM searches in the multilevel start: old against new",
+        f"## {title}: old against new",
         "",
         f"`{meta['command']}` (`benchmarks/bench_fm.py`); {meta['repeats']} "
         "interleaved round(s), fastest time kept; the machine was shared "
         "(2 cores, several other jobs), so read the ratios, not the seconds. "
-        "`old` = the default FalconNCut without FM searches "
-        "(`Effort.fm_stall=0`: the start before them); `new` = the default "
-        "(FM searches in the V-cycles, on the spectral candidate and on the "
-        "levels only the best candidate goes down). Best peer: the lowest "
+        f"{what} Best peer: the lowest "
         "peer NCut recorded in `results/peers.json` (peers not re-run).",
         "",
         "### Per family",
         "",
         "W/L vs best: graphs at or below the best peer / above it. "
-        "new<old, new>old: graphs whose NCut the FM searches lowered / raised "
+        f"new<old, new>old: graphs whose NCut {they} lowered / raised "
         "(relative change over 1e-9).",
         "",
         "| family | graphs | old W/L vs best | new W/L vs best | new<old | "
@@ -151,7 +172,7 @@ def write(rows, meta, out):
               "new/old | old s | time new/old |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_line(r) for r in rows]
-    (out / "fm.md").write_text("\n".join(lines) + "\n")
+    (out / f"{study}.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv=None):
@@ -160,17 +181,21 @@ def main(argv=None):
     ap.add_argument("--graphs", default=None, help="names matching this regex")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--n-init", type=int, default=1)
+    ap.add_argument("--study", choices=sorted(STUDIES), default="fm",
+                    help="what `old` switches off (writes STUDY.md, STUDY.json)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--rewrite", action="store_true",
-                    help="only write fm.md again from OUT/fm.json")
+                    help="only write STUDY.md again from OUT/STUDY.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
     if args.rewrite:
-        data = json.loads((out / "fm.json").read_text())
+        data = json.loads((out / f"{args.study}.json").read_text())
+        data["meta"].setdefault("study", args.study)
         write(data["rows"], data["meta"], out)
         return
     meta = {"command": "python -m benchmarks.bench_fm " + shlex.join(
-        sys.argv[1:] if argv is None else argv), "repeats": args.repeats}
+        sys.argv[1:] if argv is None else argv), "repeats": args.repeats,
+        "study": args.study}
     write(measure(args), meta, out)
 
 

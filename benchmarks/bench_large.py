@@ -1,5 +1,5 @@
 """Variants of the multilevel start that differ only on large graphs, side
-by side with the default, with METIS in the same run.  Two studies:
+by side with the default, with METIS in the same run.  The studies:
 
 ``vcycle``
     The V-cycle: kept (the default), dropped (``Effort.n_vcycles_large =
@@ -10,6 +10,10 @@ by side with the default, with METIS in the same run.  Two studies:
     ``Effort.fm_gate_levels`` (the default) large levels of low gain in a
     row, after one, or never (``fm_min_gain = 0``).  Writes
     ``fm_gate.md`` / ``.json``.
+``flow``
+    The pairwise max-flow refinement of the final labels, off on large
+    graphs by default, against on where the FM gate is open
+    (``Effort.flow_large``).  Writes ``flow_large.md`` / ``.json``.
 
 Usage::
 
@@ -19,8 +23,9 @@ Usage::
 The graphs: those of the peer benchmark (``benchmarks/families.py``) with
 over ``Effort.large_entries`` stored entries, where the variants differ
 (the four 200x300 pixel graphs, the 20,000-node SBMs and the scale group);
-on smaller graphs all three are the same code path.  The variants are
-fitted in one process, interleaved, after a warm-up fit of each
+on smaller graphs the variants are the same code path (the flows on them
+are measured by ``python -m benchmarks.bench_fm --study flow``).  The
+variants are fitted in one process, interleaved, after a warm-up fit of each
 (``--repeats`` rounds, fastest time kept); METIS runs its grid of
 configurations (``benchmarks/peer_jobs.py``, ``METIS_GRID``) once per graph
 and seed, and its lowest NCut and that configuration's time are reported.
@@ -60,6 +65,14 @@ STUDIES = {
                  "`fm_gate_levels` = 2 large levels in a row of the first pass "
                  "down); `gate on one level` (`fm_gate_levels = 1`, the rule "
                  "before); `no gate` (`fm_min_gain = 0`: FM on every level).",
+    },
+    "flow": {
+        "file": "flow_large",
+        "title": "Pairwise flows of the multilevel start on large graphs",
+        "variants": {"flows": {"flow_large": True}},
+        "about": "`default` (no pairwise flows on graphs of over 200,000 "
+                 "entries); `flows` (`Effort.flow_large = True`: the max-flow "
+                 "refinement of the final labels where the FM gate is open).",
     },
 }
 

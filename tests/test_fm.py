@@ -119,10 +119,12 @@ def test_multilevel_fm_finds_a_better_mesh_partition():
     # gain of the benchmark's weighted grids, on a small one)
     W = _grid(40, seed=1)
     d = np.asarray(W.sum(1)).ravel()
-    off = dataclasses.replace(_multilevel.SPARSE, fm_stall=0)
+    on = dataclasses.replace(_multilevel.SPARSE, flow_rounds=0)  # FM alone
+    off = dataclasses.replace(on, fm_stall=0)
     _, f0 = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
                                           effort=off)
-    y1, f1 = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0))
+    y1, f1 = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
+                                           effort=on)
     assert f1 > f0 * (1 + 1e-4)
     assert f1 == pytest.approx(_f(W, y1, 4))
     assert _multilevel.DENSE.fm_stall == 0  # dense (token) graphs: no FM
@@ -219,19 +221,24 @@ def test_fm_step_never_lowers_f():
         assert y2 is y0 and f2 == f0
 
 
-def test_bench_fm_writes_its_tables(tmp_path):
+@pytest.mark.parametrize("study", [None, "flow"])
+def test_bench_fm_writes_its_tables(tmp_path, study):
     from benchmarks import bench_fm
 
+    name = study or "fm"
+    pick = [] if study is None else ["--study", study]
     bench_fm.main(["--graphs", "^karate-K2$", "--repeats", "1", "--out",
-                   str(tmp_path)])
-    md = (tmp_path / "fm.md").read_text()
+                   str(tmp_path), *pick])
+    md = (tmp_path / f"{name}.md").read_text()
     assert "| karate-K2 | 34 | 2 |" in md and "| all | 1 |" in md
-    (tmp_path / "fm.md").unlink()
-    bench_fm.main(["--rewrite", "--out", str(tmp_path)])
-    assert (tmp_path / "fm.md").read_text() == md
+    assert ("flows" in md) == (study == "flow")
+    (tmp_path / f"{name}.md").unlink()
+    bench_fm.main(["--rewrite", "--out", str(tmp_path), *pick])
+    assert (tmp_path / f"{name}.md").read_text() == md
 
 
-@pytest.mark.parametrize("study, name", [("vcycle", "vcycle"), ("fm-gate", "fm_gate")])
+@pytest.mark.parametrize("study, name", [("vcycle", "vcycle"), ("fm-gate", "fm_gate"),
+                                         ("flow", "flow_large")])
 def test_bench_large_writes_its_tables(tmp_path, study, name):
     pytest.importorskip("pymetis")
     from benchmarks import bench_large

@@ -37,6 +37,13 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
 The FM searches also refine the spectral candidate and the levels of step
 3 that only the best candidate goes down.
 
+6. **Pairwise flows** (:func:`._flow.flow_refine`) on the final labels of a
+   sparse graph: for each pair of adjacent clusters, the minimum cut of a
+   corridor of their boundary (KaHIP's flow refinement), kept when it
+   raises ``f``.  A mesh boundary that should run a few rows over, or along
+   a line of light edges, is a local optimum of single moves and FM
+   searches; a minimum cut moves the whole region at once.
+
 How much of 2-5 is done is an :class:`Effort`: ``SPARSE`` for sparse
 graphs, the lighter ``DENSE`` for dense (feature) graphs.
 
@@ -54,6 +61,7 @@ from .._solver import SolverOptions
 from .._stats import cluster_statistics, n_entries, objective_of
 from ._coarsen import coarsen, contract
 from ._coarsest import coarse_starts
+from ._flow import flow_refine
 from ._moves import fm_refine, pair_rebisection, refine, split_merge
 from ._simple import fill_empty
 from ._spectral import leading_vectors, spectral_embedding_labels
@@ -116,6 +124,24 @@ class Effort:
         (``benchmarks/results/fm_beam.md``: lower NCuts on the grids and
         random geometric graphs, higher on noisy circles and on a few pixel
         graphs, at 1.0-1.5x the time; off by default).
+    flow_rounds : int
+        Rounds of pairwise max-flow refinement (:func:`._flow.flow_refine`)
+        of the final labels of a graph of at most ``large_entries`` entries
+        (0: none): on meshes, the boundaries that only moving a whole region
+        at once improves.
+    flow_fractions : tuple of float
+        Corridor sizes tried per pair: each cluster gives at most this
+        fraction of its volume.
+    flow_work : float
+        The flows stop once their networks hold this many times the entries
+        of the graph (``benchmarks/results/flow.md``: 4 gave nearly the
+        NCuts of 8 at 0.8x the time).
+    flow_large : bool
+        Flows also on graphs of more than ``large_entries`` entries, where
+        the FM gate is open.  Off by default: there the multilevel start
+        costs about a microsecond per entry and a maximum flow about as much
+        per entry of its network, so the flows took 1.3-4.9x the start's
+        time on 60,000-pixel graphs (``benchmarks/results/flow_large.md``).
     vcycle_fm_gate : bool
         No V-cycle on a graph of more than ``large_entries`` entries where
         the FM gate has closed (``fm_min_gain``: local searches gained next
@@ -144,6 +170,10 @@ class Effort:
     fm_min_gain: float = 1e-5
     fm_gate_levels: int = 2
     fm_beam: bool = False
+    flow_rounds: int = 3
+    flow_fractions: tuple = (0.5, 0.25, 0.125, 0.0625)
+    flow_work: float = 4.0
+    flow_large: bool = False
     vcycle_fm_gate: bool = False
 
 
@@ -154,7 +184,7 @@ SPARSE = Effort()
 # and V-cycles changed the NCut of 4 of 30 token graphs by 1e-5 at twice
 # the time,
 # and the spectral candidate (meant for meshes) is a dense eigensolve.
-DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0)
+DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0, flow_rounds=0)
 COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
 ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
 MAX_LEVELS = 64
@@ -466,4 +496,10 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
                 break
         out.append((f, y))
     f, y = max(out, key=lambda c: c[0])
+    if eff.flow_rounds and sp.issparse(W) and (
+            not large or (eff.flow_large and gate.large)):
+        y, f = flow_refine(W, degrees, y, K, fractions=eff.flow_fractions,
+                           max_rounds=eff.flow_rounds, max_work=eff.flow_work)
+        if verbose:
+            log_stage("level", "0 (%d nodes): pairwise flows, f=%.6f", n, f)
     return y, f

@@ -3,8 +3,8 @@
 The kernel names here are those of :mod:`sklearn_falcon._backends._torch`
 (same semantics, without the batch dimension); ``apply_moves_dense``,
 ``candidate_stats_*``, the row-by-row CSR iteration (:mod:`._csr`) and the
-``local_move_sweep_*`` polish and the FM searches (:mod:`._fm`) exist only
-here.
+``local_move_sweep_*`` polish, the FM searches (:mod:`._fm`) and the flow
+networks (:mod:`._flow`) exist only here.
 """
 
 from ._csr import (
@@ -15,6 +15,7 @@ from ._csr import (
     row_choices,
     threshold_step,
 )
+from ._flow import flow_corridor, flow_network, move_nodes_csr
 from ._fm import boundary_nodes_csr, fm_round_csr
 from ._kernels import (
     apply_moves_dense,
@@ -42,11 +43,14 @@ __all__ = [
     "cluster_stats_csr",
     "cluster_weights_csr",
     "cluster_weights_dense",
+    "flow_corridor",
+    "flow_network",
     "fm_round_csr",
     "label_dtype",
     "local_move_sweep_csr",
     "local_move_sweep_dense",
     "local_move_sweep_rows",
+    "move_nodes_csr",
     "objective",
     "own_cluster_weights_csr",
     "proximal_step",

@@ -1,0 +1,169 @@
+"""Flow networks for the pairwise max-flow refinement (Numba).
+
+The FM searches (:mod:`._fm`) move strips of a boundary one node at a time
+and keep a best prefix; they stop where every prefix loses, as on a mesh
+whose boundary should run along a different line several rows away.  A
+minimum cut finds the best boundary of two clusters within a whole region at
+once (KaHIP's flow refinement): the nodes of clusters ``a`` and ``b`` within
+a breadth-first *corridor* of their boundary become the nodes of a network,
+the rest of ``a`` is contracted into the source and the rest of ``b`` into
+the sink, and a minimum s-t cut is the lightest boundary between them that
+leaves the nodes outside the corridor where they are.
+
+These kernels build that network and apply its cut; the cut itself is
+solved by :func:`scipy.sparse.csgraph.maximum_flow`
+(:func:`sklearn_falcon._inits._flow.flow_refine` drives them).  Sequential
+by nature, they have no torch twin.  Conventions as in :mod:`._kernels`.
+"""
+
+import numpy as np
+
+from ..._jit import jit as _jit
+from ._polish import _move_stats
+
+__all__ = ["flow_corridor", "flow_network", "move_nodes_csr"]
+
+
+@_jit
+def flow_corridor(indptr, indices, degrees, labels, a, b, max_vol_a, max_vol_b, loc):
+    """The corridor of the boundary of clusters ``a`` and ``b``.
+
+    A breadth-first search within ``a`` from its nodes with a neighbour in
+    ``b`` takes nodes, nearest the boundary first, while their degrees sum
+    to at most ``max_vol_a``; the same within ``b``.  ``loc`` (int64, of
+    shape ``(n,)``, all -1) receives the nodes' positions in the corridor;
+    the caller sets them back to -1.
+
+    Returns
+    -------
+    nodes : int64 ndarray
+        The corridor's nodes of ``a``, then those of ``b``.
+    n_a : int
+        How many are of ``a``.
+    """
+    n = labels.shape[0]
+    nodes = np.empty(n, dtype=np.int64)  # used up to the corridor's size
+    m = 0
+    n_a = 0
+    for side in range(2):
+        own = a if side == 0 else b
+        other = b if side == 0 else a
+        cap = max_vol_a if side == 0 else max_vol_b
+        start = m
+        # seeds: the nodes of `own` with a neighbour in `other`, in order
+        for i in range(n):
+            if labels[i] != own or loc[i] >= 0:
+                continue
+            for p in range(indptr[i], indptr[i + 1]):
+                if labels[indices[p]] == other:
+                    loc[i] = m
+                    nodes[m] = i
+                    m += 1
+                    break
+        # breadth-first from them, within `own`, while the volume allows
+        vol = 0.0
+        head = start
+        while head < m:
+            i = nodes[head]
+            if vol + degrees[i] > cap:
+                break
+            vol += degrees[i]
+            head += 1
+            for p in range(indptr[i], indptr[i + 1]):
+                j = indices[p]
+                if labels[j] == own and loc[j] < 0:
+                    loc[j] = m
+                    nodes[m] = j
+                    m += 1
+        # nodes queued but not taken leave the corridor
+        for t in range(head, m):
+            loc[nodes[t]] = -1
+        m = head
+        if side == 0:
+            n_a = m
+    return nodes[:m].copy(), n_a
+
+
+@_jit
+def flow_network(indptr, indices, data, labels, nodes, loc, a, b):
+    """The edges of the flow network of a corridor.
+
+    Corridor node ``t`` (``nodes[t]``, with ``loc[nodes[t]] == t``) is node
+    ``t`` of the network, the source is ``m = len(nodes)`` and the sink
+    ``m + 1``.  An edge between two corridor nodes keeps its weight (both
+    directions are listed, from both rows); a corridor node's weights to
+    the rest of ``a`` join it to the source, to the rest of ``b`` to the
+    sink.  Weights to other clusters are cut whichever side the node takes,
+    and self-loops are never cut: both are left out.
+
+    Returns
+    -------
+    rows, cols : int64 ndarrays
+    weights : float64 ndarray
+    """
+    m = nodes.shape[0]
+    count = 0
+    for t in range(m):
+        i = nodes[t]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j != i and (loc[j] >= 0 or labels[j] == a or labels[j] == b):
+                count += 1
+    rows = np.empty(count, dtype=np.int64)
+    cols = np.empty(count, dtype=np.int64)
+    weights = np.empty(count, dtype=np.float64)
+    c = 0
+    for t in range(m):
+        i = nodes[t]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j == i:
+                continue
+            if loc[j] >= 0:
+                rows[c] = t
+                cols[c] = loc[j]
+            elif labels[j] == a:
+                rows[c] = m
+                cols[c] = t
+            elif labels[j] == b:
+                rows[c] = t
+                cols[c] = m + 1
+            else:
+                continue
+            weights[c] = data[p]
+            c += 1
+    return rows, cols, weights
+
+
+@_jit
+def move_nodes_csr(indptr, indices, data, degrees, labels, nodes, new_labels, vol,
+                   assoc):
+    """Move ``nodes[t]`` to ``new_labels[t]``, one at a time, updating
+    ``labels``, ``vol`` and ``assoc`` in place exactly (each node's weights
+    to its old and new cluster summed from its row with the labels as
+    updated so far).  Returns the number of nodes whose label changed."""
+    K = vol.shape[0]
+    counts = np.zeros(K, dtype=np.int64)  # _move_stats keeps sizes: unused here
+    moved = 0
+    for t in range(nodes.shape[0]):
+        i = nodes[t]
+        a = labels[i]
+        b = new_labels[t]
+        if a == b:
+            continue
+        w_a = 0.0
+        w_b = 0.0
+        wii = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j == i:
+                wii += data[p]
+            elif labels[j] == a:
+                w_a += data[p]
+            elif labels[j] == b:
+                w_b += data[p]
+        # _move_stats takes the weights with the self-loop included
+        _move_stats(i, a, b, degrees[i], wii, w_a + wii, w_b, vol, assoc, labels,
+                    counts)
+        moved += 1
+    return moved

@@ -1,0 +1,154 @@
+"""The pairwise max-flow refinement (``_inits/_flow.py`` and its kernels in
+``_backends/_numba/_flow.py``) and its use in the multilevel start."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from shared import random_graph as _graph
+
+from sklearn_falcon._backends._numba import (flow_corridor, flow_network,
+                                             move_nodes_csr)
+from sklearn_falcon._inits import _flow, _moves, _multilevel
+from sklearn_falcon._solver import SolverOptions
+from sklearn_falcon._stats import cluster_statistics, objective_of
+
+
+def _f(W, y, K):
+    return objective_of(*cluster_statistics(W, y, K))
+
+
+def _grid(rows, cols, weight=None, seed=0):
+    """A 4-neighbour grid; ``weight(r, c, r2, c2)`` gives an edge's weight
+    (uniform in [0.1, 1] when None)."""
+    rng = np.random.default_rng(seed)
+    idx = np.arange(rows * cols).reshape(rows, cols)
+    a = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel()]
+    b = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel()]
+    if weight is None:
+        w = rng.uniform(0.1, 1.0, size=a.size)
+    else:
+        w = np.array([weight(i // cols, i % cols, j // cols, j % cols)
+                      for i, j in zip(a, b)], dtype=np.float64)
+    U = sp.coo_matrix((w, (a, b)), shape=(rows * cols,) * 2)
+    W = (U + U.T).tocsr()
+    W.sort_indices()
+    return W
+
+
+def _degrees(W):
+    return np.asarray(W.sum(1), dtype=np.float64).ravel()
+
+
+def test_corridor_takes_the_nearest_nodes_within_the_volume():
+    # a 4 x 10 grid cut between columns 4 and 5: the corridor of a holds
+    # whole columns from the boundary outwards while their volume allows
+    W = _grid(4, 10, weight=lambda *e: 1.0)
+    d = _degrees(W)
+    y = (np.arange(40) % 10 >= 5).astype(np.int64)
+    loc = np.full(40, -1, dtype=np.int64)
+    col_vol = d.reshape(4, 10).sum(0)  # 14 per inner column
+    nodes, n_a = flow_corridor(W.indptr, W.indices, d, y, 0, 1,
+                               col_vol[3:5].sum(), col_vol[5], loc)
+    assert sorted(np.arange(40)[nodes[:n_a]] % 10) == [3] * 4 + [4] * 4
+    assert sorted(nodes[n_a:] % 10) == [5] * 4
+    assert (loc[nodes] == np.arange(nodes.size)).all()
+    loc[nodes] = -1
+    assert (loc == -1).all()
+    # no room: no nodes; the boundary nodes alone if they fit
+    nodes, n_a = flow_corridor(W.indptr, W.indices, d, y, 0, 1, 0.0, 0.0, loc)
+    assert nodes.size == 0 and n_a == 0 and (loc == -1).all()
+
+
+def test_network_joins_the_rest_of_each_cluster_to_its_terminal():
+    # path 0-1-2-3-4 plus node 5 (a third cluster) tied to 2, and a self-loop
+    W = sp.lil_matrix((6, 6))
+    for i, j, w in [(0, 1, 1.0), (1, 2, 2.0), (2, 3, 3.0), (3, 4, 4.0), (2, 5, 5.0)]:
+        W[i, j] = W[j, i] = w
+    W[2, 2] = 7.0
+    W = W.tocsr()
+    W.sort_indices()
+    y = np.array([0, 0, 0, 1, 1, 2])
+    loc = np.full(6, -1, dtype=np.int64)
+    nodes = np.array([1, 2, 3])  # the corridor: 1, 2 of a, 3 of b
+    loc[nodes] = np.arange(3)
+    r, c, w = flow_network(W.indptr, W.indices, W.data, y, nodes, loc, 0, 1)
+    edges = sorted(zip(r.tolist(), c.tolist(), w.tolist()))
+    s, t = 3, 4
+    assert edges == sorted([(s, 0, 1.0), (0, 1, 2.0), (1, 0, 2.0), (1, 2, 3.0),
+                            (2, 1, 3.0), (2, t, 4.0)])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_moves_keep_exact_statistics(seed):
+    rng = np.random.default_rng(seed)
+    K = 4
+    _, W = _graph(60, seed=seed, density=0.15, diagonal=rng.random(60))
+    d = _degrees(W)
+    y = rng.integers(K, size=60).astype(np.int64)
+    vol, assoc = (np.array(v) for v in cluster_statistics(W, y, K, d))
+    nodes = rng.choice(60, size=25, replace=False).astype(np.int64)
+    new = rng.integers(K, size=25).astype(np.int64)
+    changed = int((y[nodes] != new).sum())
+    moved = move_nodes_csr(W.indptr, W.indices, W.data, d, y, nodes, new, vol, assoc)
+    assert (y[nodes] == new).all() and moved == changed
+    vol2, assoc2 = cluster_statistics(W, y, K, d)
+    np.testing.assert_allclose(vol, vol2, rtol=1e-12)
+    np.testing.assert_allclose(assoc, assoc2, rtol=1e-10, atol=1e-12)
+
+
+def test_flow_finds_a_light_cut_beyond_the_reach_of_local_moves():
+    # a 12 x 24 grid of unit weights with a light column of edges (0.05)
+    # between columns 13 and 14: the best 2-way cut; start cut at column 7
+    light = lambda r, c, r2, c2: 0.05 if {c, c2} == {13, 14} else 1.0  # noqa: E731
+    W = _grid(12, 24, weight=light)
+    d = _degrees(W)
+    y0 = (np.arange(12 * 24) % 24 >= 7).astype(np.int64)
+    y0, f0 = _moves.refine(W, d, y0, 2, SolverOptions())
+    keep = y0.copy()
+    y, f = _flow.flow_refine(W, d, y0, 2)
+    np.testing.assert_array_equal(y0, keep)  # the input is left alone
+    assert f > f0 and f == pytest.approx(_f(W, y, 2), rel=1e-12)
+    best = (np.arange(12 * 24) % 24 >= 14).astype(np.int64)
+    assert (y == best).all() or (y == 1 - best).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flow_never_lowers_f_nor_empties_a_cluster(seed):
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(2, 6))
+    W = _grid(15, 15, seed=seed)
+    d = _degrees(W)
+    y0 = rng.integers(K, size=225).astype(np.int64)
+    y0[:K] = np.arange(K)
+    f0 = _f(W, y0, K)
+    y, f = _flow.flow_refine(W, d, y0, K, fractions=(1.0, 0.5, 0.1),
+                             max_rounds=3)
+    assert f >= f0 and f == pytest.approx(_f(W, y, K), rel=1e-12)
+    assert np.bincount(y, minlength=K).min() > 0
+
+
+def test_flow_leaves_a_partition_it_cannot_improve():
+    W = _grid(10, 10, weight=lambda *e: 1.0)
+    d = _degrees(W)
+    y0 = (np.arange(100) % 10 >= 5).astype(np.int64)  # the best cut
+    y, f = _flow.flow_refine(W, d, y0, 2)
+    np.testing.assert_array_equal(y, y0)
+    assert f == pytest.approx(_f(W, y0, 2), rel=1e-12)
+
+
+def test_multilevel_flows_lower_the_ncut_of_a_mesh():
+    # the multilevel start with the flows against the same without, on a
+    # weighted grid of the benchmark's kind (grid2d-60x60-w-K4)
+    from benchmarks.families import grid_graph
+
+    W = sp.csr_matrix(grid_graph((60, 60), True, 0))
+    d = _degrees(W)
+    off = dataclasses.replace(_multilevel.SPARSE, flow_rounds=0)
+    _, f0 = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
+                                          effort=off)
+    y1, f1 = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0))
+    assert f1 > f0 + 2e-4  # 5e-4 here: NCut 0.0521 -> 0.0516
+    assert f1 == pytest.approx(_f(W, y1, 4))
+    assert _multilevel.DENSE.flow_rounds == 0  # dense (token) graphs: no flows
