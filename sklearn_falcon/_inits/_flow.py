@@ -64,7 +64,7 @@ def flow_refine(W, degrees, labels, n_clusters, *, fractions=(0.5, 0.25, 0.125),
     """Rounds of pairwise max-flow refinement, until a round raises ``f`` by
     less than a relative 1e-9 or ``max_rounds``.  After the first round a
     pair is tried again only when one of its clusters has changed since its
-    last try.
+    last try (by its own cut or another pair's).
 
     Parameters
     ----------
@@ -118,8 +118,9 @@ def flow_refine(W, degrees, labels, n_clusters, *, fractions=(0.5, 0.25, 0.125),
     loc = np.full(y.shape[0], -1, dtype=np.int64)
     budget = max_work * max(G.nnz, 1)
     # a pair is tried again only once one of its clusters has changed since
-    # its last try: `changed[k]` counts the moves accepted up to cluster k's
-    # last change, `tried[a, b]` up to the pair's last try
+    # its last try (its own accepted cut included: the boundary has moved):
+    # `changed[k]` counts the cuts accepted up to cluster k's last change,
+    # `tried[a, b]` those accepted before the pair's last try
     n_accepted = 0
     work = 0
     changed = np.zeros(K, dtype=np.int64)
@@ -166,7 +167,7 @@ def flow_refine(W, degrees, labels, n_clusters, *, fractions=(0.5, 0.25, 0.125),
                 counts[a] += shift
                 counts[b] -= shift
                 n_accepted += 1
-                changed[a] = changed[b] = tried[a, b] = n_accepted
+                changed[a] = changed[b] = n_accepted  # this pair too: a new boundary
         if f - f_round <= 1e-9 * abs(f):
             break
     # exact statistics of the final labels (the moves' sums drift by rounding)
