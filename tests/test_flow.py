@@ -152,3 +152,18 @@ def test_multilevel_flows_lower_the_ncut_of_a_mesh():
     assert f1 > f0 + 2e-4  # 5e-4 here: NCut 0.0521 -> 0.0516
     assert f1 == pytest.approx(_f(W, y1, 4))
     assert _multilevel.DENSE.flow_rounds == 0  # dense (token) graphs: no flows
+
+
+@pytest.mark.parametrize("dtype, index", [(np.float32, np.int32), (np.float64, np.int64)])
+def test_flow_takes_other_weight_and_index_types(dtype, index):
+    W = _grid(15, 15, seed=2)
+    d = _degrees(W)
+    y0 = (np.arange(225) % 15 >= 4).astype(np.int64)
+    y, f = _flow.flow_refine(W, d, y0, 2)
+    W2 = W.astype(dtype)
+    W2.indptr, W2.indices = W2.indptr.astype(index), W2.indices.astype(index)
+    y2, f2 = _flow.flow_refine(W2, d, y0, 2)
+    assert f > _f(W, y0, 2)
+    if dtype is np.float64:  # the same weights: the same cuts
+        np.testing.assert_array_equal(y2, y)
+    assert f2 == pytest.approx(f, rel=1e-5)
