@@ -140,8 +140,10 @@ class Effort:
         Flows also on graphs of more than ``large_entries`` entries, where
         the FM gate is open.  Off by default: there the multilevel start
         costs about a microsecond per entry and a maximum flow about as much
-        per entry of its network, so the flows took 1.3-4.9x the start's
-        time on 60,000-pixel graphs (``benchmarks/results/flow_large.md``).
+        per entry of its network, so the fits took 1.8-5.4x the time on
+        60,000-pixel graphs and 2.2-3.6x on the 100k-node kNN, mesh and
+        geometric graphs, for NCuts 0-5 % lower on the pixel graphs and
+        1-11 % on the others (``benchmarks/results/flow_large.md``).
     vcycle_fm_gate : bool
         No V-cycle on a graph of more than ``large_entries`` entries where
         the FM gate has closed (``fm_min_gain``: local searches gained next
