@@ -11,9 +11,10 @@ by side with the default, with METIS in the same run.  The studies:
     row, after one, or never (``fm_min_gain = 0``).  Writes
     ``fm_gate.md`` / ``.json``.
 ``flow``
-    The pairwise max-flow refinement of the final labels, off on large
-    graphs by default, against on where the FM gate is open
-    (``Effort.flow_large``).  Writes ``flow_large.md`` / ``.json``.
+    The pairwise max-flow refinement of the final labels on large graphs:
+    off by default, against light flows where the FM gate is open
+    (``Effort.flow_large``) and against the settings of smaller graphs.
+    Writes ``flow_large.md`` / ``.json``.
 
 Usage::
 
@@ -69,10 +70,17 @@ STUDIES = {
     "flow": {
         "file": "flow_large",
         "title": "Pairwise flows of the multilevel start on large graphs",
-        "variants": {"flows": {"flow_large": True}},
-        "about": "`default` (no pairwise flows on graphs of over 200,000 "
-                 "entries); `flows` (`Effort.flow_large = True`: the max-flow "
-                 "refinement of the final labels where the FM gate is open).",
+        "variants": {"light flows": {"flow_large": True},
+                     "small-graph flows": {"flow_large": True,
+                                           "flow_fractions_large":
+                                           (0.5, 0.25, 0.125, 0.0625),
+                                           "flow_work_large": 4.0}},
+        "about": "`default` (no flows on graphs of over 200,000 entries); "
+                 "`light flows` (`Effort.flow_large = True`: where the FM gate "
+                 "is open, corridors of a quarter of each cluster's volume, "
+                 "networks of at most the graph's entries in all); "
+                 "`small-graph flows` (the settings of smaller graphs: four "
+                 "corridor sizes, 4x the entries).",
     },
 }
 

@@ -167,3 +167,38 @@ def test_flow_takes_other_weight_and_index_types(dtype, index):
     if dtype is np.float64:  # the same weights: the same cuts
         np.testing.assert_array_equal(y2, y)
     assert f2 == pytest.approx(f, rel=1e-5)
+
+
+@pytest.mark.parametrize("flow_large, min_gain, expect", [
+    (False, 0.0, None),        # the default: no flows on a large graph
+    (True, 0.0, "large"),      # light flows where the FM gate is open
+    (True, 1.0, None),         # the FM gate has closed: no flows
+])
+def test_flows_on_large_graphs(monkeypatch, flow_large, min_gain, expect):
+    W = _grid(40, 40, seed=2)
+    d = _degrees(W)
+    calls = []
+    real = _multilevel.flow_refine
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_multilevel, "flow_refine", spy)
+    eff = dataclasses.replace(_multilevel.SPARSE, large_entries=2000,
+                              fm_min_gain=min_gain, fm_gate_levels=1,
+                              flow_large=flow_large)
+    y, f = _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0),
+                                         effort=eff)
+    assert f == pytest.approx(_f(W, y, 4))
+    if expect is None:
+        assert calls == []
+    else:  # with the large graphs' settings
+        assert len(calls) == 1
+        assert calls[0]["fractions"] == eff.flow_fractions_large
+        assert calls[0]["max_work"] == eff.flow_work_large
+    # a small graph (the default large_entries): the small-graph settings
+    calls.clear()
+    _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0))
+    assert [c["fractions"] for c in calls] == [_multilevel.SPARSE.flow_fractions]
+    assert not _multilevel.SPARSE.flow_large

@@ -126,9 +126,8 @@ class Effort:
         graphs, at 1.0-1.5x the time; off by default).
     flow_rounds : int
         Rounds of pairwise max-flow refinement (:func:`._flow.flow_refine`)
-        of the final labels of a graph of at most ``large_entries`` entries
-        (0: none): on meshes, the boundaries that only moving a whole region
-        at once improves.
+        of the final labels (0: none): on meshes, the boundaries that only
+        moving a whole region at once improves.
     flow_fractions : tuple of float
         Corridor sizes tried per pair: each cluster gives at most this
         fraction of its volume.
@@ -138,12 +137,17 @@ class Effort:
         NCuts of 8 at 0.8x the time).
     flow_large : bool
         Flows also on graphs of more than ``large_entries`` entries, where
-        the FM gate is open.  Off by default: there the multilevel start
-        costs about a microsecond per entry and a maximum flow about as much
-        per entry of its network, so the fits took 1.8-5.4x the time on
-        60,000-pixel graphs and 2.2-3.6x on the 100k-node kNN, mesh and
-        geometric graphs, for NCuts 0-5 % lower on the pixel graphs and
-        1-11 % on the others (``benchmarks/results/flow_large.md``).
+        the FM gate is open, with ``flow_fractions_large`` and
+        ``flow_work_large``.  Off by default: there the multilevel start
+        costs about a microsecond per entry, and a maximum flow about as
+        much per entry of its network.  On the large graphs of the peer
+        suite (``benchmarks/results/flow_large.md``) these light flows
+        lowered NCut by 0-2.7 % on 60,000-pixel graphs and by 1.1-9.9 % on
+        100k-node kNN, mesh and geometric graphs, at 1.1-2.5x the fit's
+        time (nothing on SBMs); the small-graph settings gained up to 4 %
+        more, at 1.9-5.5x.
+    flow_fractions_large, flow_work_large
+        ``flow_fractions`` and ``flow_work`` on those graphs.
     vcycle_fm_gate : bool
         No V-cycle on a graph of more than ``large_entries`` entries where
         the FM gate has closed (``fm_min_gain``: local searches gained next
@@ -176,6 +180,8 @@ class Effort:
     flow_fractions: tuple = (0.5, 0.25, 0.125, 0.0625)
     flow_work: float = 4.0
     flow_large: bool = False
+    flow_fractions_large: tuple = (0.25,)
+    flow_work_large: float = 1.0
     vcycle_fm_gate: bool = False
 
 
@@ -500,8 +506,10 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     f, y = max(out, key=lambda c: c[0])
     if eff.flow_rounds and sp.issparse(W) and (
             not large or (eff.flow_large and gate.large)):
-        y, f = flow_refine(W, degrees, y, K, fractions=eff.flow_fractions,
-                           max_rounds=eff.flow_rounds, max_work=eff.flow_work)
+        y, f = flow_refine(
+            W, degrees, y, K, max_rounds=eff.flow_rounds,
+            fractions=eff.flow_fractions_large if large else eff.flow_fractions,
+            max_work=eff.flow_work_large if large else eff.flow_work)
         if verbose:
             log_stage("level", "0 (%d nodes): pairwise flows, f=%.6f", n, f)
     return y, f
