@@ -194,11 +194,48 @@ def test_flows_on_large_graphs(monkeypatch, flow_large, min_gain, expect):
     if expect is None:
         assert calls == []
     else:  # with the large graphs' settings
-        assert len(calls) == 1
-        assert calls[0]["fractions"] == eff.flow_fractions_large
-        assert calls[0]["max_work"] == eff.flow_work_large
+        assert calls and all(c["fractions"] == eff.flow_fractions_large
+                             and c["max_work"] == eff.flow_work_large for c in calls)
     # a small graph (the default large_entries): the small-graph settings
     calls.clear()
     _multilevel.multilevel_labels(W, d, 4, np.random.default_rng(0))
-    assert [c["fractions"] for c in calls] == [_multilevel.SPARSE.flow_fractions]
+    assert calls and all(c["fractions"] == _multilevel.SPARSE.flow_fractions
+                         for c in calls)
     assert not _multilevel.SPARSE.flow_large
+
+
+def test_flows_and_fm_alternate_while_they_gain(monkeypatch):
+    # FM searches follow flows that raised f, then flows again, at most
+    # flow_fm_rounds times; no FM after flows that found nothing
+    W = _grid(30, 30, seed=4)
+    d = _degrees(W)
+    y0 = (np.arange(900) % 30 >= 9).astype(np.int64) + 2 * (np.arange(900) >= 450)
+    y0, f0 = _moves.refine(W, d, y0, 4, SolverOptions())
+    log = []
+    real_fm, real_flow = _multilevel._fm, _multilevel.flow_refine
+
+    def fm(*args, **kwargs):
+        y, f = real_fm(*args, **kwargs)
+        log.append(("fm", f > args[3]))
+        return y, f
+
+    def flow(*args, **kwargs):
+        y, f = real_flow(*args, **kwargs)
+        log.append(("flow", f > _f(W, args[2], 4)))
+        return y, f
+
+    monkeypatch.setattr(_multilevel, "_fm", fm)
+    monkeypatch.setattr(_multilevel, "flow_refine", flow)
+    eff = _multilevel.SPARSE
+    y, f = _multilevel._flows(W, d, y0, f0, 4, np.random.default_rng(0), eff, False,
+                              _multilevel._FMGate())
+    assert f > f0 and f == pytest.approx(_f(W, y, 4))
+    assert log[0] == ("flow", True) and log[1][0] == "fm"
+    assert len(log) <= 1 + 2 * eff.flow_fm_rounds
+    for (kind, gained), nxt in zip(log, log[1:]):  # each step follows a gain
+        assert gained and kind != nxt[0]
+    # flows that find nothing: no FM
+    log.clear()
+    _multilevel._flows(W, d, y, f, 4, np.random.default_rng(0), eff, False,
+                       _multilevel._FMGate())
+    assert log == [("flow", False)]

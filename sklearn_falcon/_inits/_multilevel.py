@@ -128,6 +128,9 @@ class Effort:
         Rounds of pairwise max-flow refinement (:func:`._flow.flow_refine`)
         of the final labels (0: none): on meshes, the boundaries that only
         moving a whole region at once improves.
+    flow_fm_rounds : int
+        After flows that raise ``f``, FM searches from the boundaries they
+        drew, then flows again while both gain, at most this many times.
     flow_fractions : tuple of float
         Corridor sizes tried per pair: each cluster gives at most this
         fraction of its volume.
@@ -177,6 +180,7 @@ class Effort:
     fm_gate_levels: int = 2
     fm_beam: bool = False
     flow_rounds: int = 3
+    flow_fm_rounds: int = 2
     flow_fractions: tuple = (0.5, 0.25, 0.125, 0.0625)
     flow_work: float = 4.0
     flow_large: bool = False
@@ -345,6 +349,31 @@ def _fm(W, degrees, labels, f, n_clusters, rng, effort, gate=None):
     return (y, f2) if f2 > f else (labels, f)
 
 
+def _flows(W, degrees, labels, f, n_clusters, rng, effort, large, gate):
+    """Pairwise flows (:func:`._flow.flow_refine`) and, after flows that
+    raised ``f``, FM searches from the boundaries they drew, alternating
+    while both gain (``effort.flow_fm_rounds`` times at most); returns
+    ``(labels, f)``, never worse."""
+    def flows(y):
+        return flow_refine(
+            W, degrees, y, n_clusters, max_rounds=effort.flow_rounds,
+            fractions=effort.flow_fractions_large if large else effort.flow_fractions,
+            max_work=effort.flow_work_large if large else effort.flow_work)
+
+    best = (labels, f)
+    y, f2 = flows(labels)
+    for _ in range(effort.flow_fm_rounds):
+        if f2 <= best[1]:
+            break
+        best = (y, f2)
+        y, f2 = _fm(W, degrees, y, f2, n_clusters, rng, effort, gate)
+        if f2 <= best[1]:
+            break
+        best = (y, f2)
+        y, f2 = flows(y)
+    return (y, f2) if f2 > best[1] else best
+
+
 def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0,
                release=False, effort=None, gate=None):
     """Project ``labels`` from ``level`` to ``to_level``, refining on every
@@ -506,10 +535,7 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     f, y = max(out, key=lambda c: c[0])
     if eff.flow_rounds and sp.issparse(W) and (
             not large or (eff.flow_large and gate.large)):
-        y, f = flow_refine(
-            W, degrees, y, K, max_rounds=eff.flow_rounds,
-            fractions=eff.flow_fractions_large if large else eff.flow_fractions,
-            max_work=eff.flow_work_large if large else eff.flow_work)
+        y, f = _flows(W, degrees, y, f, K, rng, eff, large, gate)
         if verbose:
             log_stage("level", "0 (%d nodes): pairwise flows, f=%.6f", n, f)
     return y, f
