@@ -145,8 +145,9 @@ def flow_refine(W, degrees, labels, n_clusters, *, fractions=(0.5, 0.25, 0.125),
                                                loc, a, b)
                 loc[nodes] = -1
                 work += rows.shape[0]
-                if n_a == 0 or n_a == nodes.shape[0] or rows.shape[0] == 0:
-                    continue
+                if (n_a == 0 or n_a == nodes.shape[0] or rows.shape[0] == 0
+                        or not wts.max() > 0.0):
+                    continue  # one side empty, or nothing to cut
                 for side_a in _min_cuts(rows, cols, wts, nodes.shape[0]):
                     new = np.where(side_a, a, b)
                     if np.array_equal(new, y[nodes]):

@@ -44,7 +44,7 @@ The FM searches also refine the spectral candidate and the levels of step
    a line of light edges, is a local optimum of single moves and FM
    searches; a minimum cut moves the whole region at once.
 
-How much of 2-5 is done is an :class:`Effort`: ``SPARSE`` for sparse
+How much of 2-6 is done is an :class:`Effort`: ``SPARSE`` for sparse
 graphs, the lighter ``DENSE`` for dense (feature) graphs.
 
 Every step only accepts what raises ``f``, so the labels it returns are at
@@ -136,8 +136,9 @@ class Effort:
         fraction of its volume.
     flow_work : float
         The flows stop once their networks hold this many times the entries
-        of the graph (``benchmarks/results/flow.md``: 4 gave nearly the
-        NCuts of 8 at 0.8x the time).
+        of the graph (in a comparison on the grid, geometric, pixel, LFR
+        and SBM graphs of the peer suite, 4 gave nearly the NCuts of 8 at
+        0.8x the flows' time).
     flow_large : bool
         Flows also on graphs of more than ``large_entries`` entries, where
         the FM gate is open, with ``flow_fractions_large`` and
