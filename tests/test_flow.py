@@ -56,7 +56,7 @@ def test_corridor_takes_the_nearest_nodes_within_the_volume():
     assert (loc[nodes] == np.arange(nodes.size)).all()
     loc[nodes] = -1
     assert (loc == -1).all()
-    # no room: no nodes; the boundary nodes alone if they fit
+    # no room: no nodes, and loc left as it was
     nodes, n_a = flow_corridor(W.indptr, W.indices, d, y, 0, 1, 0.0, 0.0, loc)
     assert nodes.size == 0 and n_a == 0 and (loc == -1).all()
 
