@@ -45,8 +45,8 @@ def _variants(study="fm"):
 
 
 def _fit(ML, effort, W, K, n_init=1, seed=0):
-    """``(ncut_, seconds)`` of the default FalconNCut on ``W`` with the
-    sparse ``Effort`` of its multilevel start set to ``effort``."""
+    """``(ncut_, seconds, labels_)`` of the default FalconNCut on ``W`` with
+    the sparse ``Effort`` of its multilevel start set to ``effort``."""
     from sklearn_falcon import FalconNCut
 
     saved = ML.SPARSE
@@ -60,12 +60,13 @@ def _fit(ML, effort, W, K, n_init=1, seed=0):
             seconds = time.perf_counter() - t0
     finally:
         ML.SPARSE = saved
-    return float(est.ncut_), seconds
+    return float(est.ncut_), seconds, est.labels_
 
 
 def measure(args):
     from benchmarks.families import graph_specs
     from benchmarks.graphs import sbm_graph
+    from benchmarks.peers_report import _ari
 
     peers = {r["graph"]: r for r in
              json.loads((RESULTS / "peers.json").read_text())["rows"]}
@@ -89,6 +90,9 @@ def measure(args):
                "best_ncut": rec["best_ncut"] if rec else None,
                "ncut": {v: runs[v][0][0] for v in variants},
                "seconds": {v: min(r[1] for r in runs[v]) for v in variants}}
+        if g.y_true is not None:  # the ARI of the first round's labels
+            row["ari"] = {v: _ari(g.y_true, runs[v][0][2]) for v in variants}
+            row["best_ari"] = rec["best_ari"] if rec else None
         rows.append(row)
         print(_line(row), flush=True)
     return rows
@@ -172,6 +176,19 @@ def write(rows, meta, out):
               "new/old | old s | time new/old |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [_line(r) for r in rows]
+    truth = [r for r in rows if r.get("ari") and r.get("best_ari") is not None]
+    if truth:
+        ok = {v: sum(r["ari"][v] >= r["best_ari"] - 0.02 for r in truth)
+              for v in ("old", "new")}
+        lines += ["", "### ARI (graphs with a ground truth)", "",
+                  f"Against the ARI of the best-NCut peer recorded in "
+                  f"`peers.json`: ARI at least that minus 0.02 on "
+                  f"{ok['old']}/{len(truth)} graphs (old) and "
+                  f"{ok['new']}/{len(truth)} (new).", "",
+                  "| graph | best peer | its ARI | old ARI | new ARI |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['graph']} | {r['best_peer']} | {r['best_ari']:.4f} | "
+                  f"{r['ari']['old']:.4f} | {r['ari']['new']:.4f} |" for r in truth]
     (out / f"{study}.md").write_text("\n".join(lines) + "\n")
 
 

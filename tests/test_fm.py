@@ -232,6 +232,7 @@ def test_bench_fm_writes_its_tables(tmp_path, study):
     md = (tmp_path / f"{name}.md").read_text()
     assert "| karate-K2 | 34 | 2 |" in md and "| all | 1 |" in md
     assert ("flows" in md) == (study == "flow")
+    assert "| karate-K2 | kahip-fast | 0.8823 |" in md  # its ARI section (truth)
     (tmp_path / f"{name}.md").unlink()
     bench_fm.main(["--rewrite", "--out", str(tmp_path), *pick])
     assert (tmp_path / f"{name}.md").read_text() == md
