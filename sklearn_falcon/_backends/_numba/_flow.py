@@ -19,7 +19,7 @@ by nature, they have no torch twin.  Conventions as in :mod:`._kernels`.
 import numpy as np
 
 from ..._jit import jit as _jit
-from ._polish import _move_stats
+from ._polish import _move_node
 
 __all__ = ["flow_corridor", "flow_network", "move_nodes_csr"]
 
@@ -141,29 +141,15 @@ def move_nodes_csr(indptr, indices, data, degrees, labels, nodes, new_labels, vo
     """Move ``nodes[t]`` to ``new_labels[t]``, one at a time, updating
     ``labels``, ``vol`` and ``assoc`` in place exactly (each node's weights
     to its old and new cluster summed from its row with the labels as
-    updated so far).  Returns the number of nodes whose label changed."""
-    K = vol.shape[0]
-    counts = np.zeros(K, dtype=np.int64)  # _move_stats keeps sizes: unused here
+    updated so far, as the FM searches move a node).  Returns the number of
+    nodes whose label changed."""
+    counts = np.zeros(vol.shape[0], dtype=np.int64)  # kept by _move_node: unused
     moved = 0
     for t in range(nodes.shape[0]):
         i = nodes[t]
-        a = labels[i]
-        b = new_labels[t]
-        if a == b:
+        if labels[i] == new_labels[t]:
             continue
-        w_a = 0.0
-        w_b = 0.0
-        wii = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            if j == i:
-                wii += data[p]
-            elif labels[j] == a:
-                w_a += data[p]
-            elif labels[j] == b:
-                w_b += data[p]
-        # _move_stats takes the weights with the self-loop included
-        _move_stats(i, a, b, degrees[i], wii, w_a + wii, w_b, vol, assoc, labels,
-                    counts)
+        _move_node(i, new_labels[t], indptr, indices, data, degrees, labels, vol,
+                   assoc, counts)
         moved += 1
     return moved

@@ -35,7 +35,7 @@ after a few moves).
 import numpy as np
 
 from ..._jit import jit as _jit
-from ._polish import _assoc_with, _assoc_without, _move_stats
+from ._polish import _assoc_with, _assoc_without, _move_node
 
 __all__ = ["boundary_nodes_csr", "fm_round_csr"]
 
@@ -154,27 +154,6 @@ def _best_target(i, indptr, indices, data, degrees, labels, vol, assoc, wx, seen
     for t in range(nt):
         wx[seen[t]] = 0.0
     return best_g, best_b
-
-
-@_jit(inline=True)
-def _move_node(i, b, indptr, indices, data, degrees, labels, vol, assoc, counts):
-    """Move node ``i`` to cluster ``b``, updating ``vol``, ``assoc`` and
-    ``counts`` exactly from its row."""
-    a = labels[i]
-    wa = 0.0
-    wb = 0.0
-    wii = 0.0
-    for p in range(indptr[i], indptr[i + 1]):
-        j = indices[p]
-        c = labels[j]
-        w = np.float64(data[p])
-        if j == i:
-            wii += w
-        if c == a:
-            wa += w
-        elif c == b:
-            wb += w
-    _move_stats(i, a, b, degrees[i], wii, wa, wb, vol, assoc, labels, counts)
 
 
 @_jit(inline=True)

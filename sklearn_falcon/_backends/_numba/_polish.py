@@ -67,6 +67,27 @@ def _move_stats(i, a, b, di, wii, w_a, w_b, vol, assoc, labels, counts):
 
 
 @_jit(inline=True)
+def _move_node(i, b, indptr, indices, data, degrees, labels, vol, assoc, counts):
+    """Move node ``i`` to cluster ``b``, updating ``vol``, ``assoc`` and
+    ``counts`` exactly from its row."""
+    a = labels[i]
+    wa = 0.0
+    wb = 0.0
+    wii = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        j = indices[p]
+        c = labels[j]
+        w = np.float64(data[p])
+        if j == i:
+            wii += w
+        if c == a:
+            wa += w
+        elif c == b:
+            wb += w
+    _move_stats(i, a, b, degrees[i], wii, wa, wb, vol, assoc, labels, counts)
+
+
+@_jit(inline=True)
 def _cluster_counts(labels, n_clusters):
     counts = np.zeros(n_clusters, dtype=np.int64)
     for i in range(labels.shape[0]):
