@@ -17,7 +17,7 @@ from benchmarks.graphs import blobs_graph, sbm_graph, token_features
 from sklearn_falcon._affinity import cosine_power_affinity
 
 __all__ = ["BACKENDS", "blobs_graph", "dense_token_graph", "noisy", "planted",
-           "random_graph", "tokens"]
+           "random_graph", "spy_on", "tokens"]
 
 _HAS_TORCH = importlib.util.find_spec("torch") is not None
 _HAS_DASK = importlib.util.find_spec("dask") is not None
@@ -79,3 +79,17 @@ def noisy(y, K, frac, seed):
     y0[flip] = rng.integers(K, size=flip.sum())
     y0[:K] = np.arange(K)
     return y0.astype(np.int64)
+
+
+def spy_on(monkeypatch, owner, name, record=lambda args, kwargs: args):
+    """Replace ``owner.name`` for the test by a wrapper that calls it and
+    appends ``record(args, kwargs)`` to the returned list, once per call."""
+    calls = []
+    real = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        calls.append(record(args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from shared import random_graph as _graph
+from shared import spy_on
 
 from sklearn_falcon._backends._numba import (flow_corridor, flow_network,
                                              move_nodes_csr)
@@ -177,14 +178,7 @@ def test_flow_takes_other_weight_and_index_types(dtype, index):
 def test_flows_on_large_graphs(monkeypatch, flow_large, min_gain, expect):
     W = _grid(40, 40, seed=2)
     d = _degrees(W)
-    calls = []
-    real = _multilevel.flow_refine
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_multilevel, "flow_refine", spy)
+    calls = spy_on(monkeypatch, _multilevel, "flow_refine", lambda a, kw: kw)
     eff = dataclasses.replace(_multilevel.SPARSE, large_entries=2000,
                               fm_min_gain=min_gain, fm_gate_levels=1,
                               flow_large=flow_large)

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from shared import planted
+from shared import planted, spy_on
 from shared import random_graph as _graph
 
 from sklearn_falcon._backends._numba import (boundary_nodes_csr, fm_round_csr,
@@ -137,14 +137,7 @@ def test_fm_gate_on_large_levels(monkeypatch, min_gain, gated):
     # level (V-cycles included) gets FM; small levels always do
     W = _grid(40, seed=2)
     d = np.asarray(W.sum(1)).ravel()
-    calls = []
-    real = _multilevel.fm_refine
-
-    def spy(Wl, *args, **kwargs):
-        calls.append(Wl.nnz)
-        return real(Wl, *args, **kwargs)
-
-    monkeypatch.setattr(_multilevel, "fm_refine", spy)
+    calls = spy_on(monkeypatch, _multilevel, "fm_refine", lambda a, kw: a[0].nnz)
     large = 2000
     # one large level (the spectral candidate's) decides here: fm_gate_levels=1
     eff = dataclasses.replace(_multilevel.SPARSE, large_entries=large,
@@ -190,14 +183,7 @@ def test_vcycle_fm_gate(monkeypatch, min_gain, skip, n_cycles):
     # where the FM gate has closed
     W = _grid(40, seed=2)
     d = np.asarray(W.sum(1)).ravel()
-    calls = []
-    real = _multilevel._vcycle
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(_multilevel, "_vcycle", spy)
+    calls = spy_on(monkeypatch, _multilevel, "_vcycle")
     eff = dataclasses.replace(_multilevel.SPARSE, large_entries=2000,
                               fm_min_gain=min_gain, fm_gate_levels=1,
                               vcycle_fm_gate=skip)
