@@ -204,8 +204,10 @@ def mosaic_tables(rows, layers, powers_for):
 POSITION_WEIGHTS = (0.0, 0.3, 0.6, 1.0)
 
 
-def _vit(checkpoint, seed, **kw):
-    """The documented default through the user's path (``kw`` overrides)."""
+def vit_segmenter(checkpoint, seed, **kw):
+    """The documented DINOv2 default through the user's path,
+    ``ImageSegmenter(model=..., checkpoint_path=...)`` (``kw`` overrides);
+    also the GPU check's segmenter."""
     from sklearn_falcon import ImageSegmenter
 
     params = dict(layer=DEFAULT_LAYER, feature=DEFAULT_FEATURE, power=DEFAULT_POWER,
@@ -222,7 +224,7 @@ def position(checkpoint, n_images=16, seeds=(0, 1), weights=POSITION_WEIGHTS):
     from sklearn_falcon import ImageSegmenter
 
     def vit(w, seed):
-        return _vit(checkpoint, seed, smoothing=0.0, position_weight=w)
+        return vit_segmenter(checkpoint, seed, smoothing=0.0, position_weight=w)
 
     header = ["seed", "offline default"] + [f"DINOv2, position_weight={w:g}"
                                              for w in weights]
@@ -263,7 +265,7 @@ def smoothing(checkpoint, n_images=16, seeds=SMOOTHING_SEEDS, configs=SMOOTHING_
     for seed, role in seeds.items():
         data = B.make_mosaics(n_images, size=256, seed=seed)
         row = [mean_miou(ImageSegmenter(random_state=seed), data)]
-        row += [mean_miou(_vit(checkpoint, seed, **kw), data) for _, kw in configs]
+        row += [mean_miou(vit_segmenter(checkpoint, seed, **kw), data) for _, kw in configs]
         for name, v in zip(header[1:], row):
             scores[(seed, name)] = v
         out.append(f"| {seed} ({role}) | " + " | ".join(f"{v:.4f}" for v in row) + " |")
@@ -288,7 +290,7 @@ def speed(checkpoint, repeats=5):
 
     photos = {n: np.asarray(Image.fromarray(getattr(data, n)()[..., :3]).resize(
         (448, 448), Image.BICUBIC)) for n in ("astronaut", "coffee", "chelsea")}
-    vit = _vit(checkpoint, 0).set_params(n_segments=6)
+    vit = vit_segmenter(checkpoint, 0, n_segments=6)
     offline = ImageSegmenter(n_segments=6)
     for seg in (vit, offline):  # warm-up: model load, Numba compilation
         seg.segment(photos["astronaut"])

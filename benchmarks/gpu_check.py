@@ -607,8 +607,6 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
     from PIL import Image
     from skimage import data
 
-    from sklearn_falcon import ImageSegmenter
-
     names = ("astronaut", "coffee", "chelsea")[:n_images]
     photos = [np.asarray(Image.fromarray(getattr(data, n)()[..., :3]).resize(
         (448, 448), Image.BICUBIC)) for n in names]
@@ -617,11 +615,7 @@ def dinov2_section(bench, cuda, checkpoint=None, n_images=3, repeats=3):
         row = dict(device=dev)
         rows.append(row)
         try:
-            seg = ImageSegmenter(model=D.TIMM_NAME, checkpoint_path=str(ck),
-                                 layer=BD.DEFAULT_LAYER, feature=BD.DEFAULT_FEATURE,
-                                 power=BD.DEFAULT_POWER, resolution=BD.RESOLUTION,
-                                 smoothing=BD.DEFAULT_SMOOTHING,
-                                 n_segments=6, device=dev, random_state=0)
+            seg = BD.vit_segmenter(ck, 0, n_segments=6, device=dev)
             seg.segment(photos[0])  # warm-up: weights, JIT, cuDNN, allocator
             whole, vit = [], []
             for _ in range(repeats):
