@@ -214,6 +214,7 @@ def _tolerant_cache_class():
         FunctionCache,
         IndexDataCacheFile,
     )
+    from numba.core.runtime import rtsys
 
     # Numba's locators accept a cache directory only where they can write;
     # a read-only install whose __pycache__ holds a prebuilt cache of the
@@ -254,8 +255,16 @@ def _tolerant_cache_class():
                 source_stamp=stamp)
 
         def load_overload(self, sig, target_context):
+            # Numba refreshes the whole target context before every load,
+            # which the first time imports its NumPy, typed-container and
+            # random implementations (about 0.16 s, a third of a small first
+            # fit with a warm cache).  A cached entry is machine code that
+            # needs only the runtime; a miss compiles, and the compiler
+            # refreshes the context itself.
             try:
-                return super().load_overload(sig, target_context)
+                rtsys.initialize(target_context)
+                with self._guard_against_spurious_io_errors():
+                    return self._load_overload(sig, target_context)
             except Exception as exc:  # a corrupted or foreign file: recompile
                 _warn_once("warned_load",
                            f"sklearn-falcon: unreadable Numba cache entry for "

@@ -104,6 +104,32 @@ print("JSON:" + json.dumps({"f": f, "hits": sum(nk.objective.stats.cache_hits.va
     assert ro["hits"] == 1 and ro["path"] == writable["path"]
 
 
+def test_a_cached_kernel_loads_without_numbas_context_refresh(tmp_path):
+    # A load from the cache skips Numba's target-context refresh (which
+    # imports its NumPy implementations); a compile after it (a signature
+    # not in the cache) still refreshes the context itself and runs.
+    code = r"""
+import json, sys
+import numpy as np
+from sklearn_falcon._backends._numba import _kernels as nk
+f = nk.objective(np.array([2.0, 4.0]), np.array([1.0, 1.0]))
+loaded = 'numba.np.arraymath' in sys.modules
+f32 = None
+if WARM:
+    f32 = float(nk.objective(np.array([2.0, 4.0], np.float32),
+                             np.array([1.0, 1.0], np.float32)))
+print("JSON:" + json.dumps({"f": f, "f32": f32, "loaded": loaded,
+                            "hits": sum(nk.objective.stats.cache_hits.values()),
+                            "misses": sum(nk.objective.stats.cache_misses.values())}))
+"""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    cold = _run(env, code.replace("WARM", "False"))
+    assert (cold["hits"], cold["misses"]) == (0, 1) and cold["loaded"]
+    warm = _run(env, code.replace("WARM", "True"))
+    assert (warm["hits"], warm["misses"]) == (1, 1) and not warm["loaded"]
+    assert warm["f"] == warm["f32"] == cold["f"] == 0.75
+
+
 def test_a_kernel_is_a_plain_function_until_called():
     from sklearn_falcon._solver import _rules
 
