@@ -15,6 +15,11 @@ by side with the default, with METIS in the same run.  The studies:
     off by default, against light flows where the FM gate is open
     (``Effort.flow_large``) and against the settings of smaller graphs.
     Writes ``flow_large.md`` / ``.json``.
+``lp``
+    The coarsening of random graphs: label propagation clustering once a
+    matching keeps most entries (``Effort.lp_shrink``, the default 16)
+    against matchings only and two other cluster sizes.  Writes
+    ``lp_coarsening.md`` / ``.json``.
 
 Usage::
 
@@ -81,6 +86,20 @@ STUDIES = {
                  "networks of at most the graph's entries in all); "
                  "`small-graph flows` (the settings of smaller graphs: four "
                  "corridor sizes, 4x the entries).",
+    },
+    "lp": {
+        "file": "lp_coarsening",
+        "title": "Label propagation coarsening of random graphs",
+        "variants": {"matchings only": {"lp_shrink": 0.0},
+                     "lp_shrink=8": {"lp_shrink": 8.0},
+                     "lp_shrink=32": {"lp_shrink": 32.0}},
+        "about": "`default` (`Effort.lp_shrink = 16`: once a matching keeps "
+                 "over 90 % of its level's entries, the next levels of over "
+                 "200,000 entries are clustered by size-constrained label "
+                 "propagation, each cluster at most 16 times the mean degree "
+                 "in volume); `matchings only` (`lp_shrink = 0`, the "
+                 "coarsening before); `lp_shrink=8` and `lp_shrink=32` "
+                 "(smaller and larger clusters).",
     },
 }
 

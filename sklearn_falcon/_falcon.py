@@ -102,7 +102,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Initial labels:
 
         - ``"multilevel"``: a V-cycle scheme: randomized matching
-          coarsening, many starts on the coarsest graph (random, region
+          coarsening (label propagation clustering on the large levels of
+          random graphs), many starts on the coarsest graph (random, region
           growing, spectral, recursive bisection) improved by split-and-merge
           and pair re-bisection moves, refinement on every level, a spectral
           candidate of a sparse input graph when ``nnz * K <= 2e6``, then

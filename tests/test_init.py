@@ -154,6 +154,106 @@ def test_hierarchy_over_its_budget_contracts_dropped_levels_again():
     np.testing.assert_array_equal(labels[0], labels[1])
 
 
+def _lp_reference(W, d, order, part, max_vol, rounds):
+    """Plain-Python size-constrained label propagation (``cluster_csr``)."""
+    n = W.shape[0]
+    cl = list(range(n))
+    vol = list(d)
+    for _ in range(rounds):
+        moved = 0
+        for u in order:
+            rating = {}
+            for q in range(W.indptr[u], W.indptr[u + 1]):
+                v = W.indices[q]
+                if v != u and part[v] == part[u]:
+                    rating[cl[v]] = rating.get(cl[v], 0.0) + W.data[q]
+            best, best_w = cl[u], rating.get(cl[u], 0.0)
+            for c, w in rating.items():  # first appearance wins a tie
+                if c != cl[u] and w > best_w and vol[c] + d[u] <= max_vol:
+                    best, best_w = c, w
+            if best != cl[u]:
+                vol[cl[u]] -= d[u]
+                vol[best] += d[u]
+                cl[u] = best
+                moved += 1
+        if not moved:
+            break
+    ids = {}
+    return len(set(cl)), np.array([ids.setdefault(c, len(ids)) for c in cl])
+
+
+@pytest.mark.parametrize("max_vol", [3.0, 8.0, np.inf])
+def test_label_propagation_matches_a_plain_reference(max_vol):
+    _, W = _graph(80, seed=3, density=0.1)
+    d = np.asarray(W.sum(1)).ravel()
+    rng = np.random.default_rng(0)
+    part = rng.integers(0, 2, 80)
+    for rounds in (1, 3):
+        order = rng.permutation(80)
+        nc, m = _coarsen.cluster_csr(W.indptr, W.indices, W.data, d, order, part,
+                                     max_vol, rounds)
+        ref_nc, ref = _lp_reference(W, d, order, part, max_vol, rounds)
+        assert nc == ref_nc
+        np.testing.assert_array_equal(m, ref)
+        vol = np.bincount(m, weights=d)
+        big = np.bincount(m) > 1
+        assert (vol[big] <= max_vol + 1e-12).all()  # the cap holds
+        for c in range(nc):  # one part per cluster
+            assert np.unique(part[m == c]).size == 1
+
+
+def _grid(side):
+    """A 4-neighbour grid graph (a mesh: a matching keeps about half its
+    entries per level)."""
+    idx = np.arange(side * side).reshape(side, side)
+    r = np.concatenate([idx[:, :-1].ravel(), idx[:-1].ravel()])
+    c = np.concatenate([idx[:, 1:].ravel(), idx[1:].ravel()])
+    W = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(side * side,) * 2)
+    return (W + W.T).tocsr()
+
+
+def test_hierarchy_clusters_random_graphs_and_keeps_matchings_on_meshes():
+    # every level counts as large here (large_entries=0): the SBM, whose
+    # first matching keeps over 90 % of its entries, is then clustered by
+    # label propagation, and needs fewer levels; the grid keeps matchings
+    # (the same hierarchy as without label propagation)
+    W, y = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    kw = dict(large_entries=0, budget=np.inf)
+    lp = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=16.0, **kw)
+    mt = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=0.0, **kw)
+    assert len(lp.sizes) < len(mt.sizes)
+    assert lp.sizes[-1] >= 6
+    assert lp.sizes[1] == mt.sizes[1]  # the first level is a matching
+    assert lp.sizes[2] < mt.sizes[2] / 2
+    # the levels within a partition (a V-cycle's) represent it exactly
+    H = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), part=y,
+                              shrink=16.0, **kw)
+    assert len(H.sizes) < len(mt.sizes)
+    for lv in range(1, len(H.sizes)):
+        np.testing.assert_array_equal(H.project(H.parts[lv], lv), y)
+        assert _f(H.level(lv)[0], H.parts[lv], 6) == pytest.approx(_f(W, y, 6),
+                                                                   rel=1e-10)
+    G = _grid(60)
+    dg = np.asarray(G.sum(1)).ravel()
+    a = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=16.0, **kw)
+    b = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=0.0, **kw)
+    assert a.sizes == b.sizes
+
+
+def test_multilevel_with_label_propagation_recovers_a_planted_partition():
+    # (the planted labels are not quite optimal: both starts end above them)
+    W, y = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    for shrink in (0.0, 16.0):
+        eff = _multilevel.Effort(large_entries=0, lp_shrink=shrink)
+        labels, f = _multilevel.multilevel_labels(W, d, 6, np.random.default_rng(1),
+                                                  effort=eff)
+        assert adjusted_rand_score(y, labels) > 0.99
+        assert f >= _f(W, y, 6)
+        assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
+
+
 def test_sweep_is_the_best_prefix_split():
     W, S = _graph(n=25, seed=8, density=0.4, diagonal=0.2)
     d = W.sum(1) + np.random.default_rng(0).random(25)  # external degree

@@ -18,6 +18,13 @@ projected labelling is preserved exactly).
 ``part`` restricts the matching to pairs with the same label: the
 coarsening of a V-cycle, whose every level represents the current
 partition.
+
+On a random graph a matching keeps most entries (every pair of matched
+nodes has its own neighbours), so a level costs about what the level below
+it did.  There a level can be a **label propagation clustering** instead
+(:func:`cluster_csr`, the coarsening of KaMinPar): each node joins the
+neighbouring cluster it is most heavily connected to, under a cap on the
+cluster's volume, which shrinks a level several times at once.
 """
 
 import numpy as np
@@ -26,8 +33,11 @@ import scipy.sparse as sp
 from .._backends._numba._kernels import _add_rows_by_label
 from .._jit import jit as _jit
 
-__all__ = ["coarsen", "coarsen_csr", "coarsen_dense", "contract", "match_csr",
-           "match_dense"]
+__all__ = ["cluster_csr", "coarsen", "coarsen_csr", "coarsen_dense", "contract",
+           "match_csr", "match_dense"]
+
+LP_ROUNDS = 2  # rounds of label propagation of a clustering level
+LP_BLOCK = 4096  # its visiting order: blocks of this many consecutive nodes
 
 
 @_jit(inline=True)
@@ -145,6 +155,88 @@ def match_csr(indptr, indices, data, degrees, order, part, alpha):
 
 
 @_jit
+def cluster_csr(indptr, indices, data, degrees, order, part, max_vol, rounds):
+    """Size-constrained label propagation of a CSR graph (the clustering
+    coarsening of KaMinPar and Mt-KaHyPar).
+
+    Every node starts alone.  In each round the nodes are visited in
+    ``order``, and a node joins the neighbouring cluster it is most heavily
+    connected to (by the sum of its edge weights there), when that is more
+    than its weight to its own cluster and the cluster's volume stays at
+    most ``max_vol``.  Rounds stop when no node moves.
+
+    Parameters
+    ----------
+    indptr, indices, data : CSR arrays of the symmetric ``W``.
+    degrees : float64 array of shape (n,)
+    order : int64 array of shape (n,)
+        The visiting order (a permutation).
+    part : int64 array of shape (n,)
+        Only nodes with the same ``part`` share a cluster.
+    max_vol : float
+        Largest volume of a cluster (a node heavier than it stays alone).
+    rounds : int
+        At most this many rounds.
+
+    Returns
+    -------
+    n_coarse : int
+    mapping : int64 array of shape (n,)
+        Cluster of each node, numbered in order of first appearance.
+    """
+    n = indptr.shape[0] - 1
+    cl = np.arange(n)
+    cvol = degrees.copy()
+    rating = np.zeros(n, dtype=np.float64)
+    stamp = np.full(n, -1, dtype=np.int64)
+    touched = np.empty(n, dtype=np.int64)
+    visit = 0
+    for _ in range(rounds):
+        moved = 0
+        for u in order:
+            cu = cl[u]
+            pu = part[u]
+            nt = 0
+            for q in range(indptr[u], indptr[u + 1]):
+                v = indices[q]
+                if v == u or part[v] != pu:
+                    continue
+                c = cl[v]
+                if stamp[c] != visit:
+                    stamp[c] = visit
+                    rating[c] = 0.0
+                    touched[nt] = c
+                    nt += 1
+                rating[c] += data[q]
+            best = cu
+            best_w = rating[cu] if stamp[cu] == visit else 0.0
+            du = degrees[u]
+            for t in range(nt):
+                c = touched[t]
+                if c != cu and rating[c] > best_w and cvol[c] + du <= max_vol:
+                    best = c
+                    best_w = rating[c]
+            visit += 1
+            if best != cu:
+                cvol[cu] -= du
+                cvol[best] += du
+                cl[u] = best
+                moved += 1
+        if moved == 0:
+            break
+    ids = np.full(n, -1, dtype=np.int64)
+    mapping = np.empty(n, dtype=np.int64)
+    n_coarse = 0
+    for u in range(n):
+        c = cl[u]
+        if ids[c] < 0:
+            ids[c] = n_coarse
+            n_coarse += 1
+        mapping[u] = ids[c]
+    return n_coarse, mapping
+
+
+@_jit
 def match_dense(W, degrees, order, part, alpha):
     """Dense twin of :func:`match_csr` (zero entries are not edges): the same
     visits, on rows that hold every node."""
@@ -249,8 +341,9 @@ def coarsen_dense(W, mapping, n_coarse):
     return np.ascontiguousarray(WcT.T).astype(W.dtype)
 
 
-def coarsen(W, degrees, rng, *, part=None, alpha=0.1):
-    """One coarsening level: a randomized matching, then ``P' W P``.
+def coarsen(W, degrees, rng, *, part=None, alpha=0.1, shrink=None, min_nodes=1):
+    """One coarsening level: a randomized matching (or, with ``shrink``, a
+    label propagation clustering), then ``P' W P``.
 
     Parameters
     ----------
@@ -263,6 +356,13 @@ def coarsen(W, degrees, rng, *, part=None, alpha=0.1):
         Labels that the matching must respect (None: any pair).
     alpha : float, default=0.1
         Contraction guard of :func:`match_csr`.
+    shrink : float, default=None
+        A sparse ``W`` is clustered by :func:`cluster_csr` instead, each
+        cluster's volume at most ``shrink`` times the mean degree (at least
+        ``n / shrink`` clusters), in ``LP_ROUNDS`` rounds.
+    min_nodes : int, default=1
+        With ``shrink``: at most ``n / min_nodes`` times the mean degree per
+        cluster, so that about ``min_nodes`` clusters are left at least.
 
     Returns
     -------
@@ -283,11 +383,23 @@ def coarsen(W, degrees, rng, *, part=None, alpha=0.1):
     ([[4.0, 0.0], [0.0, 4.0]], [0, 0, 1, 1])
     """
     n = W.shape[0]
-    order = rng.permutation(n).astype(np.int64)
+    if shrink is not None and sp.issparse(W):
+        # blocks of consecutive nodes in a random order: label propagation
+        # reads its rows (and, on graphs numbered with some locality, their
+        # neighbours) in cache order, 2x faster than a random permutation
+        blocks = rng.permutation(-(-n // LP_BLOCK)) * LP_BLOCK
+        order = (blocks[:, None] + np.arange(LP_BLOCK)).ravel()
+        order = order[order < n].astype(np.int64)
+    else:
+        order = rng.permutation(n).astype(np.int64)
     part = (np.zeros(n, dtype=np.int64) if part is None
             else np.ascontiguousarray(part, dtype=np.int64))
     d = np.ascontiguousarray(degrees, dtype=np.float64)
-    if sp.issparse(W):
+    if sp.issparse(W) and shrink is not None:
+        max_vol = min(float(shrink), n / max(min_nodes, 1)) * float(d.sum()) / max(n, 1)
+        n_comp, mapping = cluster_csr(W.indptr, W.indices, W.data, d, order, part,
+                                      max_vol, LP_ROUNDS)
+    elif sp.issparse(W):
         n_comp, mapping = match_csr(W.indptr, W.indices, W.data, d, order, part,
                                     float(alpha))
     else:

@@ -161,6 +161,17 @@ class Effort:
         the V-cycle on every large graph (``n_vcycles_large=0``) costs up
         to 23 % on pixel graphs and 11 % on random geometric ones
         (``benchmarks/results/vcycle.md``).
+    lp_shrink : float
+        Once a matching keeps more than ``LP_TRIGGER`` (0.9) of its level's
+        entries, the next levels of more than ``large_entries`` stored
+        entries are coarsened by label propagation clustering
+        (:func:`._coarsen.cluster_csr`, KaMinPar's coarsening), each
+        cluster's volume at most this many times the level's mean degree,
+        instead of a matching (0: matchings only).  A matching halves the
+        nodes at best and, on a random graph, keeps most entries: a 1M-node
+        SBM needs 11 levels of 7.5M-9.5M entries each.  On meshes, pixel
+        and kNN graphs a matching keeps about half, and they keep their
+        matchings.
     """
 
     n_starts: int = 8
@@ -188,6 +199,7 @@ class Effort:
     flow_fractions_large: tuple = (0.25,)
     flow_work_large: float = 1.0
     vcycle_fm_gate: bool = False
+    lp_shrink: float = 16.0
 
 
 # Chosen on the benchmark suites (benchmarks/bench_peers.py for sparse
@@ -207,6 +219,10 @@ COARSE_POLISH = 3
 # entries of the coarse levels a hierarchy keeps, in units of the input's
 # (beyond, levels are contracted again when needed; see Hierarchy)
 HIERARCHY_BUDGET = 2.0
+# a matching that keeps more than this share of a level's entries (a random
+# graph: about 0.95 on SBMs, 0.5 on meshes and kNN graphs) switches the
+# next large levels to label propagation clustering (Effort.lp_shrink)
+LP_TRIGGER = 0.9
 
 
 class Hierarchy:
@@ -238,10 +254,18 @@ class Hierarchy:
     budget : float, default=None
         Entries of the coarse levels kept, in units of ``W``'s
         (``HIERARCHY_BUDGET`` when None).
+    shrink : float, default=0.0
+        When positive, once a matching has kept more than ``LP_TRIGGER`` of
+        its level's entries (a random graph), the next sparse levels of more
+        than ``large_entries`` stored entries are coarsened by label
+        propagation clustering with this ``shrink``
+        (:func:`._coarsen.coarsen`) instead of a matching.
+    large_entries : int, default=None
+        See ``shrink`` (``Effort.large_entries`` when None).
     """
 
     def __init__(self, W, degrees, n_clusters, rng, *, coarse_size=None, part=None,
-                 budget=None):
+                 budget=None, shrink=0.0, large_entries=None):
         self.n_clusters = n_clusters
         if coarse_size is None:
             coarse_size = max(COARSE_PER_CLUSTER * n_clusters, 2 * n_clusters)
@@ -251,13 +275,23 @@ class Hierarchy:
         self.maps = []
         self.parts = [None if part is None else np.asarray(part, dtype=np.int64)]
         budget = HIERARCHY_BUDGET if budget is None else budget
+        if large_entries is None:
+            large_entries = SPARSE.large_entries
+        slow = False  # a matching kept most entries: cluster the next levels
         kept, limit = 0, budget * n_entries(W) if sp.issparse(W) else np.inf
         while len(self.maps) < MAX_LEVELS:
             Wl, dl = self._graphs[-1]  # the last level is always kept
             n = Wl.shape[0]
             if n <= coarse_size:
                 break
-            Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1], alpha=ALPHA)
+            lp = None
+            if slow and shrink and sp.issparse(Wl) and n_entries(Wl) > large_entries:
+                lp = shrink
+            Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1], alpha=ALPHA,
+                                      shrink=lp, min_nodes=coarse_size)
+            if lp is not None and Wc.shape[0] > 0.9 * n:
+                Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1],
+                                          alpha=ALPHA)
             if Wc.shape[0] > 0.9 * n:
                 # stalled (guarded edges everywhere): one level without guard
                 Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1],
@@ -265,6 +299,8 @@ class Hierarchy:
             nc = Wc.shape[0]
             if nc < n_clusters or nc > 0.95 * n:
                 break
+            if lp is None and sp.issparse(Wl):
+                slow = slow or n_entries(Wc) > LP_TRIGGER * n_entries(Wl)
             self._graphs.append((Wc, dc))
             self.sizes.append(nc)
             self.maps.append(mapping)
@@ -402,7 +438,8 @@ def _uncoarsen(H, labels, level, n_clusters, rng, options, to_level=0, pairs=0,
 def _vcycle(W, degrees, labels, n_clusters, rng, options, effort, gate=None):
     """One V-cycle from ``labels``: returns ``(labels, f)``, never worse."""
     K = n_clusters
-    H = Hierarchy(W, degrees, K, rng, part=labels)
+    H = Hierarchy(W, degrees, K, rng, part=labels, shrink=effort.lp_shrink,
+                  large_entries=effort.large_entries)
     top = len(H.maps)
     Wc, dc = H.level(top)
     yc, _ = refine(Wc, dc, H.parts[top], K, options)
@@ -457,7 +494,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     n = W.shape[0]
     if K == 1:
         return np.zeros(n, dtype=np.int64), _f(W, degrees, np.zeros(n, np.int64), 1)
-    H = Hierarchy(W, degrees, K, rng)
+    H = Hierarchy(W, degrees, K, rng, shrink=eff.lp_shrink,
+                  large_entries=eff.large_entries)
     top = len(H.maps)
     Wc, dc = H.level(top)
     if verbose:
