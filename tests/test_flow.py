@@ -10,7 +10,7 @@ from shared import random_graph as _graph
 from shared import spy_on
 
 from sklearn_falcon._backends._numba import (flow_corridor, flow_network,
-                                             move_nodes_csr)
+                                             min_cut_sides, move_nodes_csr)
 from sklearn_falcon._inits import _flow, _moves, _multilevel
 from sklearn_falcon._solver import SolverOptions
 from sklearn_falcon._stats import cluster_statistics, objective_of
@@ -79,6 +79,50 @@ def test_network_joins_the_rest_of_each_cluster_to_its_terminal():
     s, t = 3, 4
     assert edges == sorted([(s, 0, 1.0), (0, 1, 2.0), (1, 0, 2.0), (1, 2, 3.0),
                             (2, 1, 3.0), (2, t, 4.0)])
+
+
+def _scipy_cut_sides(rows, cols, cap, n, s, t):
+    """The two extreme minimum cuts by scipy's maximum flow (the reference;
+    the flows used it until min_cut_sides replaced it)."""
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+    G = sp.csr_matrix((cap.astype(np.int32), (rows, cols)), shape=(n, n))
+    G.sum_duplicates()
+    F = maximum_flow(G, s, t, method="dinic").flow
+    R = (G - F).tocsr()
+    R.data[R.data < 0] = 0
+    R.eliminate_zeros()
+    small = np.zeros(n, dtype=bool)
+    small[breadth_first_order(R, s, directed=True,
+                              return_predecessors=False)] = True
+    to_t = np.zeros(n, dtype=bool)
+    to_t[breadth_first_order(R.T.tocsr(), t, directed=True,
+                             return_predecessors=False)] = True
+    return small, ~to_t
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_min_cut_sides_match_scipys_maximum_flow(seed):
+    # random networks with parallel edges, ties (small integer capacities)
+    # and nodes cut off from s or t: both extreme cuts are unique, so they
+    # agree with scipy's whatever paths each finds
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(2, 60))
+    E = int(rng.integers(1, 400))
+    rows, cols = rng.integers(0, m + 2, E), rng.integers(0, m + 2, E)
+    keep = (rows != cols) & (cols != m) & (rows != m + 1)
+    rows, cols = rows[keep].astype(np.int64), cols[keep].astype(np.int64)
+    cap = rng.integers(1, 4 if seed % 2 else 1000, rows.size).astype(np.int64)
+    small, large = min_cut_sides(rows, cols, cap, m + 2, m, m + 1)
+    ref_small, ref_large = _scipy_cut_sides(rows, cols, cap, m + 2, m, m + 1)
+    np.testing.assert_array_equal(small, ref_small)
+    np.testing.assert_array_equal(large, ref_large)
+    assert small[m] and large[m] and not small[m + 1] and not large[m + 1]
+    assert not (small & ~large).any()  # the smallest side within the largest
+    # both are minimum cuts: the capacity leaving each side is the same
+    def cut(side):
+        return cap[side[rows] & ~side[cols]].sum()
+    assert cut(small) == cut(large)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -9,9 +9,9 @@ adjacent clusters ``a`` and ``b``, in decreasing order of the weight
 between them, this builds the flow network of a corridor of their boundary
 (:mod:`.._backends._numba._flow`: breadth-first within each cluster, up to
 a fraction of its volume; the rest of ``a`` is the source, the rest of
-``b`` the sink) and solves a minimum s-t cut with
-:func:`scipy.sparse.csgraph.maximum_flow` (Dinic, on integer capacities:
-the weights scaled to at most ``2**24``).  Both minimum cuts are tried (the
+``b`` the sink) and solves a minimum s-t cut
+(:func:`.._backends._numba._flow.min_cut_sides`: Dinic, on integer
+capacities: the weights scaled to at most ``2**24``).  Both minimum cuts are tried (the
 source side as small and as large as it can be), for corridors of several
 sizes, and the labels that raise ``f`` most are kept.  A cut minimizes the
 weight between ``a`` and ``b``, not ``f``, which also depends on the
@@ -21,15 +21,16 @@ volumes: every candidate is scored by its exact ``f``, and kept only when
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
-from .._backends._numba import flow_corridor, flow_network, move_nodes_csr
+from .._backends._numba import (flow_corridor, flow_network, min_cut_sides,
+                                move_nodes_csr)
 from .._stats import cluster_pair_weights, cluster_statistics, objective_of
 
 __all__ = ["flow_refine"]
 
 # integer capacities of the network: weights scaled to at most this, and
-# the flow out of the source to at most _FLOW_MAX (int32 arithmetic)
+# the flow out of the source to at most _FLOW_MAX (as when scipy's int32
+# maximum_flow solved it: the same cuts)
 _CAP_MAX = float(1 << 24)
 _FLOW_MAX = float(1 << 30)
 
@@ -38,25 +39,15 @@ def _min_cuts(rows, cols, weights, m):
     """Source sides (boolean over the ``m`` corridor nodes) of the two
     extreme minimum s-t cuts of the network: the smallest (the nodes the
     source reaches in the residual graph) and the largest (all but those
-    that reach the sink)."""
+    that reach the sink); :func:`min_cut_sides` on integer capacities."""
     s, t = m, m + 1
     out_s = weights[rows == s].sum()
     in_t = weights[cols == t].sum()
     total = max(out_s, in_t, 1e-300)
     scale = min(_CAP_MAX / weights.max(), _FLOW_MAX / total)
-    cap = np.maximum(np.rint(weights * scale), 1).astype(np.int32)
-    G = sp.csr_matrix((cap, (rows, cols)), shape=(m + 2, m + 2))
-    G.sum_duplicates()
-    F = maximum_flow(G, s, t, method="dinic").flow
-    R = (G - F).tocsr()  # residual capacities (F holds the reverse flows too)
-    R.data[R.data < 0] = 0
-    R.eliminate_zeros()
-    small = np.zeros(m + 2, dtype=bool)
-    small[breadth_first_order(R, s, directed=True, return_predecessors=False)] = True
-    to_t = np.zeros(m + 2, dtype=bool)
-    to_t[breadth_first_order(R.T.tocsr(), t, directed=True,
-                             return_predecessors=False)] = True
-    return small[:m], ~to_t[:m]
+    cap = np.maximum(np.rint(weights * scale), 1).astype(np.int64)
+    small, large = min_cut_sides(rows, cols, cap, m + 2, s, t)
+    return small[:m], large[:m]
 
 
 def flow_refine(W, degrees, labels, n_clusters, *, fractions=(0.5, 0.25, 0.125),

@@ -15,7 +15,7 @@ from ._csr import (
     row_choices,
     threshold_step,
 )
-from ._flow import flow_corridor, flow_network, move_nodes_csr
+from ._flow import flow_corridor, flow_network, min_cut_sides, move_nodes_csr
 from ._fm import boundary_nodes_csr, fm_round_csr
 from ._kernels import (
     apply_moves_dense,
@@ -45,6 +45,7 @@ __all__ = [
     "cluster_weights_dense",
     "flow_corridor",
     "flow_network",
+    "min_cut_sides",
     "fm_round_csr",
     "label_dtype",
     "local_move_sweep_csr",

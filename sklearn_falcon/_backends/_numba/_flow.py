@@ -10,8 +10,9 @@ the rest of ``a`` is contracted into the source and the rest of ``b`` into
 the sink, and a minimum s-t cut is the lightest boundary between them that
 leaves the nodes outside the corridor where they are.
 
-These kernels build that network and apply its cut; the cut itself is
-solved by :func:`scipy.sparse.csgraph.maximum_flow`
+These kernels build that network, find its two extreme minimum cuts
+(:func:`min_cut_sides`: Dinic's maximum flow, then the residual graph's
+reachability) and apply a cut
 (:func:`sklearn_falcon._inits._flow.flow_refine` drives them).  Sequential
 by nature, they have no torch twin.  Conventions as in :mod:`._kernels`.
 """
@@ -21,7 +22,7 @@ import numpy as np
 from ..._jit import jit as _jit
 from ._polish import _move_node
 
-__all__ = ["flow_corridor", "flow_network", "move_nodes_csr"]
+__all__ = ["flow_corridor", "flow_network", "min_cut_sides", "move_nodes_csr"]
 
 
 @_jit
@@ -153,3 +154,134 @@ def move_nodes_csr(indptr, indices, data, degrees, labels, nodes, new_labels, vo
                    assoc, counts)
         moved += 1
     return moved
+
+
+@_jit
+def min_cut_sides(rows, cols, cap, n_nodes, s, t):
+    """Source sides of the two extreme minimum s-t cuts of a network.
+
+    Dinic's algorithm (breadth-first levels, then augmenting paths along
+    them with a current-arc pointer per node) computes a maximum flow; the
+    smallest minimum cut's source side is then the set of nodes that ``s``
+    reaches in the residual graph, and the largest one's is every node that
+    does not reach ``t``.  Both sets are the same for every maximum flow,
+    so they do not depend on the order in which paths are found (nor on
+    parallel edges being merged).
+
+    Parameters
+    ----------
+    rows, cols : int64 arrays of shape (E,)
+        Directed edges ``rows[e] -> cols[e]`` (parallel edges allowed).
+    cap : int64 array of shape (E,)
+        Their nonnegative integer capacities.
+    n_nodes : int
+        Nodes ``0 .. n_nodes - 1``.
+    s, t : int
+        Source and sink.
+
+    Returns
+    -------
+    small, large : bool arrays of shape (n_nodes,)
+        The source sides (``s`` in both, ``t`` in neither).
+    """
+    E = rows.shape[0]
+    N = n_nodes
+    # arc 2e is edge e, arc 2e + 1 its reverse (twin: a ^ 1), by tail in adj
+    start = np.zeros(N + 1, dtype=np.int64)
+    for e in range(E):
+        start[rows[e] + 1] += 1
+        start[cols[e] + 1] += 1
+    for u in range(N):
+        start[u + 1] += start[u]
+    fill = start[:N].copy()
+    adj = np.empty(2 * E, dtype=np.int64)
+    head = np.empty(2 * E, dtype=np.int64)
+    res = np.empty(2 * E, dtype=np.int64)
+    for e in range(E):
+        u = rows[e]
+        v = cols[e]
+        adj[fill[u]] = 2 * e
+        fill[u] += 1
+        adj[fill[v]] = 2 * e + 1
+        fill[v] += 1
+        head[2 * e] = v
+        res[2 * e] = cap[e]
+        head[2 * e + 1] = u
+        res[2 * e + 1] = 0
+    level = np.empty(N, dtype=np.int64)
+    queue = np.empty(N, dtype=np.int64)
+    it = np.empty(N, dtype=np.int64)
+    path = np.empty(N, dtype=np.int64)
+    while True:
+        level[:] = -1
+        level[s] = 0
+        queue[0] = s
+        qh, qt = 0, 1
+        while qh < qt:
+            u = queue[qh]
+            qh += 1
+            for k in range(start[u], start[u + 1]):
+                a = adj[k]
+                if res[a] > 0 and level[head[a]] < 0:
+                    level[head[a]] = level[u] + 1
+                    queue[qt] = head[a]
+                    qt += 1
+        if level[t] < 0:
+            break
+        it[:] = start[:N]
+        while True:  # augmenting paths of the level graph
+            depth = 0
+            u = s
+            while u != t:
+                advanced = False
+                while it[u] < start[u + 1]:
+                    a = adj[it[u]]
+                    if res[a] > 0 and level[head[a]] == level[u] + 1:
+                        path[depth] = a
+                        depth += 1
+                        u = head[a]
+                        advanced = True
+                        break
+                    it[u] += 1
+                if not advanced:  # a dead end: retreat
+                    level[u] = -1
+                    if depth == 0:
+                        break
+                    depth -= 1
+                    u = head[path[depth] ^ 1]
+                    it[u] += 1
+            if u != t:
+                break
+            b = res[path[0]]
+            for k in range(1, depth):
+                b = min(b, res[path[k]])
+            for k in range(depth):
+                res[path[k]] -= b
+                res[path[k] ^ 1] += b
+    small = np.zeros(N, dtype=np.bool_)
+    small[s] = True
+    queue[0] = s
+    qh, qt = 0, 1
+    while qh < qt:
+        u = queue[qh]
+        qh += 1
+        for k in range(start[u], start[u + 1]):
+            a = adj[k]
+            if res[a] > 0 and not small[head[a]]:
+                small[head[a]] = True
+                queue[qt] = head[a]
+                qt += 1
+    to_t = np.zeros(N, dtype=np.bool_)
+    to_t[t] = True
+    queue[0] = t
+    qh, qt = 0, 1
+    while qh < qt:
+        v = queue[qh]
+        qh += 1
+        for k in range(start[v], start[v + 1]):
+            a = adj[k]  # v -> w; w reaches v along its twin w -> v
+            if res[a ^ 1] > 0 and not to_t[head[a]]:
+                to_t[head[a]] = True
+                queue[qt] = head[a]
+                qt += 1
+    return small, ~to_t
