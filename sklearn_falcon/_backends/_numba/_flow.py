@@ -156,6 +156,28 @@ def move_nodes_csr(indptr, indices, data, degrees, labels, nodes, new_labels, vo
     return moved
 
 
+@_jit(inline=True)
+def _residual_levels(start, adj, head, res, root, twin, queue, level):
+    """Breadth-first levels (-1: unreached) of the nodes that ``root``
+    reaches along arcs of positive residual capacity (``twin=0``), or that
+    reach ``root`` (``twin=1``: arc ``a`` out of ``v`` leads back from
+    ``head[a]`` along its twin ``a ^ 1``)."""
+    level[:] = -1
+    level[root] = 0
+    queue[0] = root
+    qh, qt = 0, 1
+    while qh < qt:
+        u = queue[qh]
+        qh += 1
+        for k in range(start[u], start[u + 1]):
+            a = adj[k]
+            w = head[a]
+            if res[a ^ twin] > 0 and level[w] < 0:
+                level[w] = level[u] + 1
+                queue[qt] = w
+                qt += 1
+
+
 @_jit
 def min_cut_sides(rows, cols, cap, n_nodes, s, t):
     """Source sides of the two extreme minimum s-t cuts of a network.
@@ -213,19 +235,7 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
     it = np.empty(N, dtype=np.int64)
     path = np.empty(N, dtype=np.int64)
     while True:
-        level[:] = -1
-        level[s] = 0
-        queue[0] = s
-        qh, qt = 0, 1
-        while qh < qt:
-            u = queue[qh]
-            qh += 1
-            for k in range(start[u], start[u + 1]):
-                a = adj[k]
-                if res[a] > 0 and level[head[a]] < 0:
-                    level[head[a]] = level[u] + 1
-                    queue[qt] = head[a]
-                    qt += 1
+        _residual_levels(start, adj, head, res, s, 0, queue, level)
         if level[t] < 0:
             break
         it[:] = start[:N]
@@ -258,30 +268,6 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
             for k in range(depth):
                 res[path[k]] -= b
                 res[path[k] ^ 1] += b
-    small = np.zeros(N, dtype=np.bool_)
-    small[s] = True
-    queue[0] = s
-    qh, qt = 0, 1
-    while qh < qt:
-        u = queue[qh]
-        qh += 1
-        for k in range(start[u], start[u + 1]):
-            a = adj[k]
-            if res[a] > 0 and not small[head[a]]:
-                small[head[a]] = True
-                queue[qt] = head[a]
-                qt += 1
-    to_t = np.zeros(N, dtype=np.bool_)
-    to_t[t] = True
-    queue[0] = t
-    qh, qt = 0, 1
-    while qh < qt:
-        v = queue[qh]
-        qh += 1
-        for k in range(start[v], start[v + 1]):
-            a = adj[k]  # v -> w; w reaches v along its twin w -> v
-            if res[a ^ 1] > 0 and not to_t[head[a]]:
-                to_t[head[a]] = True
-                queue[qt] = head[a]
-                qt += 1
-    return small, ~to_t
+    small = level >= 0  # the last search: what s reaches once no path is left
+    _residual_levels(start, adj, head, res, t, 1, queue, level)
+    return small, level < 0
