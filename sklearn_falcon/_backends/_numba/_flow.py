@@ -162,7 +162,8 @@ def _residual_levels(start, adj, head, res, root, twin, queue, level):
     reaches along arcs of positive residual capacity (``twin=0``), or that
     reach ``root`` (``twin=1``: arc ``a`` out of ``v`` leads back from
     ``head[a]`` along its twin ``a ^ 1``)."""
-    level[:] = -1
+    for u in range(level.shape[0]):
+        level[u] = -1
     level[root] = 0
     queue[0] = root
     qh, qt = 0, 1
@@ -215,7 +216,9 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
         start[cols[e] + 1] += 1
     for u in range(N):
         start[u + 1] += start[u]
-    fill = start[:N].copy()
+    fill = np.empty(N, dtype=np.int64)
+    for u in range(N):
+        fill[u] = start[u]
     adj = np.empty(2 * E, dtype=np.int64)
     head = np.empty(2 * E, dtype=np.int64)
     res = np.empty(2 * E, dtype=np.int64)
@@ -238,7 +241,8 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
         _residual_levels(start, adj, head, res, s, 0, queue, level)
         if level[t] < 0:
             break
-        it[:] = start[:N]
+        for u in range(N):
+            it[u] = start[u]
         while True:  # augmenting paths of the level graph
             depth = 0
             u = s
@@ -268,6 +272,11 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
             for k in range(depth):
                 res[path[k]] -= b
                 res[path[k] ^ 1] += b
-    small = level >= 0  # the last search: what s reaches once no path is left
+    small = np.empty(N, dtype=np.bool_)
+    for u in range(N):  # the last search: what s reaches once no path is left
+        small[u] = level[u] >= 0
     _residual_levels(start, adj, head, res, t, 1, queue, level)
-    return small, level < 0
+    large = np.empty(N, dtype=np.bool_)
+    for u in range(N):
+        large[u] = level[u] < 0
+    return small, large
