@@ -145,11 +145,12 @@ class Effort:
         ``flow_work_large``.  Off by default: there the multilevel start
         costs about a microsecond per entry, and a maximum flow about as
         much per entry of its network.  On the large graphs of the peer
-        suite (``benchmarks/results/flow_large.md``) these light flows
-        lowered NCut by 0-2.7 % on 60,000-pixel graphs and by 1.1-9.9 % on
-        100k-node kNN, mesh and geometric graphs, at 1.1-2.5x the fit's
-        time (nothing on SBMs); the small-graph settings gained up to 4 %
-        more, at 1.9-5.5x.
+        suite (``benchmarks/results/flow_large.md``) these light flows,
+        alternating with FM searches (``flow_fm_rounds``), lowered NCut by
+        0-2.7 % on 60,000-pixel graphs and by 1.5-10.9 % on 100k-node kNN,
+        mesh and geometric graphs, at 1.2-3.7x the fit's time (nothing on
+        SBMs); without the alternation, 1.1-9.9 % at 1.4-2.1x; the
+        small-graph settings gained up to 4 % more, at 2.4-11x.
     flow_fractions_large, flow_work_large
         ``flow_fractions`` and ``flow_work`` on those graphs.
     vcycle_fm_gate : bool
