@@ -7,6 +7,8 @@ from shared import dense_token_graph as _dense_token_graph
 from shared import random_graph as _graph
 from threadpoolctl import threadpool_info
 
+from benchmarks.families import grid_graph
+
 from sklearn_falcon import FalconNCut
 from shared import planted
 from sklearn.metrics import adjusted_rand_score
@@ -202,16 +204,6 @@ def test_label_propagation_matches_a_plain_reference(max_vol):
             assert np.unique(part[m == c]).size == 1
 
 
-def _grid(side):
-    """A 4-neighbour grid graph (a mesh: a matching keeps about half its
-    entries per level)."""
-    idx = np.arange(side * side).reshape(side, side)
-    r = np.concatenate([idx[:, :-1].ravel(), idx[:-1].ravel()])
-    c = np.concatenate([idx[:, 1:].ravel(), idx[1:].ravel()])
-    W = sp.coo_matrix((np.ones(r.size), (r, c)), shape=(side * side,) * 2)
-    return (W + W.T).tocsr()
-
-
 def test_hierarchy_clusters_random_graphs_and_keeps_matchings_on_meshes():
     # every level counts as large here (large_entries=0): the SBM, whose
     # first matching keeps over 90 % of its entries, is then clustered by
@@ -234,7 +226,7 @@ def test_hierarchy_clusters_random_graphs_and_keeps_matchings_on_meshes():
         np.testing.assert_array_equal(H.project(H.parts[lv], lv), y)
         assert _f(H.level(lv)[0], H.parts[lv], 6) == pytest.approx(_f(W, y, 6),
                                                                    rel=1e-10)
-    G = _grid(60)
+    G = grid_graph((60, 60))  # a mesh: a matching keeps about half its entries
     dg = np.asarray(G.sum(1)).ravel()
     a = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=16.0, **kw)
     b = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=0.0, **kw)
