@@ -20,6 +20,11 @@ by side with the default, with METIS in the same run.  The studies:
     matching keeps most entries (``Effort.lp_shrink``, the default 16)
     against matchings only and two other cluster sizes.  Writes
     ``lp_coarsening.md`` / ``.json``.
+``beam``
+    The beam of coarse candidates: carried up through the small levels
+    only while these also hold at most ``Effort.beam_max_entries`` entries
+    (the default), or on every level of at most ``Effort.beam_max_nodes``
+    nodes (the rule before).  Writes ``beam_entries.md`` / ``.json``.
 
 Usage::
 
@@ -100,6 +105,17 @@ STUDIES = {
                  "in volume); `matchings only` (`lp_shrink = 0`, the "
                  "coarsening before); `lp_shrink=8` and `lp_shrink=32` "
                  "(smaller and larger clusters).",
+    },
+    "beam": {
+        "file": "beam_entries",
+        "title": "The beam of coarse candidates on levels of many entries",
+        "variants": {"beam by nodes only": {"beam_max_entries": 10**18}},
+        "about": "`default` (all kept coarse candidates go up through the "
+                 "levels of at most `Effort.beam_max_nodes` = 50,000 nodes "
+                 "and `Effort.beam_max_entries` = 1,000,000 stored entries); "
+                 "`beam by nodes only` (the rule before: levels of at most "
+                 "50,000 nodes, whatever their entries; on a 1M-node SBM the "
+                 "levels of 30k and 3k nodes hold 7.8M and 3.8M entries).",
     },
 }
 

@@ -13,7 +13,8 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
 3. **Uncoarsen**: project level by level, refining at every level with the
    solver (proximal steps, then exact single-node moves) and with
    split-and-merge moves that extract whole coarse nodes.  While the levels
-   are small (up to ``Effort.beam_max_nodes`` nodes) all kept candidates go up;
+   are small (up to ``Effort.beam_max_nodes`` nodes and
+   ``Effort.beam_max_entries`` entries) all kept candidates go up;
    above, only the best by ``f`` (``f`` is preserved exactly by
    projection, so they compare fairly).
 4. A **spectral candidate** on graphs where ``nnz * K`` is at most
@@ -85,6 +86,11 @@ class Effort:
         Coarse candidates improved and carried up.
     beam_max_nodes : int
         Above this level size only the best candidate goes up.
+    beam_max_entries : int
+        Nor above this many stored entries: on a random graph the small
+        levels are dense (a 1M-node SBM of mean degree 10 has levels of 30k
+        and 3k nodes with 7.8M and 3.8M entries), and refining every
+        candidate there cost about a tenth of the fit.
     n_vcycles : int
         At most; ``n_vcycles_large`` on graphs of more than ``large_entries``
         stored entries (where a cycle costs a few passes over the graph).
@@ -179,6 +185,7 @@ class Effort:
     starts_times_k: int = 48
     n_keep: int = 4
     beam_max_nodes: int = 50_000
+    beam_max_entries: int = 1_000_000
     n_vcycles: int = 3
     n_vcycles_large: int = 1
     large_entries: int = 200_000
@@ -276,6 +283,7 @@ class Hierarchy:
             coarse_size = max(COARSE_PER_CLUSTER * n_clusters, 2 * n_clusters)
         self._graphs = [(W, degrees)]  # (None, degrees) for a dropped level
         self.sizes = [W.shape[0]]
+        self.entries = [n_entries(W)]  # stored entries of each level
         self._held = None  # (level, graph) of the last level contracted again
         self.maps = []
         self.parts = [None if part is None else np.asarray(part, dtype=np.int64)]
@@ -308,6 +316,7 @@ class Hierarchy:
                 slow = slow or n_entries(Wc) > LP_TRIGGER * n_entries(Wl)
             self._graphs.append((Wc, dc))
             self.sizes.append(nc)
+            self.entries.append(n_entries(Wc))
             self.maps.append(mapping)
             if part is not None:
                 pc = np.empty(nc, dtype=np.int64)
@@ -524,7 +533,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
                   H.sizes[top], len(cands), kept[0][0])
     # carry the candidates up while the levels are small, then the best
     level = top
-    while level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes:
+    while (level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes
+           and H.entries[level - 1] <= eff.beam_max_entries):
         up = []
         for _, i, y in kept:
             y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1,
