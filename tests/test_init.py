@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_info
 from benchmarks.families import grid_graph
 
 from sklearn_falcon import FalconNCut
-from shared import planted
+from shared import planted, spy_on
 from sklearn.metrics import adjusted_rand_score
 
 from sklearn_falcon._inits import INITS, InitContext, _coarsen, _coarsest, _moves
@@ -244,6 +244,27 @@ def test_multilevel_with_label_propagation_recovers_a_planted_partition():
         assert adjusted_rand_score(y, labels) > 0.99
         assert f >= _f(W, y, 6)
         assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
+
+
+def test_beam_stops_at_levels_of_many_entries(monkeypatch):
+    # the kept coarse candidates go up together only through levels of at
+    # most beam_max_nodes nodes *and* beam_max_entries entries (the small
+    # levels of a random graph are dense); labels stay valid and exact
+    W, y = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    beam = spy_on(monkeypatch, _multilevel, "_uncoarsen",
+                  lambda a, kw: "to_level" in kw)  # a step of the beam
+    runs = {}
+    for cap in (10**12, 0):
+        beam.clear()
+        eff = _multilevel.Effort(beam_max_entries=cap)
+        labels, f = _multilevel.multilevel_labels(W, d, 6, np.random.default_rng(1),
+                                                  effort=eff)
+        runs[cap] = sum(beam)
+        assert set(np.unique(labels)) == set(range(6))
+        assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
+        assert adjusted_rand_score(y, labels) > 0.99
+    assert runs[10**12] > 0 and runs[0] == 0
 
 
 def test_sweep_is_the_best_prefix_split():
