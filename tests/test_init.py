@@ -1,5 +1,8 @@
 """The initializations: the registry, coarsening and the choice of starts."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -154,6 +157,34 @@ def test_hierarchy_over_its_budget_contracts_dropped_levels_again():
             labels.append(_multilevel.multilevel_labels(
                 W, d, 6, np.random.default_rng(1))[0])
     np.testing.assert_array_equal(labels[0], labels[1])
+
+
+def test_uncoarsen_lets_go_of_coarser_levels_before_contracting_again(monkeypatch):
+    # the last pass down releases the levels it is done with; a dropped
+    # level contracted again must not find a coarser graph still held (on a
+    # random graph each level holds about as many entries as the input)
+    W, _ = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    monkeypatch.setattr(_multilevel, "HIERARCHY_BUDGET", 0.5)
+    H = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0))
+    top = len(H.maps)
+    refs = {lv: weakref.ref(H._graphs[lv][0]) for lv in range(1, top + 1)
+            if H._graphs[lv][0] is not None}
+    held = []
+    real = _multilevel.contract
+
+    def spy(Wf, df, mapping, n_coarse):
+        gc.collect()
+        out = H.sizes.index(n_coarse)  # the level being contracted again
+        held.append([lv for lv, r in refs.items() if lv > out and r() is not None])
+        return real(Wf, df, mapping, n_coarse)
+
+    monkeypatch.setattr(_multilevel, "contract", spy)
+    y = np.arange(H.sizes[top]) % 6
+    labels, f = _multilevel._uncoarsen(H, y, top, 6, np.random.default_rng(0),
+                                       SolverOptions(), release=True)
+    assert held and not any(held)
+    assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
 
 
 def _lp_reference(W, d, order, part, max_vol, rounds):
