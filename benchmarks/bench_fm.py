@@ -9,6 +9,7 @@ Usage::
     python -m benchmarks.bench_fm --families grid shapes --repeats 3
     python -m benchmarks.bench_fm --rewrite            # tables from fm.json
     python -m benchmarks.bench_fm --study flow         # the max-flow refinement
+    python -m benchmarks.bench_fm --study spectral     # the spectral candidate
 
 The peers are not run again: their NCuts are those of the last
 ``python -m benchmarks.bench_peers`` run (``results/peers.json``).  Both
@@ -34,7 +35,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 # what each study switches off in ``old``; ``new`` is the default
-STUDIES = {"fm": {"fm_stall": 0}, "flow": {"flow_rounds": 0}}
+STUDIES = {"fm": {"fm_stall": 0}, "flow": {"flow_rounds": 0},
+           "spectral": {"spectral_budget": 0}}
 
 
 def _variants(study="fm"):
@@ -129,6 +131,14 @@ _TEXT = {
              "pairwise max-flow refinement of the start's final labels, "
              "`sklearn_falcon/_inits/_flow.py`).",
              "the flows"),
+    "spectral": ("The spectral candidate of the multilevel start",
+                 "`old` = the default FalconNCut without the spectral candidate "
+                 "(`Effort.spectral_budget=0`); `new` = the default (on sparse "
+                 "graphs with `nnz * K <= 2e6`, the coarsest graph's eigenvectors "
+                 "projected, refined by at most 30 LOBPCG iterations on the input "
+                 "graph and discretized, then refined, FM-searched and V-cycled "
+                 "beside the multilevel candidate; the better one is kept).",
+                 "the spectral candidate"),
 }
 
 
