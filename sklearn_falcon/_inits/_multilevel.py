@@ -87,10 +87,10 @@ class Effort:
     beam_max_nodes : int
         Above this level size only the best candidate goes up.
     beam_max_entries : int
-        Nor above this many stored entries: on a random graph the small
-        levels are dense (a 1M-node SBM of mean degree 10 has levels of 30k
-        and 3k nodes with 7.8M and 3.8M entries), and refining every
-        candidate there cost about a tenth of the fit.
+        Nor above this many stored entries: the small levels of a random
+        graph are dense (a 1M-node SBM's 30k- and 3k-node levels hold 7.8M
+        and 3.8M entries; carrying every candidate through them made that
+        fit 1.2x as long, ``benchmarks/results/beam_entries.md``).
     n_vcycles : int
         At most; ``n_vcycles_large`` on graphs of more than ``large_entries``
         stored entries (where a cycle costs a few passes over the graph).
@@ -100,7 +100,9 @@ class Effort:
         Pair re-bisections on levels of at most this many nodes per cluster.
     spectral_budget : int
         A spectral candidate of the input graph when ``nnz * K`` is at most
-        this (0: never).
+        this (0: never).  On the peer suite it cost a median 1.55x the
+        fit's time, for 21 NCuts lower by up to 27 % and 10 higher by at
+        most 2.3 % (``benchmarks/results/spectral.md``).
     fm_stall : int
         FM searches (:func:`._moves.fm_refine`) after the solver on every
         level of the last pass down and of the V-cycles, and on the spectral
@@ -225,10 +227,8 @@ MAX_LEVELS = 64
 # the solver's own max_polish): the next level refines again
 COARSE_POLISH = 3
 # entries of the coarse levels a hierarchy keeps, in units of the input's
-# (beyond, levels are contracted again when needed; see Hierarchy).  1.5
-# rather than 2: on a 1M-node SBM (levels of 9.5M, 8.4M and 7.8M entries
-# from 10M) the fit's peak fell from 3.6x to 2.9x the CSR at the same time;
-# meshes, pixel and kNN graphs (levels that halve) never reach it
+# (beyond, levels are contracted again when needed; see Hierarchy); 1.5,
+# not 2: a 1M-node SBM's fit peak 3.6x -> 2.9x the CSR at the same time
 HIERARCHY_BUDGET = 1.5
 # a matching that keeps more than this share of a level's entries (a random
 # graph: about 0.95 on SBMs, 0.5 on meshes and kNN graphs) switches the
