@@ -23,8 +23,10 @@ by side with the default, with METIS in the same run.  The studies:
 ``beam``
     The beam of coarse candidates: carried up through the small levels
     only while these also hold at most ``Effort.beam_max_entries`` entries
-    (the default), or on every level of at most ``Effort.beam_max_nodes``
-    nodes (the rule before).  Writes ``beam_entries.md`` / ``.json``.
+    (``Effort.beam_max_entries_random`` on random graphs; the default),
+    without the random-graph cap, or on every level of at most
+    ``Effort.beam_max_nodes`` nodes (the rule before).  Writes
+    ``beam_entries.md`` / ``.json``.
 
 Usage::
 
@@ -109,13 +111,19 @@ STUDIES = {
     "beam": {
         "file": "beam_entries",
         "title": "The beam of coarse candidates on levels of many entries",
-        "variants": {"beam by nodes only": {"beam_max_entries": 10**18}},
+        "variants": {"no random-graph cap": {"beam_max_entries_random": 10**18},
+                     "beam by nodes only": {"beam_max_entries": 10**18,
+                                            "beam_max_entries_random": 10**18}},
         "about": "`default` (all kept coarse candidates go up through the "
                  "levels of at most `Effort.beam_max_nodes` = 50,000 nodes "
-                 "and `Effort.beam_max_entries` = 1,000,000 stored entries); "
-                 "`beam by nodes only` (the rule before: levels of at most "
-                 "50,000 nodes, whatever their entries; on a 1M-node SBM the "
-                 "levels of 30k and 3k nodes hold 7.8M and 3.8M entries).",
+                 "and `Effort.beam_max_entries` = 1,000,000 stored entries, "
+                 "and on a random graph, where a matching kept over 90 % of "
+                 "a level's entries, at most `Effort.beam_max_entries_random` "
+                 "= 200,000); `no random-graph cap` (1,000,000 entries on "
+                 "every graph); `beam by nodes only` (the rule before both: "
+                 "levels of at most 50,000 nodes, whatever their entries; on "
+                 "a 1M-node SBM the levels of 30k and 3k nodes hold 7.8M and "
+                 "3.8M entries).",
     },
 }
 

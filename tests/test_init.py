@@ -296,6 +296,16 @@ def test_beam_stops_at_levels_of_many_entries(monkeypatch):
         assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
         assert adjusted_rand_score(y, labels) > 0.99
     assert runs[10**12] > 0 and runs[0] == 0
+    # on a random graph (matchings keep most entries) the cap is the
+    # tighter beam_max_entries_random; a mesh keeps the general one
+    mesh = grid_graph((60, 60))
+    dm = np.asarray(mesh.sum(1)).ravel()
+    for graph, deg, on_mesh in ((W, d, False), (mesh, dm, True)):
+        beam.clear()
+        eff = _multilevel.Effort(beam_max_entries=10**12, beam_max_entries_random=0)
+        _multilevel.multilevel_labels(graph, deg, 6, np.random.default_rng(1),
+                                      effort=eff)
+        assert (sum(beam) > 0) == on_mesh
 
 
 def test_sweep_is_the_best_prefix_split():

@@ -14,9 +14,9 @@ In the spirit of METIS and Graclus, with Falcon as the refinement:
    solver (proximal steps, then exact single-node moves) and with
    split-and-merge moves that extract whole coarse nodes.  While the levels
    are small (up to ``Effort.beam_max_nodes`` nodes and
-   ``Effort.beam_max_entries`` entries) all kept candidates go up;
-   above, only the best by ``f`` (``f`` is preserved exactly by
-   projection, so they compare fairly).
+   ``Effort.beam_max_entries`` entries, fewer on random graphs) all kept
+   candidates go up; above, only the best by ``f`` (``f`` is preserved
+   exactly by projection, so they compare fairly).
 4. A **spectral candidate** on graphs where ``nnz * K`` is at most
    ``Effort.spectral_budget``: the coarsest graph's leading eigenvectors,
    projected, refined by a few LOBPCG iterations on the input graph and
@@ -86,11 +86,12 @@ class Effort:
         Coarse candidates improved and carried up.
     beam_max_nodes : int
         Above this level size only the best candidate goes up.
-    beam_max_entries : int
-        Nor above this many stored entries: the small levels of a random
-        graph are dense (a 1M-node SBM's 30k- and 3k-node levels hold 7.8M
-        and 3.8M entries; carrying every candidate through them made that
-        fit 1.2x as long, ``benchmarks/results/beam_entries.md``).
+    beam_max_entries, beam_max_entries_random : int
+        Nor above this many stored entries; on a random graph (where a
+        matching kept most entries) above the second.  Its small levels are
+        dense (a 1M-node SBM's 30k- and 3k-node levels hold 7.8M and 3.8M
+        entries), and its candidates gain little from the beam there
+        (``benchmarks/results/beam_entries.md``).
     n_vcycles : int
         At most; ``n_vcycles_large`` on graphs of more than ``large_entries``
         stored entries (where a cycle costs a few passes over the graph).
@@ -188,6 +189,7 @@ class Effort:
     n_keep: int = 4
     beam_max_nodes: int = 50_000
     beam_max_entries: int = 1_000_000
+    beam_max_entries_random: int = 200_000
     n_vcycles: int = 3
     n_vcycles_large: int = 1
     large_entries: int = 200_000
@@ -328,6 +330,7 @@ class Hierarchy:
                     and self._graphs[prev][0] is not None:
                 kept -= n_entries(self._graphs[prev][0])
                 self._graphs[prev] = (None, self._graphs[prev][1])
+        self.random = slow  # a matching kept most entries
 
     def level(self, lv):
         """``(W, degrees)`` of level ``lv`` (contracted again if dropped)."""
@@ -533,8 +536,9 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
                   H.sizes[top], len(cands), kept[0][0])
     # carry the candidates up while the levels are small, then the best
     level = top
+    cap = min(eff.beam_max_entries, eff.beam_max_entries_random if H.random else np.inf)
     while (level > 0 and len(kept) > 1 and H.sizes[level - 1] <= eff.beam_max_nodes
-           and H.entries[level - 1] <= eff.beam_max_entries):
+           and H.entries[level - 1] <= cap):
         up = []
         for _, i, y in kept:
             y, f = _uncoarsen(H, y, level, K, rng, opt, to_level=level - 1,
