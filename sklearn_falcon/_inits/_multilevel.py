@@ -314,21 +314,21 @@ class Hierarchy:
             nc = Wc.shape[0]
             if nc < n_clusters or nc > 0.95 * n:
                 break
+            self.entries.append(n_entries(Wc))
             if lp is None and sp.issparse(Wl):
-                slow = slow or n_entries(Wc) > LP_TRIGGER * n_entries(Wl)
+                slow = slow or self.entries[-1] > LP_TRIGGER * self.entries[-2]
             self._graphs.append((Wc, dc))
             self.sizes.append(nc)
-            self.entries.append(n_entries(Wc))
             self.maps.append(mapping)
             if part is not None:
                 pc = np.empty(nc, dtype=np.int64)
                 pc[mapping] = self.parts[-1]
                 self.parts.append(pc)
-            kept += n_entries(Wc)
+            kept += self.entries[-1]
             prev = len(self._graphs) - 2  # drop it if its finer neighbour is kept
             if kept > limit and prev >= 1 and self._graphs[prev - 1][0] is not None \
                     and self._graphs[prev][0] is not None:
-                kept -= n_entries(self._graphs[prev][0])
+                kept -= self.entries[prev]
                 self._graphs[prev] = (None, self._graphs[prev][1])
         self.random = slow  # a matching kept most entries
 
