@@ -11,12 +11,13 @@ between them, this builds the flow network of a corridor of their boundary
 a fraction of its volume; the rest of ``a`` is the source, the rest of
 ``b`` the sink) and solves a minimum s-t cut
 (:func:`.._backends._numba._flow.min_cut_sides`: Dinic, on integer
-capacities: the weights scaled to at most ``2**24``).  Both minimum cuts are tried (the
-source side as small and as large as it can be), for corridors of several
-sizes, and the labels that raise ``f`` most are kept.  A cut minimizes the
-weight between ``a`` and ``b``, not ``f``, which also depends on the
-volumes: every candidate is scored by its exact ``f``, and kept only when
-``f`` rises.  So ``f`` never decreases and no cluster is emptied.
+capacities: the weights scaled to at most ``2**24``).  Both minimum cuts
+are tried (the source side as small and as large as it can be), for
+corridors of several sizes, and the labels that raise ``f`` most are
+kept.  A cut minimizes the weight between ``a`` and ``b``, not ``f``,
+which also depends on the volumes: every candidate is scored by its exact
+``f``, and kept only when ``f`` rises.  So ``f`` never decreases and no
+cluster is emptied.
 """
 
 import numpy as np
