@@ -27,6 +27,13 @@ by side with the default, with METIS in the same run.  The studies:
     without the random-graph cap, or on every level of at most
     ``Effort.beam_max_nodes`` nodes (the rule before).  Writes
     ``beam_entries.md`` / ``.json``.
+``hierarchy``
+    The coarse levels of large random graphs: contracted from the input,
+    one held at a time (``Effort.input_source_entries``, the default on
+    graphs of over 2M entries), against contractions of each level from
+    its finer neighbour (the rule before).  The fit's peak memory is
+    measured in fresh processes by ``python -m benchmarks.bandwidth
+    --child-memory sbm 1000000``.  Writes ``hierarchy.md`` / ``.json``.
 
 Usage::
 
@@ -124,6 +131,20 @@ STUDIES = {
                  "levels of at most 50,000 nodes, whatever their entries; on "
                  "a 1M-node SBM the levels of 30k and 3k nodes hold 7.8M and "
                  "3.8M entries).",
+    },
+    "hierarchy": {
+        "file": "hierarchy",
+        "title": "The coarse levels of large random graphs: from the input",
+        "variants": {"levels from their finer neighbour":
+                     {"input_source_entries": 10**18}},
+        "about": "`default` (on a random graph of over "
+                 "`Effort.input_source_entries` = 2,000,000 entries, a level "
+                 "drawn from a level of over half the input's entries is "
+                 "contracted from the input through the composed maps, and "
+                 "one such level is held at a time); `levels from their finer "
+                 "neighbour` (the rule before: every level contracted from "
+                 "the one below it, up to 1.5x the input's entries kept). "
+                 "The graphs of fewer entries take the same path in both.",
     },
 }
 

@@ -67,16 +67,16 @@ def _batches():
 
 
 def _parallel_kernels():
-    """The parallel kernels of large graphs, and the label propagation that
-    coarsens large random graphs, on small inputs (their types do not
-    depend on the size)."""
+    """The parallel kernels of large graphs, and the label propagation and
+    contractions from the input that coarsen large random graphs, on small
+    inputs (their types do not depend on the size)."""
     import numpy as np
     import scipy.sparse as sp
 
     from ._affinity import clean_csr
     from ._backends._numba import _csr as ncsr
     from ._backends._numba import _kernels as nk
-    from ._inits._coarsen import cluster_csr
+    from ._inits._coarsen import cluster_csr, contract
 
     rng = np.random.default_rng(3)
     n, K = 40, 3
@@ -99,6 +99,7 @@ def _parallel_kernels():
         nk._apply_moves_dense_par(W, labels, new, np.flatnonzero(labels != new), WX)
         nk._argmax_with_inertia_par(WX, d, vol, assoc, labels, 0.0)
         cluster_csr(*args, d, np.arange(n, dtype=np.int64), labels, 4.0, 2)
+        contract(S, d, labels, K, buckets=True)
 
 
 def _dask_blocks():

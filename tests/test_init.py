@@ -17,7 +17,7 @@ from shared import planted, spy_on
 from sklearn.metrics import adjusted_rand_score
 
 from sklearn_falcon._inits import INITS, InitContext, _coarsen, _coarsest, _moves
-from sklearn_falcon._inits import _multilevel, _spectral
+from sklearn_falcon._inits import _hierarchy, _multilevel, _spectral
 from sklearn_falcon._inits import _coarsen as nk
 from sklearn_falcon._solver import SolverOptions
 from sklearn_falcon.metrics import normalized_association
@@ -121,8 +121,8 @@ def test_matching_keeps_a_weakly_attached_pair_whole():
 def test_hierarchy_preserves_f_and_respects_a_partition():
     W, y = planted(800, 4, seed=2)
     d = np.asarray(W.sum(1)).ravel()
-    H = _multilevel.Hierarchy(W, d, 4, np.random.default_rng(0), part=y)
-    assert H.sizes[-1] <= max(_multilevel.COARSE_PER_CLUSTER * 4, 0.9 * H.sizes[-2])
+    H = _hierarchy.Hierarchy(W, d, 4, np.random.default_rng(0), part=y)
+    assert H.sizes[-1] <= max(_hierarchy.COARSE_PER_CLUSTER * 4, 0.9 * H.sizes[-2])
     for lv in range(1, len(H.sizes)):
         # every level represents the partition exactly
         np.testing.assert_array_equal(H.project(H.parts[lv], lv), y)
@@ -136,8 +136,8 @@ def test_hierarchy_over_its_budget_contracts_dropped_levels_again():
     # the same graph, bit for bit; the multilevel labels are the same
     W, _ = planted(3000, 6, seed=4)
     d = np.asarray(W.sum(1)).ravel()
-    full = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), budget=np.inf)
-    lean = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), budget=0.5)
+    full = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), budget=np.inf)
+    lean = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), budget=0.5)
     def n_dropped(H):
         return sum(W is None for W, _ in H._graphs)
 
@@ -153,9 +153,89 @@ def test_hierarchy_over_its_budget_contracts_dropped_levels_again():
     labels = []
     for budget in (np.inf, 0.5):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_multilevel, "HIERARCHY_BUDGET", budget)
+            mp.setattr(_hierarchy, "HIERARCHY_BUDGET", budget)
             labels.append(_multilevel.multilevel_labels(
                 W, d, 6, np.random.default_rng(1))[0])
+    np.testing.assert_array_equal(labels[0], labels[1])
+
+
+def _same_csr(a, b):
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_bucket_contraction_gives_the_same_arrays():
+    # rows read in order, then each coarse row's bucket merged: the same
+    # first-appearance order and the same sums in the same order, bit for
+    # bit (random weights, so that the order of the sums shows)
+    W, _ = planted(2000, 5, seed=3)
+    d = np.asarray(W.sum(1)).ravel()
+    rng = np.random.default_rng(0)
+    for n_coarse in (1, 7, 300, 1999):
+        m = rng.integers(0, n_coarse, W.shape[0])
+        m = np.unique(m, return_inverse=True)[1].astype(np.int64)
+        nc = int(m.max()) + 1
+        plain = _coarsen.contract(W, d, m, nc)
+        bucket = _coarsen.contract(W, d, m, nc, buckets=True)
+        _same_csr(plain[0], bucket[0])
+        np.testing.assert_array_equal(plain[1], bucket[1])
+
+
+def test_random_graph_levels_come_from_the_input_and_hold_one_at_a_time(
+        monkeypatch):
+    # on a large random graph (every graph counts as large here) a level
+    # coarsened from a level of over half the input's entries is contracted
+    # from the input through the composed maps: the same graph as from its
+    # finer neighbour (entries in another order), and the level it was drawn
+    # from is let go first; no budget changes a level or the labels
+    W, _ = planted(3000, 6, seed=4)
+    d = np.asarray(W.sum(1)).ravel()
+    kw = dict(large_entries=0, input_source_entries=0, shrink=16.0)
+    full = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), budget=np.inf,
+                                **kw)
+    assert full.random and 0 in full.sources[2:]
+    for lv in range(2, len(full.sizes)):
+        src = full.sources[lv]
+        assert src in (0, lv - 1)
+        if src == 0:
+            assert full.entries[lv - 1] > _hierarchy.INPUT_SOURCE * full.entries[0]
+            # the same graph as the contraction of its finer neighbour
+            step, _ = _coarsen.contract(*full.level(lv - 1), full.maps[lv - 1],
+                                        full.sizes[lv])
+            assert abs(step - full.level(lv)[0]).max() < 1e-12
+    lean = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), budget=1.5, **kw)
+    assert sum(g is None for g, _ in lean._graphs) >= 2
+    assert lean.sizes == full.sizes and lean.sources == full.sources
+    for lv in range(len(full.sizes)):
+        _same_csr(full.level(lv)[0], lean.level(lv)[0])
+    # while a level is contracted from the input, no other coarse level of
+    # over half the input's entries is alive (building, then going down)
+    refs, alive = [], []
+    real = _hierarchy.contract
+
+    def spy(Wf, df, mapping, n_coarse, buckets=False):
+        gc.collect()
+        if Wf is W:
+            alive.append([r for r in refs if r() is not None
+                          and r().nnz > _hierarchy.INPUT_SOURCE * W.nnz])
+        out = real(Wf, df, mapping, n_coarse, buckets)
+        refs.append(weakref.ref(out[0]))
+        return out
+
+    monkeypatch.setattr(_hierarchy, "contract", spy)
+    H = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), **kw)
+    top = len(H.maps)
+    y = np.arange(H.sizes[top]) % 6
+    labels, f = _multilevel._uncoarsen(H, y, top, 6, np.random.default_rng(0),
+                                       SolverOptions(), release=True)
+    assert len(alive) > 3 and not any(alive)
+    assert f == pytest.approx(_f(W, labels, 6), rel=1e-10)
+    labels = []
+    for budget in (np.inf, 0.5):
+        monkeypatch.setattr(_hierarchy, "HIERARCHY_BUDGET", budget)
+        labels.append(_multilevel.multilevel_labels(
+            W, d, 6, np.random.default_rng(1),
+            effort=_multilevel.Effort(large_entries=0, input_source_entries=0))[0])
     np.testing.assert_array_equal(labels[0], labels[1])
 
 
@@ -165,21 +245,21 @@ def test_uncoarsen_lets_go_of_coarser_levels_before_contracting_again(monkeypatc
     # random graph each level holds about as many entries as the input)
     W, _ = planted(3000, 6, seed=4)
     d = np.asarray(W.sum(1)).ravel()
-    monkeypatch.setattr(_multilevel, "HIERARCHY_BUDGET", 0.5)
-    H = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0))
+    monkeypatch.setattr(_hierarchy, "HIERARCHY_BUDGET", 0.5)
+    H = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0))
     top = len(H.maps)
     refs = {lv: weakref.ref(H._graphs[lv][0]) for lv in range(1, top + 1)
             if H._graphs[lv][0] is not None}
     held = []
-    real = _multilevel.contract
+    real = _hierarchy.contract
 
-    def spy(Wf, df, mapping, n_coarse):
+    def spy(Wf, df, mapping, n_coarse, buckets=False):
         gc.collect()
         out = H.sizes.index(n_coarse)  # the level being contracted again
         held.append([lv for lv, r in refs.items() if lv > out and r() is not None])
-        return real(Wf, df, mapping, n_coarse)
+        return real(Wf, df, mapping, n_coarse, buckets)
 
-    monkeypatch.setattr(_multilevel, "contract", spy)
+    monkeypatch.setattr(_hierarchy, "contract", spy)
     y = np.arange(H.sizes[top]) % 6
     labels, f = _multilevel._uncoarsen(H, y, top, 6, np.random.default_rng(0),
                                        SolverOptions(), release=True)
@@ -243,14 +323,14 @@ def test_hierarchy_clusters_random_graphs_and_keeps_matchings_on_meshes():
     W, y = planted(3000, 6, seed=4)
     d = np.asarray(W.sum(1)).ravel()
     kw = dict(large_entries=0, budget=np.inf)
-    lp = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=16.0, **kw)
-    mt = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=0.0, **kw)
+    lp = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=16.0, **kw)
+    mt = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), shrink=0.0, **kw)
     assert len(lp.sizes) < len(mt.sizes)
     assert lp.sizes[-1] >= 6
     assert lp.sizes[1] == mt.sizes[1]  # the first level is a matching
     assert lp.sizes[2] < mt.sizes[2] / 2
     # the levels within a partition (a V-cycle's) represent it exactly
-    H = _multilevel.Hierarchy(W, d, 6, np.random.default_rng(0), part=y,
+    H = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), part=y,
                               shrink=16.0, **kw)
     assert len(H.sizes) < len(mt.sizes)
     for lv in range(1, len(H.sizes)):
@@ -259,8 +339,8 @@ def test_hierarchy_clusters_random_graphs_and_keeps_matchings_on_meshes():
                                                                    rel=1e-10)
     G = grid_graph((60, 60))  # a mesh: a matching keeps about half its entries
     dg = np.asarray(G.sum(1)).ravel()
-    a = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=16.0, **kw)
-    b = _multilevel.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=0.0, **kw)
+    a = _hierarchy.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=16.0, **kw)
+    b = _hierarchy.Hierarchy(G, dg, 4, np.random.default_rng(0), shrink=0.0, **kw)
     assert a.sizes == b.sizes
 
 

@@ -60,9 +60,9 @@ import scipy.sparse as sp
 from .._log import log_stage
 from .._solver import SolverOptions
 from .._stats import cluster_statistics, n_entries, objective_of
-from ._coarsen import coarsen, contract
 from ._coarsest import coarse_starts
 from ._flow import flow_refine
+from ._hierarchy import INPUT_SOURCE_MIN_ENTRIES, LARGE_ENTRIES, Hierarchy
 from ._moves import fm_refine, pair_rebisection, refine, split_merge
 from ._simple import fill_empty
 from ._spectral import leading_vectors, spectral_embedding_labels
@@ -182,6 +182,14 @@ class Effort:
         SBM needs 11 levels of 7.5M-9.5M entries each.  On meshes, pixel
         and kNN graphs a matching keeps about half, and they keep their
         matchings.
+    input_source_entries : int
+        On a random graph of more stored entries than this, the levels
+        drawn from a level of over half the input's entries are contracted
+        from the input, and only one such level is held at a time
+        (:mod:`._hierarchy`): a 1M-node SBM's fit peaks at 1.95x its CSR
+        size, not 2.85x, in about the same time; 20,000-node SBMs of 300k-
+        400k entries fit up to 1.2x slower that way, and their levels are
+        small.
     """
 
     n_starts: int = 8
@@ -192,7 +200,8 @@ class Effort:
     beam_max_entries_random: int = 200_000
     n_vcycles: int = 3
     n_vcycles_large: int = 1
-    large_entries: int = 200_000
+    large_entries: int = LARGE_ENTRIES
+    input_source_entries: int = INPUT_SOURCE_MIN_ENTRIES
     vcycle_min_gain: float = 1e-4
     pair_per_cluster: int = 60
     spectral_budget: int = 2_000_000
@@ -222,142 +231,9 @@ SPARSE = Effort()
 # the time,
 # and the spectral candidate (meant for meshes) is a dense eigensolve.
 DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0, flow_rounds=0)
-COARSE_PER_CLUSTER = 30  # coarsest graph: about this many nodes per cluster
-ALPHA = 0.1  # contraction guard of the matching (see _coarsen)
-MAX_LEVELS = 64
 # exact-move sweeps per refinement of a coarse level (the finest level gets
 # the solver's own max_polish): the next level refines again
 COARSE_POLISH = 3
-# entries of the coarse levels a hierarchy keeps, in units of the input's
-# (beyond, levels are contracted again when needed; see Hierarchy); 1.5,
-# not 2: a 1M-node SBM's fit peak 3.6x -> 2.9x the CSR at the same time
-HIERARCHY_BUDGET = 1.5
-# a matching that keeps more than this share of a level's entries (a random
-# graph: about 0.95 on SBMs, 0.5 on meshes and kNN graphs) switches the
-# next large levels to label propagation clustering (Effort.lp_shrink)
-LP_TRIGGER = 0.9
-
-
-class Hierarchy:
-    """Coarsening hierarchy of one graph.
-
-    Level 0 is the input graph; ``maps[l]`` maps the nodes of level
-    ``l`` to those of level ``l + 1``.  With ``part``, every matching pairs
-    only nodes of the same label, and ``parts[l]`` is the labelling on
-    level ``l``.  :meth:`level` gives the graph of a level.
-
-    A matching about halves the nodes of a level but, on a random sparse
-    graph, keeps most of its entries, and so does a label propagation level
-    (a 1M-node SBM of mean degree 10 and 10M entries has levels of 9.5M,
-    8.4M and 7.8M entries at 516k, 124k and 30k nodes).  So the
-    coarse levels of a sparse graph are kept up to ``budget`` times the
-    entries of ``W`` in all; beyond, every other new level is dropped and
-    contracted again from its finer neighbour when it is needed (one at a
-    time is held), bit for bit the same graph.
-
-    Parameters
-    ----------
-    W : CSR matrix or ndarray
-    degrees : ndarray
-    n_clusters : int
-    rng : numpy.random.Generator
-        Draws the matching orders.
-    coarse_size : int, default=None
-        Stop at this many nodes (``COARSE_PER_CLUSTER * n_clusters``).
-    part : ndarray, default=None
-    budget : float, default=None
-        Entries of the coarse levels kept, in units of ``W``'s
-        (``HIERARCHY_BUDGET`` when None).
-    shrink : float, default=0.0
-        When positive, once a matching has kept more than ``LP_TRIGGER`` of
-        its level's entries (a random graph), the next sparse levels of more
-        than ``large_entries`` stored entries are coarsened by label
-        propagation clustering with this ``shrink``
-        (:func:`._coarsen.coarsen`) instead of a matching.
-    large_entries : int, default=None
-        See ``shrink`` (``Effort.large_entries`` when None).
-    """
-
-    def __init__(self, W, degrees, n_clusters, rng, *, coarse_size=None, part=None,
-                 budget=None, shrink=0.0, large_entries=None):
-        self.n_clusters = n_clusters
-        if coarse_size is None:
-            coarse_size = max(COARSE_PER_CLUSTER * n_clusters, 2 * n_clusters)
-        self._graphs = [(W, degrees)]  # (None, degrees) for a dropped level
-        self.sizes = [W.shape[0]]
-        self.entries = [n_entries(W)]  # stored entries of each level
-        self._held = None  # (level, graph) of the last level contracted again
-        self.maps = []
-        self.parts = [None if part is None else np.asarray(part, dtype=np.int64)]
-        budget = HIERARCHY_BUDGET if budget is None else budget
-        if large_entries is None:
-            large_entries = SPARSE.large_entries
-        slow = False  # a matching kept most entries: cluster the next levels
-        kept, limit = 0, budget * n_entries(W) if sp.issparse(W) else np.inf
-        while len(self.maps) < MAX_LEVELS:
-            Wl, dl = self._graphs[-1]  # the last level is always kept
-            n = Wl.shape[0]
-            if n <= coarse_size:
-                break
-            lp = None
-            if slow and shrink and sp.issparse(Wl) and n_entries(Wl) > large_entries:
-                lp = shrink
-            Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1], alpha=ALPHA,
-                                      shrink=lp, min_nodes=coarse_size)
-            if lp is not None and Wc.shape[0] > 0.9 * n:
-                Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1],
-                                          alpha=ALPHA)
-            if Wc.shape[0] > 0.9 * n:
-                # stalled (guarded edges everywhere): one level without guard
-                Wc, dc, mapping = coarsen(Wl, dl, rng, part=self.parts[-1],
-                                          alpha=0.0)
-            nc = Wc.shape[0]
-            if nc < n_clusters or nc > 0.95 * n:
-                break
-            self.entries.append(n_entries(Wc))
-            if lp is None and sp.issparse(Wl):
-                slow = slow or self.entries[-1] > LP_TRIGGER * self.entries[-2]
-            self._graphs.append((Wc, dc))
-            self.sizes.append(nc)
-            self.maps.append(mapping)
-            if part is not None:
-                pc = np.empty(nc, dtype=np.int64)
-                pc[mapping] = self.parts[-1]
-                self.parts.append(pc)
-            kept += self.entries[-1]
-            prev = len(self._graphs) - 2  # drop it if its finer neighbour is kept
-            if kept > limit and prev >= 1 and self._graphs[prev - 1][0] is not None \
-                    and self._graphs[prev][0] is not None:
-                kept -= self.entries[prev]
-                self._graphs[prev] = (None, self._graphs[prev][1])
-        self.random = slow  # a matching kept most entries
-
-    def level(self, lv):
-        """``(W, degrees)`` of level ``lv`` (contracted again if dropped)."""
-        Wl, dl = self._graphs[lv]
-        if Wl is not None:
-            return Wl, dl
-        if dl is None:
-            raise RuntimeError(f"level {lv} of the hierarchy was released")
-        if self._held is None or self._held[0] != lv:
-            self._held = None  # free the one held before contracting another
-            Wf, df = self._graphs[lv - 1]
-            self._held = (lv, contract(Wf, df, self.maps[lv - 1], self.sizes[lv])[0])
-        return self._held[1], dl
-
-    def release(self, lv):
-        """Free the graphs of the levels from ``lv`` up (the maps stay: a
-        released level can no longer be refined, only projected through)."""
-        for j in range(max(lv, 1), len(self._graphs)):
-            self._graphs[j] = (None, None)
-        if self._held is not None and self._held[0] >= lv:
-            self._held = None
-
-    def project(self, labels, level, to_level=0):
-        """Labels of ``level`` expressed on ``to_level``."""
-        for lv in range(level - 1, to_level - 1, -1):
-            labels = labels[self.maps[lv]]
-        return labels
 
 
 def _f(W, degrees, labels, n_clusters):
@@ -457,7 +333,8 @@ def _vcycle(W, degrees, labels, n_clusters, rng, options, effort, gate=None):
     """One V-cycle from ``labels``: returns ``(labels, f)``, never worse."""
     K = n_clusters
     H = Hierarchy(W, degrees, K, rng, part=labels, shrink=effort.lp_shrink,
-                  large_entries=effort.large_entries)
+                  large_entries=effort.large_entries,
+                  input_source_entries=effort.input_source_entries)
     top = len(H.maps)
     Wc, dc = H.level(top)
     yc, _ = refine(Wc, dc, H.parts[top], K, options)
@@ -513,7 +390,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     if K == 1:
         return np.zeros(n, dtype=np.int64), _f(W, degrees, np.zeros(n, np.int64), 1)
     H = Hierarchy(W, degrees, K, rng, shrink=eff.lp_shrink,
-                  large_entries=eff.large_entries)
+                  large_entries=eff.large_entries,
+                  input_source_entries=eff.input_source_entries)
     top = len(H.maps)
     Wc, dc = H.level(top)
     if verbose:
