@@ -57,7 +57,7 @@ LP_TRIGGER = 0.9
 INPUT_SOURCE = 0.5
 # ... on inputs of more than this many entries: below, the coarse levels
 # hold a few tens of MB, and contracting each from its finer neighbour is
-# faster (a 20,000-node SBM of 400k entries fits 1.15x slower from the input)
+# faster (20,000-node SBMs of 300k-400k entries fit up to 1.2x slower so)
 INPUT_SOURCE_MIN_ENTRIES = 2_000_000
 LARGE_ENTRIES = 200_000  # Effort.large_entries
 
@@ -183,12 +183,14 @@ class Hierarchy:
         self.random = slow  # a matching kept most entries
 
     def _to_level(self, lv, mapping=None):
-        """The node of level ``lv`` (then of ``mapping``'s level) of every
-        node of the input."""
-        m = self.maps[0] if lv else mapping
+        """The node of level ``lv`` of every node of the input; with
+        ``mapping`` (from level ``lv`` to a new level), its node there."""
+        m = mapping if lv == 0 else self.maps[0]
         for j in range(1, lv):
             m = self.maps[j][m]
-        return m if mapping is None or not lv else mapping[m]
+        if lv and mapping is not None:
+            m = mapping[m]
+        return m
 
     def level(self, lv):
         """``(W, degrees)`` of level ``lv`` (contracted again if dropped)."""
