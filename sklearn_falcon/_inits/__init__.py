@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 
 from .._solver import SolverOptions
-from ._multilevel import Hierarchy, multilevel_labels
+from ._hierarchy import Hierarchy
+from ._multilevel import multilevel_labels
 from ._simple import fill_empty, kmeans_labels, random_labels, warm_labels
 from ._spectral import spectral_embedding_labels
 

@@ -67,7 +67,7 @@ from ._moves import fm_refine, pair_rebisection, refine, split_merge
 from ._simple import fill_empty
 from ._spectral import leading_vectors, spectral_embedding_labels
 
-__all__ = ["DENSE", "SPARSE", "Effort", "Hierarchy", "multilevel_labels"]
+__all__ = ["DENSE", "SPARSE", "Effort", "multilevel_labels"]
 
 
 @dataclass(frozen=True)
