@@ -58,3 +58,31 @@ def test_row_chunks_follows_working_memory():
     with config_context(working_memory=1):
         chunks = _memory.row_chunks(100, 2**18)
     assert [(s.start, s.stop) for s in chunks][:2] == [(0, 4), (4, 8)]
+
+
+def test_release_free_heap_gives_back_freed_memory(monkeypatch):
+    # glibc keeps freed arrays below its (adaptive) mmap threshold in the
+    # heap; the release gives them back, and elsewhere it does nothing
+    import sys
+
+    from sklearn_falcon import _memory
+
+    def rss_kb():
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh
+                        if line.startswith("VmRSS:"))
+
+    if not sys.platform.startswith("linux") or not _memory.release_free_heap():
+        pytest.skip("not glibc")
+    # arrays of 4 MB, freed: after the first large free glibc serves them
+    # from its heap (the threshold rises), and keeps them there
+    mb = 1 << 20
+    big = np.ones(8 * mb // 8)
+    del big
+    held = [np.ones(4 * mb // 8) for _ in range(16)]
+    del held[::2]
+    before = rss_kb()
+    assert _memory.release_free_heap()
+    assert rss_kb() <= before - 16 * 1024  # at least half of the 32 MB freed
+    monkeypatch.setitem(_memory._LIBC, "trim", None)
+    assert _memory.release_free_heap() is False
