@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 _CGROUP_V2 = "/sys/fs/cgroup"
-_LIBC = {}
 _CGROUP_V1 = "/sys/fs/cgroup/memory"
+_LIBC = {}  # glibc's malloc_trim, looked up once (None: not glibc)
 
 
 def dense_nbytes(shape, dtype="float64"):
@@ -190,9 +190,9 @@ def release_free_heap():
     glibc serves allocations of up to 32 MB from its heap once arrays of
     that size have been freed (its mmap threshold adapts), and keeps what
     is freed there.  A fit of a 1M-node graph frees many such arrays
-    between its stages: before a hierarchy's first contraction, 65 MB of
-    the process's resident memory was free heap, half a coarse level's
-    worth, and the level then came on top of it.
+    between its stages: when the hierarchy of its V-cycle started, 65 MB
+    of the process's resident memory was free heap, half a coarse level's
+    worth, and the levels then came on top of it.
     """
     if "trim" not in _LIBC:
         try:
