@@ -164,13 +164,14 @@ def _same_csr(a, b):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
-def test_bucket_contraction_gives_the_same_arrays():
+def test_bucket_contraction_gives_the_same_arrays(monkeypatch):
     # rows read in order, then each coarse row's bucket merged: the same
     # first-appearance order and the same sums in the same order, bit for
     # bit (random weights, so that the order of the sums shows)
     W, _ = planted(2000, 5, seed=3)
     d = np.asarray(W.sum(1)).ravel()
     rng = np.random.default_rng(0)
+    calls = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_into")
     for n_coarse in (1, 7, 300, 1999):
         m = rng.integers(0, n_coarse, W.shape[0])
         m = np.unique(m, return_inverse=True)[1].astype(np.int64)
@@ -179,6 +180,7 @@ def test_bucket_contraction_gives_the_same_arrays():
         bucket = _coarsen.contract(W, d, m, nc, buckets=True)
         _same_csr(plain[0], bucket[0])
         np.testing.assert_array_equal(plain[1], bucket[1])
+    assert len(calls) == 4  # the flag reaches the bucket kernel
 
 
 def test_random_graph_levels_come_from_the_input_and_hold_one_at_a_time(
