@@ -16,8 +16,9 @@ coarse levels hold:
   more than ``INPUT_SOURCE`` of the input's entries is contracted from the
   input, through the maps composed, rather than from that level.  The
   level it was drawn from is let go before the contraction writes the new
-  one (each is about as large as the input), and a dropped level is
-  contracted again from the input alone.  The input is the caller's graph,
+  one (each is about as large as the input), unless the budget, less one
+  input's worth, still holds it; a dropped level is contracted again from
+  the input alone.  The input is the caller's graph,
   held anyway: building or loading a level holds one coarse level at a
   time.  The new level is the same graph as a contraction of its finer
   neighbour would give, its entries in another order.  These contractions
@@ -27,8 +28,8 @@ coarse levels hold:
   to the system before each (:func:`.._memory.release_free_heap`).
 
 On a 1M-node SBM (10M entries) the fit's peak memory growth went from
-2.85x to 1.95x the CSR size, at the same time within the machine's noise
-(``benchmarks/results/fit_memory_stages.md``).
+2.85x to 1.95-1.98x the CSR size, for about 5-10 % more time
+(``benchmarks/results/fit_memory_stages.md``, ``hierarchy.md``).
 """
 
 import numpy as np

@@ -186,10 +186,10 @@ class Effort:
         On a random graph of more stored entries than this, the levels
         drawn from a level of over half the input's entries are contracted
         from the input, and only one such level is held at a time
-        (:mod:`._hierarchy`): a 1M-node SBM's fit peaks at 1.95x its CSR
-        size, not 2.85x, in about the same time; 20,000-node SBMs of 300k-
-        400k entries fit up to 1.2x slower that way, and their levels are
-        small.
+        (:mod:`._hierarchy`): a 1M-node SBM's fit peaks at 1.95-1.98x its
+        CSR size, not 2.85x, for about 5-10 % more time; 20,000-node SBMs
+        of 300k-400k entries fit up to 1.2x slower that way, and their
+        levels are small.
     """
 
     n_starts: int = 8
