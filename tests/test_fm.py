@@ -228,7 +228,8 @@ def test_bench_fm_writes_its_tables(tmp_path, study):
 @pytest.mark.parametrize("study, name", [("vcycle", "vcycle"), ("fm-gate", "fm_gate"),
                                          ("flow", "flow_large"),
                                          ("lp", "lp_coarsening"),
-                                         ("beam", "beam_entries")])
+                                         ("beam", "beam_entries"),
+                                         ("hierarchy", "hierarchy")])
 def test_bench_large_writes_its_tables(tmp_path, study, name):
     pytest.importorskip("pymetis")
     from benchmarks import bench_large
