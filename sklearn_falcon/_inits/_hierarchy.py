@@ -119,20 +119,21 @@ class Hierarchy:
             large_entries = LARGE_ENTRIES
         if input_source_entries is None:
             input_source_entries = INPUT_SOURCE_MIN_ENTRIES
+        sparse = sp.issparse(W)  # and so is every level
         # a large sparse input: contractions from it, and the free heap
         # given back before large levels are written
-        self._lean = sp.issparse(W) and self.entries[0] > input_source_entries
+        self._lean = sparse and self.entries[0] > input_source_entries
         slow = False  # a matching kept most entries: cluster the next levels
-        kept, limit = 0, budget * n_entries(W) if sp.issparse(W) else np.inf
+        kept, limit = 0, budget * self.entries[0] if sparse else np.inf
         while len(self.maps) < MAX_LEVELS:
             lv = len(self.maps)
             Wl, dl = self._graphs[lv]  # the last level is always held
             n = Wl.shape[0]
             if n <= coarse_size:
                 break
-            large = sp.issparse(Wl) and self.entries[lv] > large_entries
+            large = sparse and self.entries[lv] > large_entries
             lp = shrink if slow and shrink and large else None
-            lean = self._lean and self.entries[lv] > large_entries
+            lean = self._lean and large
             nc, mapping = cluster_map(Wl, dl, rng, part=self.parts[-1], alpha=ALPHA,
                                       shrink=lp, min_nodes=coarse_size)
             if lp is not None and nc > 0.9 * n:
@@ -163,7 +164,7 @@ class Hierarchy:
                 Wc, dc = contract(Wl, dl, mapping, nc)
             Wl = None
             self.entries.append(n_entries(Wc))
-            if lp is None and sp.issparse(self._graphs[0][0]):
+            if lp is None and sparse:
                 slow = slow or self.entries[-1] > LP_TRIGGER * self.entries[-2]
             self._graphs.append((Wc, dc))
             self.sources.append(source)
