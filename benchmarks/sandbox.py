@@ -151,7 +151,10 @@ class Sandbox:
             return {"status": "crashed", "outputs": [], "message": "worker died",
                     "wall_s": 0.0, "peak_mb": 0.0}
         while True:
-            if self._conn.poll(self.poll):
+            # never wait past the budget: a job that answers within one poll
+            # period must still be timed against it
+            left = timeout - (time.perf_counter() - t0)
+            if self._conn.poll(max(0.0, min(self.poll, left))):
                 try:
                     status, outputs, message = self._conn.recv()
                 except (EOFError, OSError):
@@ -165,7 +168,7 @@ class Sandbox:
                 message = f"worker exited with code {self._proc.exitcode}"
                 self._kill()
                 break
-            if elapsed > timeout:
+            if elapsed >= timeout:
                 status, outputs = "timeout", []
                 message = f"killed after {elapsed:.0f} s (budget {timeout:.0f} s)"
                 self._kill()
