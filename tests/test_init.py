@@ -13,6 +13,7 @@ from threadpoolctl import threadpool_info
 from benchmarks.families import grid_graph
 
 from sklearn_falcon import FalconNCut
+from sklearn_falcon._affinity import clean_csr
 from shared import planted, spy_on
 from sklearn.metrics import adjusted_rand_score
 
@@ -181,6 +182,60 @@ def test_bucket_contraction_gives_the_same_arrays(monkeypatch):
         _same_csr(plain[0], bucket[0])
         np.testing.assert_array_equal(plain[1], bucket[1])
     assert len(calls) == 4  # the flag reaches the bucket kernel
+
+
+@pytest.mark.parametrize("n_coarse", [1, 7, 300, 1999])
+def test_parallel_bucket_contraction_gives_the_same_arrays(n_coarse):
+    # runs of rows scatter into their own parts of each bucket, runs of
+    # coarse rows merge with their own position arrays: the serial kernel's
+    # arrays, bit for bit, for any number of runs (empty rows, at the start,
+    # in the middle and at the end, and more runs than rows included)
+    W, _ = planted(2000, 5, seed=3)
+    W = sp.csr_matrix(W)
+    W.data = np.random.default_rng(1).random(W.nnz)  # the order of sums shows
+    keep = np.ones(2000)
+    keep[np.r_[0:5, 900:950, 1990:2000]] = 0.0
+    W = clean_csr(sp.diags(keep) @ W @ sp.diags(keep))
+    assert (np.diff(W.indptr) == 0).sum() == 65
+    m = np.random.default_rng(0).integers(0, n_coarse, W.shape[0])
+    m = np.unique(m, return_inverse=True)[1].astype(np.int64)
+    nc = int(m.max()) + 1
+    args = (W.indptr, W.indices, W.data, m, nc)
+
+    def run(kernel, *extra):
+        out_idx = np.empty(W.nnz, W.indices.dtype)
+        acc = np.empty(W.nnz)
+        ptr = kernel(*args, out_idx, acc, *extra)
+        return ptr, out_idx[:ptr[-1]], acc[:ptr[-1]]
+
+    ref = run(_coarsen._coarsen_csr_buckets_into)
+    for chunks in (1, 2, 3, 4, 5000):
+        for a, b in zip(ref, run(_coarsen._coarsen_csr_buckets_par, chunks)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_large_bucket_contractions_run_on_numbas_threads(monkeypatch):
+    # from PARALLEL_MIN entries (here every graph) on Numba's threads, at
+    # most BUCKET_THREADS_MAX; one thread runs the serial kernel
+    numba = pytest.importorskip("numba")
+    W, _ = planted(600, 3, seed=2)
+    d = np.asarray(W.sum(1)).ravel()
+    m = (np.arange(600) // 4).astype(np.int64)
+    ref = _coarsen.contract(W, d, m, 150)
+    monkeypatch.setattr(_coarsen, "PARALLEL_MIN", 0)
+    par = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_par",
+                 lambda args, kwargs: args[-1])
+    ser = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_into")
+    previous = numba.get_num_threads()
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            _same_csr(ref[0], _coarsen.contract(W, d, m, 150, buckets=True)[0])
+    finally:
+        numba.set_num_threads(previous)
+    assert len(ser) == 1
+    if numba.config.NUMBA_NUM_THREADS >= 2:
+        assert par == [2]
 
 
 def test_random_graph_levels_come_from_the_input_and_hold_one_at_a_time(

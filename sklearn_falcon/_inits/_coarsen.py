@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backends._numba._kernels import _add_rows_by_label
+from .._jit import PARALLEL_MIN, pjit, prange
 from .._jit import jit as _jit
 
 __all__ = ["cluster_csr", "cluster_map", "coarsen", "coarsen_csr", "coarsen_dense",
@@ -38,6 +39,9 @@ __all__ = ["cluster_csr", "cluster_map", "coarsen", "coarsen_csr", "coarsen_dens
 
 LP_ROUNDS = 2  # rounds of label propagation of a clustering level
 LP_BLOCK = 4096  # its visiting order: blocks of this many consecutive nodes
+# A bucket contraction of PARALLEL_MIN stored entries or more runs on Numba's
+# threads, at most this many (each holds a position array of the coarse size)
+BUCKET_THREADS_MAX = 4
 
 
 @_jit(inline=True)
@@ -335,6 +339,92 @@ def _coarsen_csr_buckets_into(indptr, indices, data, mapping, n_coarse, out_idx,
     return out_ptr
 
 
+@pjit
+def _coarsen_csr_buckets_par(indptr, indices, data, mapping, n_coarse, out_idx, acc,
+                             n_chunks):
+    """:func:`_coarsen_csr_buckets_into` on ``n_chunks`` threads: the same
+    arrays, bit for bit, whatever ``n_chunks``.
+
+    The rows are cut into ``n_chunks`` runs of about equal entries, and each
+    run writes its entries into the part of every bucket that follows the
+    parts of the runs before it: each bucket holds its entries in row order,
+    as in the serial kernel.  The buckets are then merged in place in runs
+    of coarse rows, each thread with its own position array, and the merged
+    rows moved down to their final places, in order (a row never moves up).
+    Costs ``n_chunks - 1`` more arrays of ``n_coarse`` positions than the
+    serial kernel."""
+    n = indptr.shape[0] - 1
+    total = np.int64(indptr[n])
+    rows = np.empty(n_chunks + 1, dtype=np.int64)
+    for t in range(n_chunks):
+        rows[t] = min(np.searchsorted(indptr, total * t // n_chunks), n)
+    rows[n_chunks] = n
+    pos = np.zeros((n_chunks, n_coarse), dtype=np.int64)
+    for t in prange(n_chunks):
+        for i in range(rows[t], rows[t + 1]):
+            pos[t, mapping[i]] += indptr[i + 1] - indptr[i]
+    start = np.empty(n_coarse + 1, dtype=np.int64)
+    s = 0
+    for a in range(n_coarse):
+        start[a] = s
+        for t in range(n_chunks):  # run t's part of bucket a
+            c = pos[t, a]
+            pos[t, a] = s
+            s += c
+    start[n_coarse] = s
+    for t in prange(n_chunks):
+        for i in range(rows[t], rows[t + 1]):
+            a = mapping[i]
+            q = pos[t, a]
+            for p in range(indptr[i], indptr[i + 1]):
+                out_idx[q] = mapping[indices[p]]
+                acc[q] = data[p]
+                q += 1
+            pos[t, a] = q
+    first = np.empty(n_chunks + 1, dtype=np.int64)  # runs of coarse rows
+    for t in range(n_chunks):
+        first[t] = min(np.searchsorted(start, total * t // n_chunks), n_coarse)
+    first[n_chunks] = n_coarse
+    out_ptr = np.zeros(n_coarse + 1, dtype=np.int64)
+    for t in prange(n_chunks):
+        slot = pos[t]  # position of b in the bucket being merged
+        slot[:] = -1
+        for a in range(first[t], first[t + 1]):
+            row0 = start[a]
+            m = row0
+            for q in range(row0, start[a + 1]):
+                b = out_idx[q]
+                w = acc[q]
+                if slot[b] < row0:
+                    slot[b] = m
+                    out_idx[m] = b
+                    acc[m] = w
+                    m += 1
+                else:
+                    acc[slot[b]] += w
+            out_ptr[a + 1] = m - row0  # the merged row's length, for now
+    for a in range(n_coarse):
+        src = start[a]
+        dst = out_ptr[a]
+        length = out_ptr[a + 1]
+        out_ptr[a + 1] = dst + length
+        if src != dst:  # dst < src: a forward copy reads before it writes
+            for k in range(length):
+                out_idx[dst + k] = out_idx[src + k]
+                acc[dst + k] = acc[src + k]
+    return out_ptr
+
+
+def _bucket_threads(n_entries):
+    """Threads of a bucket contraction: Numba's (the fit's ``n_jobs``), up to
+    :data:`BUCKET_THREADS_MAX`, from :data:`PARALLEL_MIN` stored entries."""
+    if n_entries < PARALLEL_MIN:
+        return 1
+    import numba
+
+    return min(numba.get_num_threads(), BUCKET_THREADS_MAX)
+
+
 def coarsen_csr(indptr, indices, data, mapping, n_coarse, buckets=False):
     """``P' W P`` for CSR W, with ``P`` the one-hot matrix of ``mapping``.
 
@@ -357,12 +447,19 @@ def coarsen_csr(indptr, indices, data, mapping, n_coarse, buckets=False):
     over ``W`` (a contraction of a random graph from the input through
     several levels' maps), but every entry of ``W`` is written before the
     merge, where the plain kernel writes only the coarse graph's: for
-    levels that keep most of the entries.
+    levels that keep most of the entries.  From :data:`PARALLEL_MIN` stored
+    entries it runs on Numba's threads (:func:`_coarsen_csr_buckets_par`,
+    the same arrays).
     """
     out_idx = np.empty(indices.shape[0], dtype=indices.dtype)
     acc = np.empty(indices.shape[0], dtype=np.float64)
-    kernel = _coarsen_csr_buckets_into if buckets else _coarsen_csr_into
-    out_ptr = kernel(indptr, indices, data, mapping, n_coarse, out_idx, acc)
+    threads = _bucket_threads(indices.shape[0]) if buckets else 1
+    if threads > 1:
+        out_ptr = _coarsen_csr_buckets_par(indptr, indices, data, mapping, n_coarse,
+                                           out_idx, acc, threads)
+    else:
+        kernel = _coarsen_csr_buckets_into if buckets else _coarsen_csr_into
+        out_ptr = kernel(indptr, indices, data, mapping, n_coarse, out_idx, acc)
     nnz = int(out_ptr[-1])
     out_idx.resize(nnz, refcheck=False)
     acc.resize(nnz, refcheck=False)
