@@ -76,7 +76,8 @@ def _parallel_kernels():
     from ._affinity import clean_csr
     from ._backends._numba import _csr as ncsr
     from ._backends._numba import _kernels as nk
-    from ._inits._coarsen import _coarsen_csr_buckets_par, cluster_csr, contract
+    from ._inits._coarsen import cluster_csr
+    from ._inits._contract import _coarsen_csr_buckets_par, _coarsen_csr_par, contract
 
     rng = np.random.default_rng(3)
     n, K = 40, 3
@@ -100,8 +101,8 @@ def _parallel_kernels():
         nk._argmax_with_inertia_par(WX, d, vol, assoc, labels, 0.0)
         cluster_csr(*args, d, np.arange(n, dtype=np.int64), labels, 4.0, 2)
         contract(S, d, labels, K, buckets=True)
-        _coarsen_csr_buckets_par(*args, labels, K, np.empty_like(S.indices),
-                                 np.empty(S.nnz), 2)
+        for kernel in (_coarsen_csr_par, _coarsen_csr_buckets_par):
+            kernel(*args, labels, K, np.empty_like(S.indices), np.empty(S.nnz), 2)
 
 
 def _dask_blocks():

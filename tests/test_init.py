@@ -18,6 +18,7 @@ from shared import planted, spy_on
 from sklearn.metrics import adjusted_rand_score
 
 from sklearn_falcon._inits import INITS, InitContext, _coarsen, _coarsest, _moves
+from sklearn_falcon._inits import _contract
 from sklearn_falcon._inits import _hierarchy, _multilevel, _spectral
 from sklearn_falcon._inits import _coarsen as nk
 from sklearn_falcon._solver import SolverOptions
@@ -172,24 +173,27 @@ def test_bucket_contraction_gives_the_same_arrays(monkeypatch):
     W, _ = planted(2000, 5, seed=3)
     d = np.asarray(W.sum(1)).ravel()
     rng = np.random.default_rng(0)
-    calls = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_into")
+    calls = spy_on(monkeypatch, _contract, "_coarsen_csr_buckets_into")
     for n_coarse in (1, 7, 300, 1999):
         m = rng.integers(0, n_coarse, W.shape[0])
         m = np.unique(m, return_inverse=True)[1].astype(np.int64)
         nc = int(m.max()) + 1
-        plain = _coarsen.contract(W, d, m, nc)
-        bucket = _coarsen.contract(W, d, m, nc, buckets=True)
+        plain = _contract.contract(W, d, m, nc)
+        bucket = _contract.contract(W, d, m, nc, buckets=True)
         _same_csr(plain[0], bucket[0])
         np.testing.assert_array_equal(plain[1], bucket[1])
     assert len(calls) == 4  # the flag reaches the bucket kernel
 
 
 @pytest.mark.parametrize("n_coarse", [1, 7, 300, 1999])
-def test_parallel_bucket_contraction_gives_the_same_arrays(n_coarse):
-    # runs of rows scatter into their own parts of each bucket, runs of
-    # coarse rows merge with their own position arrays: the serial kernel's
-    # arrays, bit for bit, for any number of runs (empty rows, at the start,
-    # in the middle and at the end, and more runs than rows included)
+@pytest.mark.parametrize("buckets", [False, True])
+def test_parallel_contractions_give_the_same_arrays(n_coarse, buckets):
+    # runs of coarse rows written from where they would start if nothing
+    # merged, each run with its own marker array, then moved down (and, with
+    # buckets, runs of rows scattering into their own parts of each
+    # bucket): the serial kernel's arrays, bit for bit, for any number of
+    # runs (empty rows, at the start, in the middle and at the end, and
+    # more runs than rows included)
     W, _ = planted(2000, 5, seed=3)
     W = sp.csr_matrix(W)
     W.data = np.random.default_rng(1).random(W.nnz)  # the order of sums shows
@@ -208,34 +212,40 @@ def test_parallel_bucket_contraction_gives_the_same_arrays(n_coarse):
         ptr = kernel(*args, out_idx, acc, *extra)
         return ptr, out_idx[:ptr[-1]], acc[:ptr[-1]]
 
-    ref = run(_coarsen._coarsen_csr_buckets_into)
+    serial, par = ((_contract._coarsen_csr_buckets_into,
+                    _contract._coarsen_csr_buckets_par) if buckets else
+                   (_contract._coarsen_csr_into, _contract._coarsen_csr_par))
+    ref = run(serial)
     for chunks in (1, 2, 3, 4, 5000):
-        for a, b in zip(ref, run(_coarsen._coarsen_csr_buckets_par, chunks)):
+        for a, b in zip(ref, run(par, chunks)):
             np.testing.assert_array_equal(a, b)
 
 
-def test_large_bucket_contractions_run_on_numbas_threads(monkeypatch):
+@pytest.mark.parametrize("buckets", [False, True])
+def test_large_contractions_run_on_numbas_threads(monkeypatch, buckets):
     # from PARALLEL_MIN entries (here every graph) on Numba's threads, at
-    # most BUCKET_THREADS_MAX; one thread runs the serial kernel
+    # most CONTRACT_THREADS_MAX; one thread runs the serial kernel
     numba = pytest.importorskip("numba")
     W, _ = planted(600, 3, seed=2)
     d = np.asarray(W.sum(1)).ravel()
     m = (np.arange(600) // 4).astype(np.int64)
-    ref = _coarsen.contract(W, d, m, 150)
-    monkeypatch.setattr(_coarsen, "PARALLEL_MIN", 0)
-    par = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_par",
+    ref = _contract.contract(W, d, m, 150)
+    monkeypatch.setattr(_contract, "PARALLEL_MIN", 0)
+    name = "_coarsen_csr_buckets" if buckets else "_coarsen_csr"
+    par = spy_on(monkeypatch, _contract, name + "_par",
                  lambda args, kwargs: args[-1])
-    ser = spy_on(monkeypatch, _coarsen, "_coarsen_csr_buckets_into")
+    ser = spy_on(monkeypatch, _contract, name + "_into")
     previous = numba.get_num_threads()
     try:
-        for threads in (1, 2):
+        for threads in (1, 2, 8):
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-            _same_csr(ref[0], _coarsen.contract(W, d, m, 150, buckets=True)[0])
+            _same_csr(ref[0], _contract.contract(W, d, m, 150, buckets=buckets)[0])
     finally:
         numba.set_num_threads(previous)
     assert len(ser) == 1
-    if numba.config.NUMBA_NUM_THREADS >= 2:
-        assert par == [2]
+    expected = [min(t, numba.config.NUMBA_NUM_THREADS, _contract.CONTRACT_THREADS_MAX)
+                for t in (2, 8)]
+    assert par == [t for t in expected if t > 1]
 
 
 def test_random_graph_levels_come_from_the_input_and_hold_one_at_a_time(
@@ -257,7 +267,7 @@ def test_random_graph_levels_come_from_the_input_and_hold_one_at_a_time(
         if src == 0:
             assert full.entries[lv - 1] > _hierarchy.INPUT_SOURCE * full.entries[0]
             # the same graph as the contraction of its finer neighbour
-            step, _ = _coarsen.contract(*full.level(lv - 1), full.maps[lv - 1],
+            step, _ = _contract.contract(*full.level(lv - 1), full.maps[lv - 1],
                                         full.sizes[lv])
             assert abs(step - full.level(lv)[0]).max() < 1e-12
     lean = _hierarchy.Hierarchy(W, d, 6, np.random.default_rng(0), budget=1.5, **kw)
@@ -625,7 +635,7 @@ def test_coarsen_dense_is_pt_w_p(dtype):
     W, S = _graph(n=40, seed=3, dtype=dtype)
     mapping = np.random.default_rng(0).integers(7, size=40).astype(np.int64)
     P = _onehot(mapping, 7)
-    Wc = nk.coarsen_dense(W, mapping, 7)
+    Wc = _contract.coarsen_dense(W, mapping, 7)
     assert Wc.dtype == dtype and Wc.shape == (7, 7)
     np.testing.assert_allclose(Wc, P.T @ W.astype(np.float64) @ P, rtol=1e-5)
 
@@ -636,14 +646,16 @@ def test_coarsen_csr_is_pt_w_p(dtype):
     np.fill_diagonal(W, 0.3)  # self-loops become part of the coarse diagonal
     S = sp.csr_matrix(W)
     mapping = np.random.default_rng(1).integers(9, size=50).astype(np.int64)
-    indptr, indices, data = nk.coarsen_csr(S.indptr, S.indices, S.data, mapping, 9)
+    indptr, indices, data = _contract.coarsen_csr(S.indptr, S.indices, S.data,
+                                                  mapping, 9)
     Wc = sp.csr_matrix((data, indices, indptr), shape=(9, 9))
     assert data.dtype == dtype
     # one stored entry per coarse pair that has fine weight
     assert Wc.nnz == len({(a, b) for a, b in zip(*(mapping[x] for x in S.nonzero()))})
     P = _onehot(mapping, 9)
     np.testing.assert_allclose(Wc.toarray(), P.T @ W.astype(np.float64) @ P, rtol=1e-5)
-    np.testing.assert_allclose(Wc.toarray(), nk.coarsen_dense(W, mapping, 9), rtol=1e-5)
+    np.testing.assert_allclose(Wc.toarray(), _contract.coarsen_dense(W, mapping, 9),
+                               rtol=1e-5)
 
 
 

@@ -23,7 +23,7 @@ coarse levels hold:
   time.  The new level is the same graph as a contraction of its finer
   neighbour would give, its entries in another order.  These contractions
   read the input's rows in order (``buckets``,
-  :func:`._coarsen.coarsen_csr`), 1.6x faster than gathering each coarse
+  :func:`._contract.coarsen_csr`), 1.6x faster than gathering each coarse
   node's scattered members.  The free memory of the C heap is given back
   to the system before each (:func:`.._memory.release_free_heap`).
 
@@ -37,7 +37,8 @@ import scipy.sparse as sp
 
 from .._memory import release_free_heap
 from .._stats import n_entries
-from ._coarsen import cluster_map, contract
+from ._coarsen import cluster_map
+from ._contract import contract
 
 __all__ = ["Hierarchy"]
 

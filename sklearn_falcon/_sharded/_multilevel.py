@@ -44,7 +44,8 @@ from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
 from .._backends._dask._graph import decide_persist, persist_compute
 from .._inits import InitContext, fill_empty, make_starts
-from .._inits._coarsen import coarsen, coarsen_csr
+from .._inits._coarsen import coarsen
+from .._inits._contract import coarsen_csr
 from .._solver import solve
 from ._starts import random_start
 
@@ -87,7 +88,7 @@ def _match_task(block, r0, degrees, seed):
 def _coarse_block_task(block, degrees, local_map, n_comp, global_map):
     """The coarse rows ``P_b' W_b P`` of a block and their degrees.
 
-    :func:`~sklearn_falcon._inits._coarsen.coarsen_csr` groups rows and
+    :func:`~sklearn_falcon._inits._contract.coarsen_csr` groups rows and
     columns by one mapping; the block's columns are shifted past its rows,
     so that one array maps its rows (to the block's coarse nodes) and all
     columns (to global coarse nodes).
