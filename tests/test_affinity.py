@@ -3,6 +3,7 @@ checks of precomputed matrices."""
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from shared import random_graph as _graph
 from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
 
@@ -78,5 +79,78 @@ def test_max_asymmetry_dense(dtype):
     A[3, 140] += 0.25
     A[100, 7] -= 0.5
     assert nk.max_asymmetry_dense(A) == pytest.approx(np.abs(A - A.T).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(6))
+def test_max_asymmetry_csr_is_scipys(dtype, seed):
+    # entries mirrored with equal and with other values, entries without a
+    # mirror above and below the diagonal, a diagonal, empty rows: the
+    # kernel's max |W - W'| (no transpose) is scipy's, exactly
+    rng = np.random.default_rng(seed)
+    n = 60
+    A = sp.random(n, n, density=0.08, random_state=seed, dtype=np.float64)
+    S = A + A.T
+    S.data[rng.random(S.nnz) < 0.2] += rng.random()  # some mirrors differ
+    S = S + sp.random(n, n, density=0.02, random_state=seed + 10)  # one-way
+    S = S + sp.diags(rng.random(n))
+    keep = np.ones(n)
+    keep[rng.choice(n, 5, replace=False)] = 0.0  # empty rows and columns
+    W = nk.clean_csr((sp.diags(keep) @ S @ sp.diags(keep)).astype(dtype))
+    expected = float(abs(W - W.T).max())
+    assert expected > 0
+    assert nk.max_asymmetry_csr(W.indptr, W.indices, W.data) == expected
+    Sym = nk.clean_csr(((W + W.T) / 2).astype(dtype))
+    assert nk.max_asymmetry_csr(Sym.indptr, Sym.indices, Sym.data) == 0.0
+
+
+@pytest.mark.parametrize("partner", [True, False])
+def test_max_asymmetry_csr_sees_a_lone_entry_below_the_diagonal(partner):
+    # (50, 10) has no mirror: a cursor passes over it when row 50 is
+    # reached from a row after 10 (partner), or never reaches it
+    pairs = [(20, 50), (60, 70)] if partner else [(60, 70)]
+    rows = [i for i, j in pairs] + [j for i, j in pairs] + [50]
+    cols = [j for i, j in pairs] + [i for i, j in pairs] + [10]
+    vals = [1.0] * (2 * len(pairs)) + [5.0]
+    W = nk.clean_csr(sp.csr_matrix((vals, (rows, cols)), shape=(80, 80)))
+    assert nk.max_asymmetry_csr(W.indptr, W.indices, W.data) == 5.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_components_csr_are_scipys(seed):
+    # an undirected count over the entries, whichever way they are stored
+    from scipy.sparse.csgraph import connected_components
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    A = sp.random(n, n, density=0.004, random_state=seed, format="csr")
+    A = A + sp.diags((rng.random(n) < 0.1).astype(float))  # self-loops
+    counts = []
+    for W in (A.tocsr(), (A + A.T).tocsr(), sp.csr_matrix((n, n))):
+        expected = connected_components(W, directed=False, return_labels=False)
+        assert nk.n_components_csr(W.indptr, W.indices) == expected
+        counts.append(expected)
+    assert 1 < counts[0] < n and counts[2] == n
+
+
+def test_large_graph_checks_run_as_kernels(monkeypatch):
+    # from CHECK_KERNEL_MIN stored entries (here every graph): the same
+    # symmetrization, warning and component count as scipy's checks
+    _, W = _graph(n=120, seed=2)
+    A = W.tolil()
+    A[3, 50] = 0.7  # asymmetric
+    A[60, 61] = A[61, 60] = 0.0
+    A = A.tocsr()
+    A.eliminate_zeros()
+    out = []
+    for kernel_min in (np.inf, 0):
+        monkeypatch.setattr(nk, "CHECK_KERNEL_MIN", kernel_min)
+        with pytest.warns(UserWarning, match="not symmetric.*0.7") as rec:
+            S = nk.check_affinity(A)
+        with pytest.warns(UserWarning, match="not fully connected") as rec2:
+            nk.warn_if_disconnected(sp.block_diag([S, S]).tocsr(), 3)
+        out.append((S, [str(r.message) for r in list(rec) + list(rec2)]))
+    assert out[0][1] == out[1][1]
+    np.testing.assert_array_equal(out[0][0].toarray(), out[1][0].toarray())
 
 
