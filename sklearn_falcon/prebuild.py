@@ -67,13 +67,15 @@ def _batches():
 
 
 def _parallel_kernels():
-    """The parallel kernels of large graphs, and the label propagation and
-    contractions from the input that coarsen large random graphs, on small
-    inputs (their types do not depend on the size)."""
+    """The parallel kernels of large graphs, the label propagation and
+    contractions from the input that coarsen large random graphs, and the
+    checks of large graphs, on small inputs (their types do not depend on
+    the size)."""
     import numpy as np
     import scipy.sparse as sp
 
     from ._affinity import clean_csr
+    from ._affinity._check import max_asymmetry_csr, n_components_csr
     from ._backends._numba import _csr as ncsr
     from ._backends._numba import _kernels as nk
     from ._inits._coarsen import cluster_csr
@@ -103,6 +105,8 @@ def _parallel_kernels():
         contract(S, d, labels, K, buckets=True)
         for kernel in (_coarsen_csr_par, _coarsen_csr_buckets_par):
             kernel(*args, labels, K, np.empty_like(S.indices), np.empty(S.nnz), 2)
+        max_asymmetry_csr(*args)
+    n_components_csr(S.indptr, S.indices)
 
 
 def _dask_blocks():
@@ -142,7 +146,7 @@ STEPS = {
     "sparse graphs (kNN; every init; float64, float32)": _sparse_fits,
     "dense graphs (rbf, cosine; float64, float32)": _dense_fits,
     "batches of graphs": _batches,
-    "parallel kernels of large graphs": _parallel_kernels,
+    "kernels of large graphs": _parallel_kernels,
     "image refinement (PAMR)": _pamr,
     "Dask backend's block tasks": _dask_blocks,
 }
