@@ -29,6 +29,47 @@ __all__ = ["coarsen_csr", "coarsen_dense", "contract"]
 CONTRACT_THREADS_MAX = 4
 
 
+@_jit(inline=True)
+def _gather_row(a, row0, start, members, indptr, indices, data, mapping, slot,
+                out_idx, acc):
+    """Coarse row ``a`` from its members' rows, written from ``row0``: each
+    coarse column at its first appearance, later entries added to it
+    (``slot[b]``: where column ``b`` was last written; below ``row0``, in an
+    earlier row).  Returns the end of the row."""
+    m = row0
+    for u in range(start[a], start[a + 1]):
+        i = members[u]
+        for p in range(indptr[i], indptr[i + 1]):
+            b = mapping[indices[p]]
+            if slot[b] < row0:
+                slot[b] = m
+                out_idx[m] = b
+                acc[m] = data[p]
+                m += 1
+            else:
+                acc[slot[b]] += data[p]
+    return m
+
+
+@_jit(inline=True)
+def _merge_bucket(q0, q1, row0, slot, out_idx, acc):
+    """The bucket ``q0 .. q1`` of a coarse row merged in place from ``row0``
+    (``row0 <= q0``: a merged entry never passes the one it is read from),
+    as :func:`_gather_row` writes.  Returns the end of the row."""
+    m = row0
+    for q in range(q0, q1):
+        b = out_idx[q]
+        w = acc[q]
+        if slot[b] < row0:
+            slot[b] = m
+            out_idx[m] = b
+            acc[m] = w
+            m += 1
+        else:
+            acc[slot[b]] += w
+    return m
+
+
 @_jit
 def _coarsen_csr_into(indptr, indices, data, mapping, n_coarse, out_idx, acc):
     """The kernel of :func:`coarsen_csr`: writes the coarse rows' column
@@ -51,18 +92,8 @@ def _coarsen_csr_into(indptr, indices, data, mapping, n_coarse, out_idx, acc):
     slot = np.full(n_coarse, -1, dtype=np.int64)  # position of b in this row
     nnz = 0
     for a in range(n_coarse):
-        row0 = nnz
-        for t in range(start[a], start[a + 1]):
-            i = members[t]
-            for p in range(indptr[i], indptr[i + 1]):
-                b = mapping[indices[p]]
-                if slot[b] < row0:
-                    slot[b] = nnz
-                    out_idx[nnz] = b
-                    acc[nnz] = data[p]
-                    nnz += 1
-                else:
-                    acc[slot[b]] += data[p]
+        nnz = _gather_row(a, nnz, start, members, indptr, indices, data, mapping,
+                          slot, out_idx, acc)
         out_ptr[a + 1] = nnz
     return out_ptr
 
@@ -94,19 +125,22 @@ def _coarsen_csr_buckets_into(indptr, indices, data, mapping, n_coarse, out_idx,
     slot[:] = -1
     nnz = 0
     for a in range(n_coarse):
-        row0 = nnz
-        for q in range(start[a], start[a + 1]):
-            b = out_idx[q]
-            w = acc[q]
-            if slot[b] < row0:
-                slot[b] = nnz
-                out_idx[nnz] = b
-                acc[nnz] = w
-                nnz += 1
-            else:
-                acc[slot[b]] += w
+        nnz = _merge_bucket(start[a], start[a + 1], nnz, slot, out_idx, acc)
         out_ptr[a + 1] = nnz
     return out_ptr
+
+
+@_jit(inline=True)
+def _runs(ptr, n_chunks):
+    """Bounds of ``n_chunks`` runs of consecutive items of about equal
+    entries, from the items' entry pointer ``ptr`` (of length ``n + 1``)."""
+    n = ptr.shape[0] - 1
+    total = np.int64(ptr[n])
+    bounds = np.empty(n_chunks + 1, dtype=np.int64)
+    for t in range(n_chunks):
+        bounds[t] = min(np.searchsorted(ptr, total * t // n_chunks), n)
+    bounds[n_chunks] = n
+    return bounds
 
 
 @_jit(inline=True)
@@ -140,12 +174,7 @@ def _coarsen_csr_buckets_par(indptr, indices, data, mapping, n_coarse, out_idx, 
     rows moved down to their final places, in order (a row never moves up).
     Costs ``n_chunks - 1`` more arrays of ``n_coarse`` positions than the
     serial kernel."""
-    n = indptr.shape[0] - 1
-    total = np.int64(indptr[n])
-    rows = np.empty(n_chunks + 1, dtype=np.int64)
-    for t in range(n_chunks):
-        rows[t] = min(np.searchsorted(indptr, total * t // n_chunks), n)
-    rows[n_chunks] = n
+    rows = _runs(indptr, n_chunks)
     pos = np.zeros((n_chunks, n_coarse), dtype=np.int64)
     for t in prange(n_chunks):
         for i in range(rows[t], rows[t + 1]):
@@ -168,28 +197,14 @@ def _coarsen_csr_buckets_par(indptr, indices, data, mapping, n_coarse, out_idx, 
                 acc[q] = data[p]
                 q += 1
             pos[t, a] = q
-    first = np.empty(n_chunks + 1, dtype=np.int64)  # runs of coarse rows
-    for t in range(n_chunks):
-        first[t] = min(np.searchsorted(start, total * t // n_chunks), n_coarse)
-    first[n_chunks] = n_coarse
+    first = _runs(start, n_chunks)  # runs of coarse rows
     out_ptr = np.zeros(n_coarse + 1, dtype=np.int64)
     for t in prange(n_chunks):
         slot = pos[t]  # position of b in the bucket being merged
         slot[:] = -1
         for a in range(first[t], first[t + 1]):
-            row0 = start[a]
-            m = row0
-            for q in range(row0, start[a + 1]):
-                b = out_idx[q]
-                w = acc[q]
-                if slot[b] < row0:
-                    slot[b] = m
-                    out_idx[m] = b
-                    acc[m] = w
-                    m += 1
-                else:
-                    acc[slot[b]] += w
-            out_ptr[a + 1] = m - row0  # the merged row's length, for now
+            m = _merge_bucket(start[a], start[a + 1], start[a], slot, out_idx, acc)
+            out_ptr[a + 1] = m - start[a]  # the merged row's length, for now
     _move_rows_down(start, out_ptr, out_idx, acc)
     return out_ptr
 
@@ -220,30 +235,15 @@ def _coarsen_csr_par(indptr, indices, data, mapping, n_coarse, out_idx, acc,
     for i in range(n):
         members[fill[mapping[i]]] = i
         fill[mapping[i]] += 1
-    total = room[n_coarse]
-    first = np.empty(n_chunks + 1, dtype=np.int64)  # runs of coarse rows
-    for t in range(n_chunks):
-        first[t] = min(np.searchsorted(room, total * t // n_chunks), n_coarse)
-    first[n_chunks] = n_coarse
+    first = _runs(room, n_chunks)  # runs of coarse rows
     out_ptr = np.zeros(n_coarse + 1, dtype=np.int64)
     for t in prange(n_chunks):
         slot = pos[t]  # position of b in the row being written
         slot[:] = -1
         for a in range(first[t], first[t + 1]):
-            row0 = room[a]
-            m = row0
-            for u in range(start[a], start[a + 1]):
-                i = members[u]
-                for p in range(indptr[i], indptr[i + 1]):
-                    b = mapping[indices[p]]
-                    if slot[b] < row0:
-                        slot[b] = m
-                        out_idx[m] = b
-                        acc[m] = data[p]
-                        m += 1
-                    else:
-                        acc[slot[b]] += data[p]
-            out_ptr[a + 1] = m - row0  # the row's length, for now
+            m = _gather_row(a, room[a], start, members, indptr, indices, data,
+                            mapping, slot, out_idx, acc)
+            out_ptr[a + 1] = m - room[a]  # the row's length, for now
     _move_rows_down(room, out_ptr, out_idx, acc)
     return out_ptr
 
