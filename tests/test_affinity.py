@@ -139,9 +139,7 @@ def test_large_graph_checks_run_as_kernels(monkeypatch):
     _, W = _graph(n=120, seed=2)
     A = W.tolil()
     A[3, 50] = 0.7  # asymmetric
-    A[60, 61] = A[61, 60] = 0.0
     A = A.tocsr()
-    A.eliminate_zeros()
     out = []
     for kernel_min in (np.inf, 0):
         monkeypatch.setattr(nk, "CHECK_KERNEL_MIN", kernel_min)

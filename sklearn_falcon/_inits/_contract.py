@@ -330,7 +330,8 @@ def contract(W, degrees, mapping, n_coarse, buckets=False):
 
     Deterministic: the same inputs give the same arrays, bit for bit (a
     hierarchy may drop a level and contract it again when it is needed),
-    with or without ``buckets`` (see :func:`coarsen_csr`).
+    with or without ``buckets`` and on any number of threads (see
+    :func:`coarsen_csr`).
 
     Returns
     -------
