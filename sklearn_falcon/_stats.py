@@ -84,10 +84,13 @@ def cluster_weight_summary(W, labels, n_clusters):
     (``C.sum(1)`` are the volumes when the degrees are ``W 1``, and
     ``diag(C)`` the associations), each node's weight to its own cluster, and
     its self-loop.  Returns ``(C, own, self_w)``."""
-    y = np.ascontiguousarray(labels, dtype=np.int64)
     if sp.issparse(W):
+        # the neighbours' labels are gathered at random: in the narrowest
+        # type, more of them stay in cache (1M SBM: 0.77x the time)
         W = W.tocsr()
+        y = np.ascontiguousarray(labels, dtype=nb.label_dtype(n_clusters))
         return nb.cluster_pair_weights_csr(W.indptr, W.indices, W.data, y, n_clusters)
+    y = np.ascontiguousarray(labels, dtype=np.int64)
     WX = nb.cluster_weights_dense(np.ascontiguousarray(W), y, n_clusters)
     flat = (y[:, None] * n_clusters + np.arange(n_clusters)).ravel()
     C = np.bincount(flat, weights=WX.ravel(), minlength=n_clusters * n_clusters)
