@@ -82,12 +82,13 @@ def _match_reference(W, d, order, part, alpha):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.1, 0.6])
-def test_matching_matches_a_plain_reference(alpha):
+@pytest.mark.parametrize("n_parts", [1, 2])  # one part: the check is skipped
+def test_matching_matches_a_plain_reference(alpha, n_parts):
     W, S = _graph(n=60, seed=4, density=0.15)
     d = W.sum(1)
     rng = np.random.default_rng(2)
     order = rng.permutation(60).astype(np.int64)
-    part = rng.integers(2, size=60).astype(np.int64)
+    part = rng.integers(n_parts, size=60).astype(np.int64) + 3
     match = _match_reference(W, d, order, part, alpha)
     for n_c, mapping in (nk.match_csr(S.indptr, S.indices, S.data, d, order, part,
                                       alpha),
@@ -363,11 +364,12 @@ def _lp_reference(W, d, order, part, max_vol, rounds):
 
 
 @pytest.mark.parametrize("max_vol", [3.0, 8.0, np.inf])
-def test_label_propagation_matches_a_plain_reference(max_vol):
+@pytest.mark.parametrize("n_parts", [1, 2])  # one part: the check is skipped
+def test_label_propagation_matches_a_plain_reference(max_vol, n_parts):
     _, W = _graph(80, seed=3, density=0.1)
     d = np.asarray(W.sum(1)).ravel()
     rng = np.random.default_rng(0)
-    part = rng.integers(0, 2, 80)
+    part = rng.integers(0, n_parts, 80) + 3
     for rounds in (1, 3):
         order = rng.permutation(80)
         nc, m = _coarsen.cluster_csr(W.indptr, W.indices, W.data, d, order, part,

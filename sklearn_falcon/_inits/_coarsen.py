@@ -74,13 +74,27 @@ def _pair_two_hops(match, heavy, order):
 
 
 @_jit(inline=True)
-def _top_of_row(u, cols, vals, q0, q1, inv, part):
+def _has_parts(part):
+    """Whether ``part`` holds more than one value: otherwise every pair of
+    nodes shares its part, and the kernels skip the check (a gather per
+    entry)."""
+    split = False
+    for u in range(1, part.shape[0]):
+        if part[u] != part[0]:
+            split = True
+            break
+    return split
+
+
+@_jit(inline=True)
+def _top_of_row(u, cols, vals, q0, q1, inv, part, split):
     """Largest ``W_uj / d_j`` over the neighbours ``j != u`` of the same part
-    (the row of ``u``: ``cols[q0:q1]``, ``vals[q0:q1]``)."""
+    (the row of ``u``: ``cols[q0:q1]``, ``vals[q0:q1]``; ``split``: whether
+    the nodes have more than one part)."""
     t = 0.0
     for q in range(q0, q1):
         j = cols[q]
-        if j != u and part[j] == part[u]:
+        if j != u and not (split and part[j] != part[u]):
             s = np.float64(vals[q]) * inv[j]
             if s > t:
                 t = s
@@ -88,7 +102,7 @@ def _top_of_row(u, cols, vals, q0, q1, inv, part):
 
 
 @_jit(inline=True)
-def _match_row(u, cols, vals, q0, q1, inv, part, alpha, top, match, heavy):
+def _match_row(u, cols, vals, q0, q1, inv, part, split, alpha, top, match, heavy):
     """Visit node ``u`` (its row: neighbours ``cols[q0:q1]``, weights
     ``vals[q0:q1]``): pair it with its best eligible unmatched neighbour, and
     note its heaviest eligible neighbour for the two-hop pairing."""
@@ -97,7 +111,7 @@ def _match_row(u, cols, vals, q0, q1, inv, part, alpha, top, match, heavy):
     for q in range(q0, q1):
         j = cols[q]
         w = np.float64(vals[q])
-        if j == u or w <= 0.0 or part[j] != part[u]:
+        if j == u or w <= 0.0 or (split and part[j] != part[u]):
             continue
         s = w * inv[j]
         if s < alpha * top[u] or w * inv[u] < alpha * top[j]:
@@ -137,18 +151,20 @@ def match_csr(indptr, indices, data, degrees, order, part, alpha):
         Coarse node of each node.
     """
     n = indptr.shape[0] - 1
+    split = _has_parts(part)
     inv = np.empty(n, dtype=np.float64)
     for u in range(n):
         inv[u] = 1.0 / degrees[u]
     top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        top[u] = _top_of_row(u, indices, data, indptr[u], indptr[u + 1], inv, part)
+        top[u] = _top_of_row(u, indices, data, indptr[u], indptr[u + 1], inv, part,
+                             split)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
         if match[u] < 0:
-            _match_row(u, indices, data, indptr[u], indptr[u + 1], inv, part, alpha,
-                       top, match, heavy)
+            _match_row(u, indices, data, indptr[u], indptr[u + 1], inv, part, split,
+                       alpha, top, match, heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 
@@ -184,11 +200,14 @@ def cluster_csr(indptr, indices, data, degrees, order, part, max_vol, rounds):
         Cluster of each node, numbered in order of first appearance.
     """
     n = indptr.shape[0] - 1
-    cl = np.arange(n)
+    split = _has_parts(part)
+    cl = np.empty(n, dtype=indices.dtype)  # node numbers fit the indices' type
+    for u in range(n):
+        cl[u] = u
     cvol = degrees.copy()
     rating = np.zeros(n, dtype=np.float64)
     stamp = np.full(n, -1, dtype=np.int64)
-    touched = np.empty(n, dtype=np.int64)
+    touched = np.empty(n, dtype=indices.dtype)
     visit = 0
     for _ in range(rounds):
         moved = 0
@@ -198,7 +217,7 @@ def cluster_csr(indptr, indices, data, degrees, order, part, max_vol, rounds):
             nt = 0
             for q in range(indptr[u], indptr[u + 1]):
                 v = indices[q]
-                if v == u or part[v] != pu:
+                if v == u or (split and part[v] != pu):
                     continue
                 c = cl[v]
                 if stamp[c] != visit:
@@ -240,16 +259,17 @@ def match_dense(W, degrees, order, part, alpha):
     """Dense twin of :func:`match_csr` (zero entries are not edges): the same
     visits, on rows that hold every node."""
     n = W.shape[0]
+    split = _has_parts(part)
     inv = 1.0 / degrees
     cols = np.arange(n)
     top = np.empty(n, dtype=np.float64)
     for u in range(n):
-        top[u] = _top_of_row(u, cols, W[u], 0, n, inv, part)
+        top[u] = _top_of_row(u, cols, W[u], 0, n, inv, part, split)
     match = np.full(n, -1, dtype=np.int64)
     heavy = np.full(n, -1, dtype=np.int64)
     for u in order:
         if match[u] < 0:
-            _match_row(u, cols, W[u], 0, n, inv, part, alpha, top, match, heavy)
+            _match_row(u, cols, W[u], 0, n, inv, part, split, alpha, top, match, heavy)
     _pair_two_hops(match, heavy, order)
     return _number_pairs(match)
 
