@@ -158,9 +158,9 @@ class Hierarchy:
                     Wl = None
             if lean:
                 release_free_heap()  # the level may be as large as the input
-            if source == 0:
+            if source == 0:  # only on a large random graph (slow and lean)
                 Wc, dc = contract(W, degrees, self._to_level(lv, mapping), nc,
-                                  buckets=slow)
+                                  buckets=True)
             else:
                 Wc, dc = contract(Wl, dl, mapping, nc)
             Wl = None
@@ -207,10 +207,10 @@ class Hierarchy:
             src = self.sources[lv]
             Wf, df = self._graphs[src]
             mapping = self._to_level(lv) if src == 0 else self.maps[lv - 1]
-            if self._lean and src == 0:
+            if src == 0:  # from the input: a level of a large random graph
                 release_free_heap()
-            buckets = src == 0 and self.random and self._lean
-            self._held = (lv, contract(Wf, df, mapping, self.sizes[lv], buckets)[0])
+            self._held = (lv, contract(Wf, df, mapping, self.sizes[lv],
+                                       buckets=src == 0)[0])
         return self._held[1], dl
 
     def release(self, lv):
