@@ -125,6 +125,27 @@ def test_min_cut_sides_match_scipys_maximum_flow(seed):
     assert cut(small) == cut(large)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_min_cut_sides_on_grid_networks(seed):
+    # the corridors of pixel graphs are grids: long augmenting paths, along
+    # which the two search trees lose whole branches (orphans) and regrow
+    # them; zero capacities are arcs that are never residual
+    rng = np.random.default_rng(seed)
+    h, w = 20 + 10 * seed, 30
+    idx = np.arange(h * w).reshape(h, w)
+    a = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel()]
+    b = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel()]
+    s, t = h * w, h * w + 1
+    rows = np.r_[a, b, np.full(h, s), idx[:, -1]].astype(np.int64)
+    cols = np.r_[b, a, idx[:, 0], np.full(h, t)].astype(np.int64)
+    cap = rng.integers(seed % 2, 1 << (3 + 5 * (seed % 3)), rows.size)
+    cap = cap.astype(np.int64)
+    small, large = min_cut_sides(rows, cols, cap, h * w + 2, s, t)
+    ref_small, ref_large = _scipy_cut_sides(rows, cols, cap, h * w + 2, s, t)
+    np.testing.assert_array_equal(small, ref_small)
+    np.testing.assert_array_equal(large, ref_large)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_moves_keep_exact_statistics(seed):
     rng = np.random.default_rng(seed)
@@ -172,6 +193,42 @@ def test_flow_never_lowers_f_nor_empties_a_cluster(seed):
                              max_rounds=3)
     assert f >= f0 and f == pytest.approx(_f(W, y, K), rel=1e-12)
     assert np.bincount(y, minlength=K).min() > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_flow_memo_reuses_the_cuts_of_networks_met_again(monkeypatch, seed):
+    # the multilevel start calls flow_refine again after FM searches; a pair
+    # whose clusters did not change between the calls has the same network,
+    # whose cuts the memo keeps: the same labels, fewer minimum cuts
+    rng = np.random.default_rng(seed)
+    K = 4
+    W = _grid(16, 16, seed=seed)
+    d = _degrees(W)
+    y0 = rng.integers(K, size=256).astype(np.int64)
+    y0[:K] = np.arange(K)
+    solved = []
+
+    def counted(rows, cols, cap, n, s, t):
+        solved.append(n)
+        return min_cut_sides(rows, cols, cap, n, s, t)
+
+    monkeypatch.setattr(_flow, "min_cut_sides", counted)
+    y1, f1 = _flow.flow_refine(W, d, y0, K)
+    fresh = len(solved)
+    y2, f2 = _flow.flow_refine(W, d, y1, K)
+    again = len(solved) - fresh
+    memo = {}
+    del solved[:]
+    z1, g1 = _flow.flow_refine(W, d, y0, K, memo=memo)
+    assert len(solved) == fresh == len(memo)  # every network is new
+    z, g = _flow.flow_refine(W, d, y0, K, memo=memo)  # all met again
+    assert len(solved) == fresh and (g, z.tolist()) == (g1, z1.tolist())
+    z2, g2 = _flow.flow_refine(W, d, z1, K, memo=memo)
+    np.testing.assert_array_equal(z1, y1)
+    np.testing.assert_array_equal(z2, y2)
+    assert (g1, g2) == (f1, f2)
+    # each solve adds one entry; the networks met again are not solved
+    assert len(solved) - fresh == len(memo) - fresh <= again
 
 
 def test_flow_leaves_a_partition_it_cannot_improve():

@@ -284,11 +284,14 @@ def _flows(W, degrees, labels, f, n_clusters, rng, effort, large, gate):
     raised ``f``, FM searches from the boundaries they drew, alternating
     while both gain (``effort.flow_fm_rounds`` times at most); returns
     ``(labels, f)``, never worse."""
+    memo = {}  # the cuts of the networks solved so far (flow_refine's memo)
+
     def flows(y):
         return flow_refine(
             W, degrees, y, n_clusters, max_rounds=effort.flow_rounds,
             fractions=effort.flow_fractions_large if large else effort.flow_fractions,
-            max_work=effort.flow_work_large if large else effort.flow_work)
+            max_work=effort.flow_work_large if large else effort.flow_work,
+            memo=memo)
 
     best = (labels, f)
     y, f2 = flows(labels)
