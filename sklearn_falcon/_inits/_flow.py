@@ -49,7 +49,7 @@ def _min_cuts(rows, cols, weights, m, memo=None):
     (a pair whose clusters have not changed since the last call of
     :func:`flow_refine` on the graph), reuses them."""
     if memo is not None:
-        h = hashlib.blake2b(digest_size=16)
+        h = hashlib.sha256()  # 2x blake2b here (SHA extensions)
         for x in (rows, cols, weights):
             h.update(np.ascontiguousarray(x))
         key = (m, rows.shape[0], h.digest())
