@@ -166,14 +166,19 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
     through the touching arc is augmented, and the nodes that lost their
     tree arc (orphans) find a new parent in their tree (the one nearest its
     root, with the distance and time-stamp marks of the paper) or become
-    free.  When neither tree can grow, the source tree is every node that
-    ``s`` reaches in the residual graph, which is the smallest minimum
-    cut's source side, and the sink tree every node that reaches ``t``, the
-    complement of the largest one's.  Both sets are the same for every
-    maximum flow, so they depend neither on the order in which paths are
-    found nor on parallel edges being merged (the Dinic kernel this replaced
-    gave the same sides in 3 to 4 times the time on the corridors of pixel
-    graphs).
+    free.  An active node resumes the scan of its arcs where it stopped
+    (the source and the sink are explicit nodes here, joined to much of a
+    corridor: rescanning them after every path was quadratic), and starts
+    it again when a neighbour is freed.  When neither tree can grow, the
+    source tree is every node that ``s`` reaches in the residual graph,
+    which is the smallest minimum cut's source side, and the sink tree
+    every node that reaches ``t``, the complement of the largest one's.
+    Both sets are the same for every maximum flow, so they depend neither
+    on the order in which paths are found nor on parallel edges being
+    merged.  Against the Dinic kernel this replaced, on the corridors of
+    a few graphs of the peer suite: 0.28x its time on a pixel graph,
+    0.7x on random geometric graphs, SBMs and LFR graphs, 1.3-1.6x on
+    unweighted 2D and 3D grids (a few ms a fit).
 
     Parameters
     ----------
@@ -225,6 +230,7 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
     ts = np.zeros(N, dtype=np.int64)
     dist = np.zeros(N, dtype=np.int64)
     active = np.zeros(N, dtype=np.bool_)
+    cur = start[:N].copy()  # where an active node's scan of its arcs resumes
     queue = np.empty(N, dtype=np.int64)  # circular: a node at most once
     orphans = np.empty(N, dtype=np.int64)  # circular: an orphan at most once
     tree[s] = 1
@@ -246,7 +252,8 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
             own = tree[p]
             if own != 0:
                 fl = own - 1
-                for k in range(start[p], start[p + 1]):
+                for k in range(cur[p], start[p + 1]):
+                    cur[p] = k
                     a = adj[k]
                     arc = a ^ fl  # p -> q (source tree), q -> p (sink tree)
                     if res[arc] > 0:
@@ -256,6 +263,7 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
                             parent[q] = arc
                             ts[q] = ts[p]
                             dist[q] = dist[p] + 1
+                            cur[q] = start[q]
                             if not active[q]:
                                 active[q] = True
                                 queue[(qh + qn) % N] = q
@@ -268,7 +276,8 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
                             ts[q] = ts[p]
                             dist[q] = dist[p] + 1
                 if c >= 0:
-                    break  # p stays active
+                    break  # p stays active, its scan resumes at this arc
+                cur[p] = start[p + 1]
             qh = (qh + 1) % N
             qn -= 1
             active[p] = False
@@ -349,10 +358,12 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
                 a = adj[k]
                 q = head[a]
                 if tree[q] == own:
-                    if res[a ^ fl] > 0 and not active[q]:
-                        active[q] = True  # q may grow into p's place
-                        queue[(qh + qn) % N] = q
-                        qn += 1
+                    if res[a ^ fl] > 0:  # q may grow into p's place
+                        cur[q] = start[q]  # (its scan may have passed p)
+                        if not active[q]:
+                            active[q] = True
+                            queue[(qh + qn) % N] = q
+                            qn += 1
                     pq = parent[q]
                     if pq >= 0 and head[pq ^ fl] == p:
                         parent[q] = -1
