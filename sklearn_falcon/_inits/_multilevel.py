@@ -151,15 +151,16 @@ class Effort:
     flow_large : bool
         Flows also on graphs of more than ``large_entries`` entries, where
         the FM gate is open, with ``flow_fractions_large`` and
-        ``flow_work_large``.  Off by default: there the multilevel start
-        costs about a microsecond per entry, and a maximum flow about as
-        much per entry of its network.  On the large graphs of the peer
-        suite (``benchmarks/results/flow_large.md``) these light flows,
-        alternating with FM searches (``flow_fm_rounds``), lowered NCut by
-        0-2.7 % on 60,000-pixel graphs and by 1.5-10.9 % on 100k-node kNN,
-        mesh and geometric graphs, at 1.2-3.7x the fit's time (nothing on
-        SBMs); without the alternation, 1.1-9.9 % at 1.4-2.1x; the
-        small-graph settings gained up to 4 % more, at 2.4-11x.
+        ``flow_work_large``.  Off by default, for their time.  On the large
+        graphs of the peer suite (``benchmarks/results/flow_large.md``)
+        these light flows, alternating with FM searches
+        (``flow_fm_rounds``), lowered NCut by 0-2.7 % on 60,000-pixel
+        graphs and by 1.5-10.9 % on 100k-node kNN, mesh and geometric
+        graphs (nothing on SBMs), at 1.0-2.6x the fit's time, and the
+        small-graph settings gained up to 4 % more, at 1.0-8.0x.  Their
+        minimum cuts take 0.06-0.25 us per entry of a network there
+        (Boykov-Kolmogorov; 0.17-0.84 us with the Dinic kernel before it,
+        when the light flows cost 1.2-3.7x the fit's time).
     flow_fractions_large, flow_work_large
         ``flow_fractions`` and ``flow_work`` on those graphs.
     vcycle_fm_gate : bool
