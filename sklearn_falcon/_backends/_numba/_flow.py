@@ -205,10 +205,12 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
         start[cols[e] + 1] += 1
     for u in range(N):
         start[u + 1] += start[u]
-    fill = start[:N].copy()
+    fill = np.empty(N, dtype=np.int64)
+    for u in range(N):
+        fill[u] = start[u]
     adj = np.empty(2 * E, dtype=np.int64)
     head = np.empty(2 * E, dtype=np.int64)
-    res = np.zeros(2 * E, dtype=np.int64)
+    res = np.empty(2 * E, dtype=np.int64)
     for e in range(E):
         u = rows[e]
         v = cols[e]
@@ -219,18 +221,27 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
         head[2 * e] = v
         head[2 * e + 1] = u
         res[2 * e] = cap[e]
-    inf = np.int64(1) << 62
+        res[2 * e + 1] = 0
+    inf = 1 << 62
     # tree: 0 free, 1 source's, 2 sink's.  parent: the tree arc, which
     # points away from the root (source tree: parent -> node, sink tree:
     # node -> parent; a node's arcs to its tree are a ^ (tree - 1)); -2 at
     # the roots, -1 free or orphan.  ts, dist: the time a node's distance
     # to its root was last known, and that distance
-    tree = np.zeros(N, dtype=np.int64)
-    parent = np.full(N, -1, dtype=np.int64)
-    ts = np.zeros(N, dtype=np.int64)
-    dist = np.zeros(N, dtype=np.int64)
-    active = np.zeros(N, dtype=np.bool_)
-    cur = start[:N].copy()  # where an active node's scan of its arcs resumes
+    # (explicit loops rather than NumPy calls: 0.18 s less to compile)
+    tree = np.empty(N, dtype=np.int64)
+    parent = np.empty(N, dtype=np.int64)
+    ts = np.empty(N, dtype=np.int64)
+    dist = np.empty(N, dtype=np.int64)
+    active = np.empty(N, dtype=np.bool_)
+    cur = np.empty(N, dtype=np.int64)  # where an active node's scan resumes
+    for u in range(N):
+        tree[u] = 0
+        parent[u] = -1
+        ts[u] = 0
+        dist[u] = 0
+        active[u] = False
+        cur[u] = start[u]
     queue = np.empty(N, dtype=np.int64)  # circular: a node at most once
     orphans = np.empty(N, dtype=np.int64)  # circular: an orphan at most once
     tree[s] = 1
@@ -372,6 +383,9 @@ def min_cut_sides(rows, cols, cap, n_nodes, s, t):
             tree[p] = 0
     # neither tree can grow: the source tree is what s reaches, the sink
     # tree what reaches t
-    small = tree == 1
-    large = tree != 2
+    small = np.empty(N, dtype=np.bool_)
+    large = np.empty(N, dtype=np.bool_)
+    for u in range(N):
+        small[u] = tree[u] == 1
+        large[u] = tree[u] != 2
     return small, large
