@@ -34,11 +34,19 @@ by side with the default, with METIS in the same run.  The studies:
     its finer neighbour (the rule before).  The fit's peak memory is
     measured in fresh processes by ``python -m benchmarks.bandwidth
     --child-memory sbm 1000000``.  Writes ``hierarchy.md`` / ``.json``.
+``metis``
+    No variant: the default alone against METIS's best configuration, in
+    one run, on any graphs of the peer benchmark (``--graphs``; for
+    example its graphs of 1,000 to 100,000 nodes, whose peer run is long
+    because it also runs every peer and ``n_init=10``).  Writes
+    ``metis_time.md`` / ``.json``.
 
 Usage::
 
     python -m benchmarks.bench_large --study vcycle --seeds 3
     python -m benchmarks.bench_large --study fm-gate --graphs '200x300'
+    python -m benchmarks.bench_large --study metis --repeats 3 \
+        --graphs '^(pixel|grid[23]d|rgg[23]d|circles|moons|digits|lfr|sbm)-'
 
 The graphs: those of the peer benchmark (``benchmarks/families.py``) with
 over ``Effort.large_entries`` stored entries, where the variants differ
@@ -146,6 +154,14 @@ STUDIES = {
                  "the one below it, up to 1.5x the input's entries kept). "
                  "The graphs of fewer entries take the same path in both.",
     },
+    "metis": {
+        "file": "metis_time",
+        "title": "The default against METIS, in one run",
+        "variants": {},
+        "about": "`default` only (the default FalconNCut, its multilevel "
+                 "start as on any graph), against METIS's configuration of "
+                 "lowest NCut, timed in the same run.",
+    },
 }
 
 
@@ -204,14 +220,22 @@ def measure(args):
     return rows
 
 
+def _ratio(a, b, digits):
+    """``a / b`` with ``digits`` decimals; 1 when both are 0 (a graph whose
+    components are the clusters: NCut 0), inf when only ``b`` is."""
+    if b == 0:
+        return f"{1.0:.{digits}f}" if a == 0 else "inf"
+    return f"{a / b:.{digits}f}"
+
+
 def _line(r, names):
     nc, s, m = r["ncut"], r["seconds"], r["metis"]
     d = nc["default"]
     cells = [r["graph"], str(r["seed"]), f"{r['nnz']:,}", f"{d:.6f}"]
     for v in names[1:]:
-        cells += [f"{nc[v] / d:.7f}", f"{s[v] / s['default']:.2f}"]
-    cells += [f"{m['ncut'] / d:.7f}"]
-    cells += [f"{s[v] / m['seconds']:.2f}" for v in names]
+        cells += [_ratio(nc[v], d, 7), _ratio(s[v], s["default"], 2)]
+    cells += [_ratio(m["ncut"], d, 7)]
+    cells += [_ratio(s[v], m["seconds"], 2) for v in names]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -247,12 +271,22 @@ def write(rows, meta, out):
               for v in names[1:]}
     below = {v: sum(r["ncut"][v] <= r["metis"]["ncut"] for r in rows)
              for v in names}
+    ratios = {v: [r["seconds"][v] / r["metis"]["seconds"] for r in rows
+                  if r["metis"]["seconds"] > 0] for v in names}
+    summary = f"Rows: {len(rows)}."
+    if names[1:]:
+        summary += (" NCut above / below the default's: "
+                    + "; ".join(f"{v} {worse[v]} / {better[v]}" for v in names[1:])
+                    + ".")
+    summary += (" At or below METIS's NCut: "
+                + "; ".join(f"{v} {below[v]}" for v in names) + ".")
+    if rows:
+        summary += " time/METIS, median [min, max]: " + "; ".join(
+            f"{v} {np.median(q):.2f} [{min(q):.2f}, {max(q):.2f}]"
+            for v, q in ratios.items() if q) + "."
     lines += [
         "",
-        f"Rows: {len(rows)}. NCut above / below the default's: "
-        + "; ".join(f"{v} {worse[v]} / {better[v]}" for v in names[1:])
-        + ". At or below METIS's NCut: "
-        + "; ".join(f"{v} {below[v]}" for v in names) + ".",
+        summary,
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in meta["machine"].items())
         + ".",

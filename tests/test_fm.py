@@ -229,7 +229,8 @@ def test_bench_fm_writes_its_tables(tmp_path, study):
                                          ("flow", "flow_large"),
                                          ("lp", "lp_coarsening"),
                                          ("beam", "beam_entries"),
-                                         ("hierarchy", "hierarchy")])
+                                         ("hierarchy", "hierarchy"),
+                                         ("metis", "metis_time")])
 def test_bench_large_writes_its_tables(tmp_path, study, name):
     pytest.importorskip("pymetis")
     from benchmarks import bench_large
@@ -243,3 +244,4 @@ def test_bench_large_writes_its_tables(tmp_path, study, name):
     if len(bench_large.STUDIES[study]["variants"]) > 1:
         assert row.split(" | ")[6] == "1.0000000"
     assert "Rows: 1." in md and (tmp_path / f"{name}.json").exists()
+    assert "time/METIS, median [min, max]: default " in md
