@@ -125,12 +125,19 @@ def test_components_csr_are_scipys(seed):
     n = 300
     A = sp.random(n, n, density=0.004, random_state=seed, format="csr")
     A = A + sp.diags((rng.random(n) < 0.1).astype(float))  # self-loops
+    Z = A.tocsr()
+    Z.data[::3] = 0.0  # explicit zeros: edges to scipy too
     counts = []
-    for W in (A.tocsr(), (A + A.T).tocsr(), sp.csr_matrix((n, n))):
-        expected = connected_components(W, directed=False, return_labels=False)
+    for W in (A.tocsr(), (A + A.T).tocsr(), sp.csr_matrix((n, n)), Z):
+        expected, labels = connected_components(W, directed=False)
         assert nk.n_components_csr(W.indptr, W.indices) == expected
+        for index in (np.int32, np.int64):  # the labels too, numbered alike
+            count, got = nk.component_labels_csr(W.indptr.astype(index),
+                                                 W.indices.astype(index))
+            assert count == expected
+            np.testing.assert_array_equal(got, labels)
         counts.append(expected)
-    assert 1 < counts[0] < n and counts[2] == n
+    assert 1 < counts[0] < n and counts[2] == n and Z.nnz == A.nnz
 
 
 def test_large_graph_checks_run_as_kernels(monkeypatch):

@@ -31,8 +31,8 @@ iterations) for the best threshold, and by the connected components of
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
+from .._affinity._check import component_labels_csr
 from .._backends import make_problem
 from .._backends._numba import boundary_nodes_csr, fm_round_csr, own_cluster_weights_csr
 from .._jit import jit as _jit
@@ -302,11 +302,10 @@ def best_bisection(S, degrees, rng, options=None):
     if m < 2:
         return -np.inf, None
     G = S if sp.issparse(S) else sp.csr_matrix(S)
-    n_comp, comp = connected_components(G, directed=False)
+    n_comp, comp = component_labels_csr(G.indptr, G.indices)  # scipy's labels
     if n_comp > 1:
         # a set that falls apart: one component (the best) against the rest
-        own = own_cluster_weights_csr(G.indptr, G.indices, G.data,
-                                      comp.astype(np.int64))
+        own = own_cluster_weights_csr(G.indptr, G.indices, G.data, comp)
         a = np.bincount(comp, weights=own, minlength=n_comp)
         v = np.bincount(comp, weights=degrees, minlength=n_comp)
         total_a, total_v = a.sum(), v.sum()
