@@ -126,12 +126,15 @@ def fm_refine(W, degrees, labels, n_clusters, rng, *, max_stall=50, max_rounds=2
 def subgraph_csr(indptr, indices, data, idx, n):
     """CSR arrays of ``W[idx][:, idx]`` (``idx`` sorted, ``n`` nodes in W):
     one pass over the rows of ``idx`` (scipy's two fancy indexings cost
-    about 1 ms each on small graphs, where this takes microseconds)."""
+    about 1 ms each on small graphs, where this takes microseconds).  The
+    index arrays have the type of ``indices`` (a subgraph has no more
+    entries than ``W``): scipy keeps int32 arrays as they are, where int64
+    ones are checked and copied down to int32."""
     pos = np.full(n, -1, dtype=np.int64)
     for t in range(idx.shape[0]):
         pos[idx[t]] = t
     m = idx.shape[0]
-    out_ptr = np.zeros(m + 1, dtype=np.int64)
+    out_ptr = np.zeros(m + 1, dtype=indices.dtype)
     for t in range(m):
         i = idx[t]
         c = 0
@@ -139,7 +142,7 @@ def subgraph_csr(indptr, indices, data, idx, n):
             if pos[indices[p]] >= 0:
                 c += 1
         out_ptr[t + 1] = out_ptr[t] + c
-    out_idx = np.empty(out_ptr[m], dtype=np.int64)
+    out_idx = np.empty(out_ptr[m], dtype=indices.dtype)
     out_data = np.empty(out_ptr[m], dtype=data.dtype)
     q = 0
     for t in range(m):
