@@ -475,9 +475,13 @@ def test_sweep_is_the_best_prefix_split():
         assert t == int(np.argmax(ref)) and val == pytest.approx(max(ref))
 
 
-def test_subgraph_csr_matches_scipy():
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_subgraph_csr_matches_scipy(index):
     _, S = _graph(n=70, seed=9, density=0.2, diagonal=1.0)
+    S.indices, S.indptr = S.indices.astype(index), S.indptr.astype(index)
     idx = np.sort(np.random.default_rng(0).choice(70, 31, replace=False))
+    ptr, ind, _ = _moves.subgraph_csr(S.indptr, S.indices, S.data, idx, 70)
+    assert ptr.dtype == ind.dtype == index  # W's type: no check, no copy
     got = _moves.subgraph(S, idx)
     np.testing.assert_array_equal(got.toarray(), S[idx][:, idx].toarray())
 
