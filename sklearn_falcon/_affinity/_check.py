@@ -172,8 +172,8 @@ def component_labels_csr(indptr, indices):
     matrix's entries, as ``scipy.sparse.csgraph.connected_components(W,
     directed=False)`` gives them (components numbered in the order of
     their smallest node; int64 labels), without its validation and
-    transpose (80 us a call on the small subgraphs of the multilevel
-    start, a few us here)."""
+    transpose (scipy's call takes 40-80 us on the small subgraphs of the
+    multilevel start, this one about 8 us on a 200-node graph)."""
     n = indptr.shape[0] - 1
     parent = np.arange(n)
     count = _join_entries(indptr, indices, parent)
