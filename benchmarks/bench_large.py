@@ -253,7 +253,8 @@ def write(rows, meta, out):
         f"## {study['title']}",
         "",
         f"`{meta['command']}` (`benchmarks/bench_large.py`); {meta['repeats']} "
-        f"interleaved round(s) of the {len(names)} variants, fastest time kept; "
+        f"interleaved round(s) of the {len(names)} "
+        f"variant{'s' if len(names) > 1 else ''}, fastest time kept; "
         "METIS (its configuration grid, lowest NCut) in the same run. Shared "
         "machine (2 cores): read the ratios, not the seconds.",
         "",
