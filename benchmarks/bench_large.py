@@ -221,11 +221,12 @@ def measure(args):
 
 
 def _ratio(a, b, digits):
-    """``a / b`` with ``digits`` decimals; 1 when both are 0 (a graph whose
-    components are the clusters: NCut 0), inf when only ``b`` is."""
-    if b == 0:
-        return f"{1.0:.{digits}f}" if a == 0 else "inf"
-    return f"{a / b:.{digits}f}"
+    """``a / b`` with ``digits`` decimals, by :func:`benchmarks.bench_fm._ratio`
+    (1 when both are 0, a graph whose components are the clusters: NCut 0;
+    inf when only ``b`` is)."""
+    from benchmarks.bench_fm import _ratio as ratio
+
+    return f"{ratio(a, b):.{digits}f}"
 
 
 def _line(r, names):
