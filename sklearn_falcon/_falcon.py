@@ -73,7 +73,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         - ``"nearest_neighbors"``: symmetrized kNN connectivity
           ``(C + C') / 2`` with ``n_neighbors`` neighbours (self included),
-          sparse; as in :class:`sklearn.cluster.SpectralClustering`.
+          sparse; as in :class:`sklearn.cluster.SpectralClustering`.  The
+          neighbours are searched by SciPy's k-d tree where scikit-learn
+          would search its own (dense samples of at most 15 features), and
+          by :class:`sklearn.neighbors.NearestNeighbors` otherwise.
         - ``"rbf"``: dense :math:`\\exp(-\\gamma \\|x - y\\|^2)`.
         - ``"cosine"``: dense cosine similarity, min-max normalized to
           ``[0, 1]`` and raised to ``power`` (as in DiffCut and Falcon).

@@ -159,3 +159,67 @@ def test_large_graph_checks_run_as_kernels(monkeypatch):
     np.testing.assert_array_equal(out[0][0].toarray(), out[1][0].toarray())
 
 
+
+
+@pytest.mark.parametrize("n_features", [1, 2, 7, 15])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tree_neighbors_are_sklearns(n_features, dtype):
+    # the kNN graph where scikit-learn would search its own k-d tree comes
+    # from SciPy's: the same neighbours on samples without exact ties, in
+    # fit and in predict, on one thread or several
+    from sklearn.neighbors import NearestNeighbors
+
+    from sklearn_falcon._affinity._kinds import _TreeNeighbors
+
+    rng = np.random.default_rng(n_features)
+    X = rng.normal(size=(400, n_features)).astype(dtype)
+    X_new = rng.normal(size=(50, n_features)).astype(dtype)
+    ref = NearestNeighbors(n_neighbors=10).fit(X)
+    for n_jobs in (None, 2, -1):
+        tree = _TreeNeighbors(X, 10, n_jobs=n_jobs)
+        for Q in (X, X_new):
+            got, want = tree.kneighbors_graph(Q), ref.kneighbors_graph(Q)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            assert (got != want).nnz == 0
+    with pytest.raises(ValueError, match="mode='distance' is not supported"):
+        tree.kneighbors_graph(X, mode="distance")
+
+
+@pytest.mark.parametrize("case, tree", [
+    ("dense, 15 features", True),
+    ("dense, 16 features", False),  # scikit-learn's brute force
+    ("sparse", False),
+    ("n_neighbors >= n // 2", False),
+])
+def test_nearest_neighbors_affinity_searches_where_sklearn_would(case, tree):
+    from sklearn.neighbors import NearestNeighbors
+
+    from sklearn_falcon._affinity._kinds import NearestNeighborsAffinity, _TreeNeighbors
+
+    rng = np.random.default_rng(0)
+    n, k = (40, 20) if case.startswith("n_neighbors") else (300, 10)
+    X = rng.normal(size=(n, 16 if "16" in case else 15))
+    if case == "sparse":
+        X = sp.csr_matrix(np.where(X > 0.5, X, 0.0))
+    aff = NearestNeighborsAffinity(n_neighbors=k)
+    W = aff.fit(X)
+    assert isinstance(aff.nn_, _TreeNeighbors) is tree
+    assert isinstance(aff.nn_, NearestNeighbors) is not tree
+    C = NearestNeighbors(n_neighbors=k).fit(X).kneighbors_graph(X)
+    assert abs(W - 0.5 * (C + C.T)).max() == 0
+    assert (aff.cross(X[:7]) != C[:7]).nnz == 0
+
+
+def test_a_small_knn_fit_does_not_import_sklearn_neighbors():
+    # sklearn.neighbors costs about 50 ms to import, as much as the solve of
+    # a small first fit
+    import subprocess
+    import sys
+
+    code = ("import sys; from sklearn.datasets import make_blobs; "
+            "from sklearn_falcon import FalconNCut; "
+            "FalconNCut(3, random_state=0).fit(make_blobs(300, random_state=0)[0]); "
+            "print('sklearn.neighbors' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
