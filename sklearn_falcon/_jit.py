@@ -21,7 +21,10 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
   its own file (Numba's default): kernels compile their callees into
   themselves, so an edit of a callee's module invalidates its callers too;
 * a read-only install whose ``__pycache__`` holds a prebuilt cache is read
-  from (Numba itself only uses directories it can write to).
+  from (Numba itself only uses directories it can write to);
+* a cached kernel's LLVM bitcode, which only a kernel compiled later that
+  calls it needs, is parsed when such a compile first links it, not on
+  every load (its defined symbols are saved with it).
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
@@ -244,6 +247,29 @@ def _tolerant_cache_class():
     class Impl(CompileResultCacheImpl):
         _locator_classes = base
 
+        def reduce(self, cres):
+            return _with_symbols(super().reduce(cres), cres.library)
+
+        def rebuild(self, target_context, payload):
+            libdata, symbols = _split_symbols(payload[0])
+            payload = (libdata,) + tuple(payload[1:])
+            codegen = target_context.codegen()
+            if symbols is None or not _lazy_supported(codegen):
+                return super().rebuild(target_context, payload)
+
+            # Numba's rebuild unserializes the kernel's library: this one
+            # library is made lazily (loads run under Numba's compiler lock)
+            def unserialize(state):
+                if state is libdata:
+                    return _lazy_library(codegen, state, symbols)
+                return type(codegen).unserialize_library(codegen, state)
+
+            codegen.unserialize_library = unserialize
+            try:
+                return super().rebuild(target_context, payload)
+            finally:
+                del codegen.unserialize_library
+
     class TolerantCache(FunctionCache):
         _impl_class = Impl
 
@@ -287,6 +313,92 @@ def _tolerant_cache_class():
                            f"{exc}); it is compiled again in the next process.")
 
     return TolerantCache
+
+
+# ------------------------------------------------- lazily parsed bitcode
+# A cached kernel holds its machine code and, for kernels compiled later
+# that call it, the LLVM bitcode of its module.  Numba parses that bitcode
+# on every load, to link it and to list the symbols it defines: about 2 ms
+# a kernel, a sixth of a small first fit with a warm cache.  Here the
+# symbols are saved with the entry, and the bitcode is parsed when a
+# compile first links the kernel.  Entries saved without the symbols (an
+# older cache), or a Numba whose libraries lack the attributes used here,
+# load as Numba loads them.
+
+
+def _with_symbols(payload, library):
+    """A kernel's cache payload (``CompileResult._reduce``), with the names
+    its module for linking defines (what Numba lists when it loads one)."""
+    name, kind, data = payload[0]
+    if kind != "object" or len(data) != 2:
+        return payload
+    try:
+        module = library._get_module_for_linking()  # the module of data[1]
+        symbols = tuple(value.name
+                        for values in (module.functions, module.global_variables)
+                        for value in values if not value.is_declaration)
+    except Exception:  # pragma: no cover - another Numba's library
+        return payload
+    return ((name, kind, (*data, symbols)),) + tuple(payload[1:])
+
+
+def _split_symbols(libdata):
+    """``(libdata, symbols)``: a cached library in Numba's own form, and the
+    symbols saved with it (None for an entry saved without them)."""
+    name, kind, data = libdata
+    if kind != "object" or len(data) != 3:
+        return libdata, None
+    object_code, bitcode, symbols = data
+    return (name, kind, (object_code, bitcode)), symbols
+
+
+def _lazy_supported(codegen):
+    """Whether this Numba's code libraries and engine have what
+    :func:`_lazy_library` uses."""
+    library_class = getattr(codegen, "_library_class", None)
+    return (isinstance(getattr(getattr(codegen, "_engine", None),
+                               "_defined_symbols", None), set)
+            and callable(getattr(codegen, "create_library", None))
+            and all(hasattr(library_class, a) for a in (
+                "_get_module_for_linking", "enable_object_caching",
+                "_set_compiled_object", "_finalize_final_module")))
+
+
+def _lazy_library(codegen, libdata, symbols):
+    """Numba's ``_unserialize`` of an object-code library, but with the
+    bitcode kept unparsed and the defined symbols taken from ``symbols``."""
+    name, _, (object_code, bitcode) = libdata
+    library = codegen.create_library(name)
+    library.__class__ = _lazy_linking_class(type(library))
+    library._lazy_bitcode = bitcode
+    library.enable_object_caching()
+    library._set_compiled_object(object_code)
+    library._finalize_final_module()
+    codegen._engine._defined_symbols.update(symbols)
+    return library
+
+
+@functools.cache
+def _lazy_linking_class(base):
+    """``base`` (Numba's code library) whose module for linking into other
+    kernels is parsed from the saved bitcode when first asked for."""
+
+    class LazyLinking(base):
+        @property
+        def _shared_module(self):
+            d = self.__dict__
+            if d.get("_lazy_bitcode") is not None:
+                import llvmlite.binding as ll
+
+                d["_shared_module_"] = ll.parse_bitcode(d.pop("_lazy_bitcode"))
+            return d.get("_shared_module_")
+
+        @_shared_module.setter
+        def _shared_module(self, value):
+            self.__dict__["_shared_module_"] = value
+
+    LazyLinking.__name__ = LazyLinking.__qualname__ = base.__name__
+    return LazyLinking
 
 
 def _warn_once(key, message):

@@ -130,6 +130,62 @@ print("JSON:" + json.dumps({"f": f, "f32": f32, "loaded": loaded,
     assert warm["f"] == warm["f32"] == cold["f"] == 0.75
 
 
+LAZY_MODULE = """
+from sklearn_falcon._jit import jit
+
+
+@jit
+def inner(x):
+    return 2.0 * x
+
+
+@jit
+def outer(x):
+    return inner(x) + 1.0
+"""
+
+LAZY_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from sklearn_falcon import _jit
+if sys.argv[2] == "numba-format":  # save entries as Numba does, without symbols
+    _jit._with_symbols = lambda payload, library: payload
+import lazymod
+out = {"inner": lazymod.inner(1.0)}
+library = next(iter(lazymod.inner.overloads.values())).library
+out["unparsed"] = "_lazy_bitcode" in vars(library)
+if sys.argv[3] == "outer":
+    out["outer"] = lazymod.outer(1.0)  # links inner's module into outer's
+    out["unparsed_after"] = "_lazy_bitcode" in vars(library)
+out["hits"] = [sum(k.stats.cache_hits.values()) for k in (lazymod.inner, lazymod.outer)]
+print("JSON:" + json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["symbols", "numba-format"])
+def test_a_cached_kernels_bitcode_is_parsed_when_a_compile_links_it(tmp_path, fmt):
+    # A kernel loaded from the cache leaves its LLVM bitcode unparsed (its
+    # defined symbols are saved with it) until a kernel compiled later links
+    # it; an entry saved without the symbols loads as Numba loads it.
+    (tmp_path / "lazymod.py").write_text(LAZY_MODULE)
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args):
+        return _run(env, LAZY_CHILD.replace("sys.argv[1]", repr(str(tmp_path)))
+                    .replace("sys.argv[2]", repr(fmt))
+                    .replace("sys.argv[3]", repr(args[0])))
+
+    cold = run("inner")  # compiles and saves inner only
+    assert cold == {"inner": 2.0, "unparsed": False, "hits": [0, 0]}
+    warm = run("outer")  # loads inner, compiles outer against it
+    lazy = fmt == "symbols"
+    assert warm == {"inner": 2.0, "unparsed": lazy, "outer": 3.0,
+                    "unparsed_after": False, "hits": [1, 0]}
+    both = run("outer")  # loads both
+    assert both == {"inner": 2.0, "unparsed": lazy, "outer": 3.0,
+                    "unparsed_after": lazy, "hits": [1, 1]}
+
+
 def test_a_kernel_is_a_plain_function_until_called():
     from sklearn_falcon._solver import _rules
 
