@@ -166,6 +166,11 @@ def _timed(cmd, cache_dir):
     return time.perf_counter() - w0, cpu, out.stdout + out.stderr
 
 
+def _s(seconds):
+    """Seconds for a table: three decimals below a second, two above."""
+    return f"{seconds:.3f}" if seconds < 1 else f"{seconds:.2f}"
+
+
 def _med(values):
     return statistics.median(values)
 
@@ -255,7 +260,7 @@ def main(argv=None):
              "| | target | wall [s] | CPU [s] |", "|---|---|---|---|"]
 
     def fmt(t):
-        return f"{t[0]:.2f} [{t[1]:.2f}, {t[2]:.2f}]"
+        return f"{_s(t[0])} [{_s(t[1])}, {_s(t[2])}]"
 
     lines.append(f"| first fit, empty cache | <= 3 s | "
                  f"{fmt(col(cold, 'first_fit_s', 0))} | "
@@ -290,7 +295,7 @@ def main(argv=None):
                 ("import sklearn_falcon (after scikit-learn), wall s", base_imports,
                  imports, "falcon", None)):
             va, vb = col(a, key, i)[0], col(b[:len(a)], key, i)[0]
-            lines.append(f"| {label} | {va:.2f} | {vb:.2f} | {va / vb:.1f}x |")
+            lines.append(f"| {label} | {_s(va)} | {_s(vb)} | {va / vb:.2f}x |")
         lines.append("")
     mods = imports[0]["modules"]
     lines.append("Imported by `import sklearn_falcon`: " + ", ".join(
