@@ -267,11 +267,11 @@ class _TreeNeighbors:
 
     The tree is exact, like scikit-learn's k-d tree, and finds the same
     neighbours except among samples at exactly equal distances (a lattice,
-    duplicate samples), where each tree keeps its own choice.  It took
-    0.55-0.85x the time of ``NearestNeighbors`` on 500 to 100,000 samples
-    of 2 to 15 features (scratch), and ``import sklearn`` has already
-    imported it, where ``sklearn.neighbors`` takes about 50 ms to import:
-    as long as a small first fit's own solve.
+    duplicate samples), where each tree keeps its own choice.  It takes
+    0.50-0.92x the time of ``NearestNeighbors`` on 500 to 100,000 samples
+    of 2 to 15 features (median 0.62x, ``benchmarks/bench_knn.py``), and
+    ``import sklearn`` has already imported it, where ``sklearn.neighbors``
+    adds about 50 ms to a small first fit (as long as its own solve).
 
     Parameters
     ----------
