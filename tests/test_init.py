@@ -539,6 +539,37 @@ def test_pair_rebisection_never_lowers_f_and_fixes_a_boundary():
     assert f >= f0 and adjusted_rand_score(yt, y) > 0.9
 
 
+def test_pair_rebisection_memo_gives_the_same_labels_and_random_stream(monkeypatch):
+    # several starts of one coarse graph share a memo of their pairs' unions
+    # (the bisection and the 2-way solve of a union of at most
+    # _DENSE_EIGH_MAX nodes use no random numbers): the same labels, f and
+    # random stream as without it, and a start met again solves nothing
+    W, _ = planted(240, 6, seed=3, degree=8, p_in=0.85)
+    d = np.asarray(W.sum(1)).ravel()
+    starts = [np.random.default_rng(s).integers(0, 6, 240) for s in range(3)]
+    starts = [_moves.fill_empty(y, 6, np.random.default_rng(0)) for y in starts]
+    calls = spy_on(monkeypatch, _moves, "best_bisection")
+    out = {}
+    for memo in (None, {}):
+        rng = np.random.default_rng(7)
+        out[memo is None] = [_moves.pair_rebisection(W, d, y, 6, rng, SolverOptions(),
+                                                     memo=memo) for y in starts]
+        out[memo is None].append(rng.random())
+    assert len(calls) > 0
+    for (y1, f1), (y2, f2) in zip(out[True][:-1], out[False][:-1]):
+        assert np.array_equal(y1, y2) and f1 == f2
+    assert out[True][-1] == out[False][-1]  # the same random numbers drawn
+    memo, again, solved = {}, [], []
+    for _ in range(2):
+        n = len(calls)
+        again.append(_moves.pair_rebisection(W, d, starts[0], 6,
+                                             np.random.default_rng(7),
+                                             SolverOptions(), memo=memo))
+        solved.append(len(calls) - n)
+    assert solved[0] > 0 and solved[1] == 0  # the second call: all from memo
+    assert np.array_equal(again[0][0], again[1][0]) and again[0][1] == again[1][1]
+
+
 @pytest.mark.parametrize("dense", [False, True])
 def test_multilevel_labels_are_valid_and_seeded(dense):
     W, yt = planted(900, 5, seed=1)

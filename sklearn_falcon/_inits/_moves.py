@@ -441,7 +441,7 @@ def split_merge(W, degrees, labels, n_clusters, rng, options, *, bisect=True,
 
 
 def pair_rebisection(W, degrees, labels, n_clusters, rng, options, *,
-                     n_partners=2):
+                     n_partners=2, memo=None):
     """Re-draw the boundary of adjacent pairs of clusters by the best
     bisection of their union, refined by a 2-way solve on it.
 
@@ -449,6 +449,12 @@ def pair_rebisection(W, degrees, labels, n_clusters, rng, options, *,
     the weight between them relative to the smaller volume); the pairs are
     tried in that order, each once, and an improvement is followed by a
     K-way refinement.  Returns ``(labels, f)``.
+
+    ``memo``, a dict shared by calls on the same ``W``, ``degrees`` and
+    ``options`` (several candidates of one graph), keeps the bisection and
+    the 2-way solve of each union of at most ``_DENSE_EIGH_MAX`` nodes, which
+    use no random numbers: a union met again takes them from there, with
+    the same result.
     """
     K = n_clusters
     y = np.array(labels, dtype=np.int64, copy=True)
@@ -470,11 +476,25 @@ def pair_rebisection(W, degrees, labels, n_clusters, rng, options, *,
         S, d_s = subgraph(W, idx), degrees[idx]
         before = objective_of(*cluster_statistics(S, (y[idx] == b).astype(np.int64),
                                                   2, d_s))
-        _, mask = best_bisection(S, d_s, rng, options)
+        key = None
+        if memo is not None and idx.size <= _DENSE_EIGH_MAX:
+            key = idx.tobytes()
+        if key is not None and key in memo:
+            mask = memo[key]
+        else:
+            _, mask = best_bisection(S, d_s, rng, options)
+            if key is not None:
+                memo[key] = mask
         if mask is None:
             continue
         two = fill_empty(mask.astype(np.int64), 2, rng)
-        two, after = refine(S, d_s, two, 2, options)
+        solved = None if key is None else (key, two.tobytes())
+        if solved is not None and solved in memo:
+            two, after = memo[solved]
+        else:
+            two, after = refine(S, d_s, two, 2, options)
+            if solved is not None:
+                memo[solved] = two, after
         if after > before + _tol(before):
             y[idx] = np.where(two == 1, b, a)
             y, f_new = refine(W, degrees, y, K, options)

@@ -408,9 +408,10 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
         cands.append((f, len(cands), y))
     cands.sort(key=lambda c: (-c[0], c[1]))
     kept = []
+    memo = {}  # the candidates' pairs often share a union of two clusters
     for _, i, y in cands[:eff.n_keep]:
         y, f = split_merge(Wc, dc, y, K, rng, opt)
-        y, f = pair_rebisection(Wc, dc, y, K, rng, opt)
+        y, f = pair_rebisection(Wc, dc, y, K, rng, opt, memo=memo)
         kept.append((f, i, y))
     kept.sort(key=lambda c: (-c[0], c[1]))
     if verbose:
