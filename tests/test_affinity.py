@@ -159,8 +159,6 @@ def test_large_graph_checks_run_as_kernels(monkeypatch):
     np.testing.assert_array_equal(out[0][0].toarray(), out[1][0].toarray())
 
 
-
-
 @pytest.mark.parametrize("n_features", [1, 2, 7, 15])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_tree_neighbors_are_sklearns(n_features, dtype):

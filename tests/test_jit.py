@@ -170,10 +170,10 @@ def test_a_cached_kernels_bitcode_is_parsed_when_a_compile_links_it(tmp_path, fm
     (tmp_path / "lazymod.py").write_text(LAZY_MODULE)
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
 
-    def run(*args):
+    def run(call):
         return _run(env, LAZY_CHILD.replace("sys.argv[1]", repr(str(tmp_path)))
                     .replace("sys.argv[2]", repr(fmt))
-                    .replace("sys.argv[3]", repr(args[0])))
+                    .replace("sys.argv[3]", repr(call)))
 
     cold = run("inner")  # compiles and saves inner only
     assert cold == {"inner": 2.0, "unparsed": False, "hits": [0, 0]}
