@@ -349,6 +349,8 @@ def _split_symbols(libdata):
     if kind != "object" or len(data) != 3:
         return libdata, None
     object_code, bitcode, symbols = data
+    if not (isinstance(symbols, tuple) and all(isinstance(x, str) for x in symbols)):
+        return libdata, None  # pragma: no cover - another Numba's own format
     return (name, kind, (object_code, bitcode)), symbols
 
 
