@@ -620,6 +620,28 @@ def test_spectral_start_is_bounded(monkeypatch):
     assert set(np.unique(y)) == {0, 1, 2} and adjusted_rand_score(yt, y) > 0.8
 
 
+def test_arpack_restarts_draw_from_the_fits_generator():
+    """On a matrix of two eigenvalues ARPACK's Krylov space is invariant
+    after two steps and it asks for random vectors; they come from the
+    fit's generator, so the vectors and the labels repeat for a seed
+    (SciPy >= 1.17 would otherwise draw them from a fresh OS-seeded
+    generator)."""
+    n = _spectral._DENSE_MAX + 100  # ARPACK, not the dense eigensolver
+    W = np.ones((n, n))
+    d = W.sum(1)
+
+    def vectors(seed):
+        return _spectral.leading_vectors(W, d, 5, np.random.default_rng(seed))
+
+    np.testing.assert_array_equal(vectors(0), vectors(0))
+    assert not np.allclose(np.abs(vectors(0)), np.abs(vectors(1)))
+
+    X = np.full((n, 2), 1e-200)  # every RBF affinity is exactly 1
+    fits = [FalconNCut(6, affinity="rbf", init="spectral",
+                       random_state=0).fit(X).labels_ for _ in range(2)]
+    np.testing.assert_array_equal(*fits)
+
+
 def test_region_growing_cells_are_connected():
     from scipy.sparse.csgraph import connected_components
 

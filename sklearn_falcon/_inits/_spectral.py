@@ -1,6 +1,7 @@
 """Spectral starts: the K leading eigenvectors of ``D^-1/2 W D^-1/2``,
 discretized."""
 
+import inspect
 import warnings
 
 import numpy as np
@@ -19,6 +20,13 @@ _DENSE_MAX = 600
 _ARPACK_MAXITER = 300
 _LOBPCG_MAXITER = 200
 _LOBPCG_WARM_MAXITER = 30
+
+# ARPACK asks for a random vector when its Krylov space becomes invariant
+# (a matrix of few distinct eigenvalues: a complete graph, equal cliques).
+# SciPy >= 1.17 draws it from ``eigsh(rng=)``, a fresh OS-seeded generator
+# when none is given, so without the fit's generator those labels would
+# change from one run to the next whatever the random_state.
+_EIGSH_RNG = "rng" in inspect.signature(eigsh).parameters
 
 
 def cluster_qr(vectors):
@@ -100,9 +108,10 @@ def leading_vectors(W, degrees, n_vectors, rng, start=None):
         v0 = rng.uniform(-1, 1, n)
         # a loose tolerance (1e-3) gave a different partition for each v0 on
         # nearly degenerate spectra (kNN mixtures); 1e-6 is stable
+        seeded = {"rng": rng} if _EIGSH_RNG else {}
         try:
             vals, vec = eigsh(M, k=n_vectors, which="LA", v0=v0, tol=1e-6,
-                              maxiter=_ARPACK_MAXITER)
+                              maxiter=_ARPACK_MAXITER, **seeded)
         except ArpackNoConvergence:
             X = rng.uniform(-1, 1, (n, n_vectors))
             X[:, 0] = np.sqrt(degrees)
