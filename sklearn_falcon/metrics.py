@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from ._affinity import check_dtype_kind, check_nonnegative
+from ._affinity import check_dtype_kind, check_nonnegative, clean_csr, symmetric_part
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
 
@@ -27,10 +27,17 @@ def _cluster_terms(W, labels):
             f"labels must have shape (n_samples,) = ({W.shape[0]},); got "
             f"shape={labels.shape}."
         )
-    if labels.size and not np.issubdtype(labels.dtype, np.integer):
+    if labels.dtype.kind == "f":
         if not np.all(np.mod(labels, 1) == 0):
             raise ValueError("labels must be integers.")
+    elif labels.dtype.kind not in "biuUS":
+        raise ValueError(
+            f"labels must be integers or strings; got dtype={labels.dtype}.")
+    if sp.issparse(W):
+        W = clean_csr(W)
     check_nonnegative(W.data if sp.issparse(W) else W, "W")
+    # the symmetric part, with a warning, as FalconNCut takes it
+    W = symmetric_part(W, name="W", stacklevel=4)
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
     return cluster_statistics(W, y, K)
@@ -57,9 +64,12 @@ def normalized_cut(W, labels):
     Parameters
     ----------
     W : {array-like, sparse matrix} of shape (n_samples, n_samples)
-        Symmetric nonnegative affinity matrix.
+        Symmetric nonnegative affinity matrix (of an asymmetric one, the
+        symmetric part ``(W + W.T) / 2`` counts, with a warning, as in
+        :class:`~sklearn_falcon.FalconNCut`).
     labels : array-like of shape (n_samples,)
-        Cluster labels (any integer values; empty label values do not count).
+        Cluster labels (any integer or string values; empty label values do
+        not count).
 
     Returns
     -------
@@ -99,9 +109,9 @@ def normalized_association(W, labels):
     Parameters
     ----------
     W : {array-like, sparse matrix} of shape (n_samples, n_samples)
-        Symmetric nonnegative affinity matrix.
+        Symmetric nonnegative affinity matrix (see :func:`normalized_cut`).
     labels : array-like of shape (n_samples,)
-        Cluster labels.
+        Cluster labels (any integer or string values).
 
     Returns
     -------

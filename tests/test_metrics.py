@@ -64,3 +64,33 @@ def test_normalized_cut_errors():
         normalized_cut(-np.ones((3, 3)), [0, 1, 0])
     with pytest.raises(ValueError, match="NaN|infinity"):
         normalized_cut(np.full((3, 3), np.nan), [0, 1, 0])
+    with pytest.raises(ValueError, match="integers or strings; got dtype=object"):
+        normalized_cut(np.ones((3, 3)), np.array([0, "a", None], dtype=object))
+    with pytest.raises(ValueError, match="integers or strings; got dtype=complex"):
+        normalized_cut(np.ones((3, 3)), np.array([0, 1, 0], dtype=complex))
+
+
+def test_normalized_cut_of_string_labels_is_that_of_their_partition():
+    W, _ = random_graph(30, seed=2, density=0.3)
+    y = np.random.default_rng(0).integers(3, size=30)
+    names = np.array(["cat", "dog", "owl"])[y]
+    assert normalized_cut(W, names) == normalized_cut(W, y)
+    assert normalized_cut(W, names.tolist()) == normalized_cut(W, y)
+
+
+@pytest.mark.parametrize("fmt", ["dense", "csr", "coo"])
+@pytest.mark.parametrize("metric", [normalized_cut, normalized_association])
+def test_asymmetric_affinity_counts_its_symmetric_part_as_in_the_fit(fmt, metric):
+    """An asymmetric W gets the estimator's treatment: a warning that points
+    at the caller, and the value of (W + W.T) / 2; W is not modified."""
+    A = np.random.default_rng(0).random((12, 12))
+    y = np.arange(12) % 3
+    Win = A if fmt == "dense" else getattr(sp, f"{fmt}_matrix")(A)
+    before = A.copy()
+    with pytest.warns(UserWarning, match=r"W is not symmetric.*symmetric part") as rec:
+        value = metric(Win, y)
+    assert rec[0].filename == __file__
+    assert value == pytest.approx(metric((A + A.T) / 2, y), rel=1e-12)
+    np.testing.assert_array_equal(A, before)
+    if fmt != "dense":
+        np.testing.assert_array_equal(Win.toarray(), before)

@@ -12,6 +12,7 @@ from ._check import (
     check_dtype_kind,
     check_nonnegative,
     clean_csr,
+    symmetric_part,
     warn_if_disconnected,
 )
 from ._kinds import (
@@ -38,6 +39,7 @@ __all__ = [
     "check_dtype_kind",
     "check_nonnegative",
     "clean_csr",
+    "symmetric_part",
     "cosine_power",
     "cosine_power_affinity",
     "cosine_range",

@@ -15,8 +15,8 @@ from .._jit import jit
 from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
-           "check_nonnegative", "clean_csr", "warn_if_disconnected",
-           "active_subgraph"]
+           "check_nonnegative", "clean_csr", "symmetric_part",
+           "warn_if_disconnected", "active_subgraph"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -235,25 +235,39 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
         W = np.array(W, order="C", copy=True)
         data = W
     check_nonnegative(data, name)
+    return symmetric_part(W, name=name, symmetric=symmetric, tol=tol, stacklevel=3)
+
+
+def symmetric_part(W, *, name="X", symmetric="warn", tol=None, stacklevel=2):
+    """``W`` itself if it is symmetric within ``tol``; otherwise ``(W + W.T)
+    / 2`` with a warning (``symmetric="warn"``) or a ValueError
+    (``"raise"``), naming ``name``.
+
+    ``W``: a nonnegative CSR matrix as :func:`clean_csr` returns it, or a
+    dense ndarray.  ``tol`` defaults to ``1e-5`` relative to ``max|W|`` for
+    float32 and ``1e-10`` for float64; ``stacklevel`` is the warning's, as
+    the caller would pass it to :func:`warnings.warn`.
+    """
+    data = W.data if sp.issparse(W) else W
     scale = float(data.max()) if data.size else 0.0  # data >= 0 here
     if tol is None:
         tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
     asym = _max_asymmetry(W)
-    if asym > tol:
-        if symmetric == "raise":
-            raise ValueError(
-                f"The affinity {name} must be symmetric; max |{name} - {name}.T| = "
-                f"{asym:.3g}."
-            )
-        warnings.warn(
-            f"The affinity {name} is not symmetric (max |{name} - {name}.T| = "
-            f"{asym:.3g}); using its symmetric part ({name} + {name}.T) / 2.",
-            UserWarning,
-            stacklevel=3,
+    if asym <= tol:
+        return W
+    if symmetric == "raise":
+        raise ValueError(
+            f"The affinity {name} must be symmetric; max |{name} - {name}.T| = "
+            f"{asym:.3g}."
         )
-        W = (W + W.T) * W.dtype.type(0.5)
-        W = clean_csr(W) if sp.issparse(W) else np.ascontiguousarray(W)
-    return W
+    warnings.warn(
+        f"The affinity {name} is not symmetric (max |{name} - {name}.T| = "
+        f"{asym:.3g}); using its symmetric part ({name} + {name}.T) / 2.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+    W = (W + W.T) * W.dtype.type(0.5)
+    return clean_csr(W) if sp.issparse(W) else np.ascontiguousarray(W)
 
 
 def check_nonnegative(data, name):
