@@ -6,7 +6,13 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from ._affinity import check_dtype_kind, check_nonnegative, clean_csr, symmetric_part
+from ._affinity import (
+    check_dtype_kind,
+    check_finite_degrees,
+    check_nonnegative,
+    clean_csr,
+    symmetric_part,
+)
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
 
@@ -36,6 +42,7 @@ def _cluster_terms(W, labels):
     if sp.issparse(W):
         W = clean_csr(W)
     check_nonnegative(W.data if sp.issparse(W) else W, "W")
+    check_finite_degrees(W, "W")
     # the symmetric part, with a warning, as FalconNCut takes it
     W = symmetric_part(W, name="W", stacklevel=4)
     _, y = np.unique(labels, return_inverse=True)

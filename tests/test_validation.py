@@ -40,6 +40,57 @@ def test_negative_affinity():
         _fit_pre(sp.csr_matrix(W))
 
 
+@pytest.mark.parametrize("dtype, top", [(np.float64, 1e307), (np.float32, 1e37)])
+def test_affinity_whose_degrees_overflow_is_refused(dtype, top):
+    """Degrees beyond the dtype's range would make the objective NaN (the
+    labels garbage): refused by name, with the remedy; the fit and the
+    metric alike.  A tenth of that scale fits, as the same graph."""
+    from sklearn_falcon import normalized_cut
+
+    W = _W().astype(dtype)
+    W *= dtype(top) / W.max()
+    for fmt in (np.asarray, sp.csr_matrix):
+        with pytest.raises(ValueError, match=r"degrees \(row sums\) of the "
+                           r"affinity X overflow .*Divide X by its maximum"):
+            _fit_pre(fmt(W))
+        with pytest.raises(ValueError, match="affinity W overflow"):
+            normalized_cut(fmt(W), np.arange(30) % 3)
+    small = _fit_pre(W / dtype(30))
+    np.testing.assert_array_equal(small.labels_, _fit_pre(_W().astype(dtype)).labels_)
+
+
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+@pytest.mark.parametrize("tiny", [1e-300, 5e-324])
+def test_vanishing_affinities_fit_without_overflow(fmt, tiny):
+    """Off-diagonal affinities of 1e-300 or subnormal (an RBF kernel of
+    distant samples underflows): the start's graph distances and flow
+    capacities stay finite; no RuntimeWarning, valid labels, NCut ~ 0."""
+    import warnings
+
+    n = 60
+    W = np.eye(n) + tiny * (1 - np.eye(n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        est = _fit_pre(fmt(W), n_clusters=4)
+    assert np.bincount(est.labels_, minlength=4).min() > 0
+    assert est.ncut_ < 1e-12
+
+
+def test_rbf_affinity_that_underflows_still_fits():
+    """Digits with the default RBF gamma: off-diagonal affinities of at most
+    7e-13, most of them 0 or subnormal.  It raised "Probabilities contain
+    NaN" in the multilevel start (squared graph distances overflowed)."""
+    import warnings
+
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data[:400]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        y = FalconNCut(10, affinity="rbf", random_state=0).fit_predict(X)
+    assert np.bincount(y, minlength=10).min() > 0
+
+
 def test_non_square_affinity():
     with pytest.raises(ValueError, match=r"square.*shape=\(30, 20\)"):
         _fit_pre(_W()[:, :20])

@@ -15,7 +15,7 @@ from .._jit import jit
 from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
-           "check_nonnegative", "clean_csr", "symmetric_part",
+           "check_finite_degrees", "check_nonnegative", "clean_csr", "symmetric_part",
            "warn_if_disconnected", "active_subgraph"]
 
 # From this many stored entries the symmetry and connectivity checks of a
@@ -235,6 +235,7 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
         W = np.array(W, order="C", copy=True)
         data = W
     check_nonnegative(data, name)
+    check_finite_degrees(W, name)
     return symmetric_part(W, name=name, symmetric=symmetric, tol=tol, stacklevel=3)
 
 
@@ -268,6 +269,30 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None, stacklevel=2):
     )
     W = (W + W.T) * W.dtype.type(0.5)
     return clean_csr(W) if sp.issparse(W) else np.ascontiguousarray(W)
+
+
+def check_finite_degrees(W, name):
+    """Raise ValueError, naming ``name``, if the degrees (row sums) of a
+    nonnegative ``W``, or their total, overflow its dtype (entries near
+    1e308): the objective would be NaN.  A pass over ``W`` only when its
+    largest entry times its number of entries reaches the dtype's range."""
+    data = W.data if sp.issparse(W) else W
+    if not data.size:
+        return
+    top = float(data.max())
+    limit = float(np.finfo(W.dtype).max)
+    if top * data.size < limit:  # no partial sum can overflow
+        return
+    degrees = np.asarray(W.sum(axis=1)).ravel()
+    with np.errstate(over="ignore"):
+        total = degrees.sum(dtype=np.float64)
+    if np.all(np.isfinite(degrees)) and np.isfinite(total) and total < limit:
+        return
+    raise ValueError(
+        f"The degrees (row sums) of the affinity {name} overflow {W.dtype}: its "
+        f"largest entry is {top:.3g}. Divide {name} by its maximum; the "
+        "normalized cut does not change when the affinity is scaled."
+    )
 
 
 def check_nonnegative(data, name):

@@ -99,8 +99,9 @@ def _lengths(W, degrees):
     G.eliminate_zeros()
     C = G.tocoo()
     s = np.sqrt(degrees)
-    return sp.csr_matrix((s[C.row] * s[C.col] / C.data, (C.row, C.col)),
-                         shape=G.shape)
+    with np.errstate(over="ignore"):  # an affinity of 1e-320: infinitely far
+        length = s[C.row] * s[C.col] / C.data
+    return sp.csr_matrix((length, (C.row, C.col)), shape=G.shape)
 
 
 def region_growing(W, degrees, n_clusters, rng, lengths=None):
@@ -131,9 +132,16 @@ def region_growing(W, degrees, n_clusters, rng, lengths=None):
     for _ in range(n_clusters - 1):
         finite = np.isfinite(dist)
         far = dist[finite].max() if finite.any() else 1.0
-        p = np.where(finite, dist, 2.0 * far + 1.0) ** 2
+        with np.errstate(over="ignore"):
+            p = np.where(finite, dist, 2.0 * far + 1.0) ** 2
         p[seeds] = 0.0
         total = p.sum()
+        if not np.isfinite(total):
+            # lengths near the float range (affinities of 1e-300): the
+            # squares overflow; the same draw, in units of the farthest
+            p = np.where(finite, dist / far, 2.0) ** 2
+            p[seeds] = 0.0
+            total = p.sum()
         s = int(rng.choice(n, p=p / total)) if total > 0 else int(rng.integers(n))
         seeds.append(s)
         dist = np.minimum(dist, dist_from([s])[0])

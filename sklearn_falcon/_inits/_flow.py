@@ -60,8 +60,15 @@ def _min_cuts(rows, cols, weights, m, memo=None):
     out_s = weights[rows == s].sum()
     in_t = weights[cols == t].sum()
     total = max(out_s, in_t, 1e-300)
-    scale = min(_CAP_MAX / weights.max(), _FLOW_MAX / total)
-    cap = np.maximum(np.rint(weights * scale), 1).astype(np.int64)
+    top = weights.max()
+    with np.errstate(over="ignore", divide="ignore"):
+        scale = min(_CAP_MAX / top, _FLOW_MAX / total)
+    if np.isfinite(scale):
+        cap = np.maximum(np.rint(weights * scale), 1).astype(np.int64)
+    else:  # subnormal weights (affinities of 1e-320): in units of the largest
+        unit = weights / top if top > 0 else np.ones_like(weights)
+        cap = np.maximum(np.rint(unit * min(_CAP_MAX, _FLOW_MAX / max(
+            out_s / top, in_t / top, 1.0))), 1).astype(np.int64)
     small, large = min_cut_sides(rows, cols, cap, m + 2, s, t)
     small, large = small[:m], large[:m]
     if memo is not None:
