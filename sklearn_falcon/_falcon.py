@@ -448,6 +448,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         spec = BACKENDS[backend]
         W, problem = None, None
         if spec.make_problem_from_features is not None and self._affinity.matrix_free:
+            self._affinity.check_features(X)
             t0 = time.perf_counter()
             problem = spec.make_problem_from_features(
                 X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,

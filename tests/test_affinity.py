@@ -221,3 +221,31 @@ def test_a_small_knn_fit_does_not_import_sklearn_neighbors():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=600, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf"])
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_samples_whose_distances_overflow_are_refused(affinity, backend):
+    """Samples of 1e300: every squared distance is infinite.  SciPy's tree
+    then reports the index n_train for its "missing" neighbours, which made
+    an out-of-range CSR and aborted the process (glibc: "malloc(): invalid
+    size"); scikit-learn's search returns arbitrary neighbours, the RBF
+    kernel NaN or 0.  Refused by name, in fit and in predict; 1e150 fits."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    X = np.random.default_rng(0).normal(size=(200, 3))
+    with pytest.raises(ValueError, match=r"squared distances between the samples "
+                       r"of X can overflow float64: its values reach .*e\+300"):
+        FalconNCut(3, affinity=affinity, backend=backend, device="cpu").fit(X * 1e300)
+    est = FalconNCut(3, affinity=affinity, backend=backend, device="cpu",
+                     random_state=0).fit(X * 1e150)
+    with pytest.raises(ValueError, match="squared distances"):
+        est.predict(X[:5] * 1e300)
+
+
+def test_tree_never_returns_its_missing_neighbour_index():
+    from sklearn_falcon._affinity._kinds import _TreeNeighbors
+
+    X = np.random.default_rng(0).normal(size=(50, 2)) * 1e300
+    with pytest.raises(ValueError, match="infinite distance"):
+        _TreeNeighbors(X, 5).kneighbors_graph(X)

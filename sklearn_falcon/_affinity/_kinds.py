@@ -195,6 +195,10 @@ class Affinity:
         """Affinity ``(n_new, n_train)`` of new samples to the training set."""
         raise NotImplementedError
 
+    def check_features(self, X):
+        """Raise ValueError for features this affinity cannot use (called by
+        :meth:`fit` and :meth:`cross`, and before a matrix-free fit)."""
+
     def cross_row_bytes(self, n_train):
         """Memory that :meth:`cross` needs per new sample (``predict`` takes
         the new samples in chunks that fit ``working_memory``): a dense row
@@ -234,6 +238,7 @@ class NearestNeighborsAffinity(Affinity):
         n = X.shape[0]
         self.n_train_ = n
         k = min(self.n_neighbors, n)
+        self.check_features(X)
         if (self.metric == "minkowski" and not sp.issparse(X)
                 and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2):
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
@@ -248,7 +253,12 @@ class NearestNeighborsAffinity(Affinity):
         return clean_csr(W.astype(dtype))
 
     def cross(self, X_new):
+        self.check_features(X_new)
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
+
+    def check_features(self, X):
+        if self.metric == "minkowski":
+            _check_distance_range(X)
 
     def cross_row_bytes(self, n_train):
         # a sparse row of n_neighbors entries (kneighbors chunks its own
@@ -259,6 +269,23 @@ class NearestNeighborsAffinity(Affinity):
 # scikit-learn's NearestNeighbors(algorithm="auto") searches a tree up to
 # this many features, and by brute force (one matrix product) above
 _KD_TREE_MAX_FEATURES = 15
+
+
+def _check_distance_range(X):
+    """Refuse samples whose squared Euclidean distances can overflow
+    float64 (values beyond about 1e153): a neighbour search would see every
+    neighbour at an infinite distance and return arbitrary ones, and an RBF
+    kernel would be NaN or 0 everywhere."""
+    data = X.data if sp.issparse(X) else X
+    if not data.size:
+        return
+    top = float(np.abs(data).max())
+    if 4.0 * top * top * max(X.shape[1], 1) < np.finfo(np.float64).max:
+        return
+    raise ValueError(
+        f"The squared distances between the samples of X can overflow float64: "
+        f"its values reach {top:.3g}. Scale X, for example with StandardScaler."
+    )
 
 
 class _TreeNeighbors:
@@ -299,6 +326,9 @@ class _TreeNeighbors:
                              "'connectivity'.")
         _, idx = self.tree.query(X, k=self.k, workers=self.workers)
         idx = idx.reshape(X.shape[0], self.k)
+        if np.any(idx == self.tree.n):  # an infinite distance: not an index
+            raise ValueError("The k-d tree found neighbours at an infinite "
+                             "distance; scale the samples down.")
         return sp.csr_matrix(
             (np.ones(idx.size), idx.ravel(), np.arange(0, idx.size + 1, self.k)),
             shape=(X.shape[0], self.tree.n))
@@ -381,7 +411,11 @@ class RBFAffinity(Affinity):
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
 
+    def check_features(self, X):
+        _check_distance_range(X)
+
     def fit(self, X):
+        self.check_features(X)
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity")
         self.adopt(X, None)
         return self.recompute()
@@ -402,6 +436,7 @@ class RBFAffinity(Affinity):
     def cross(self, X_new):
         from sklearn.metrics.pairwise import rbf_kernel
 
+        self.check_features(X_new)
         return rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
 
 
