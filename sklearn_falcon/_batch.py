@@ -93,6 +93,8 @@ def _check_graphs(graphs, affinity):
                         ensure_min_samples=1)
         if affinity == "precomputed":
             G = check_affinity(G, name=name)
+        else:
+            make_affinity(affinity).check_features(G, name=name)
         out.append(G)
     if affinity not in PRECOMPUTED and len({G.shape[1] for G in out}) != 1:
         raise ValueError(

@@ -223,24 +223,33 @@ def test_a_small_knn_fit_does_not_import_sklearn_neighbors():
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
-@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf"])
+@pytest.mark.parametrize("affinity, what", [
+    ("nearest_neighbors", "distances between the samples"),
+    ("rbf", "distances between the samples"),
+    ("cosine", "norms of the samples"),
+])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
-def test_samples_whose_distances_overflow_are_refused(affinity, backend):
+def test_samples_whose_distances_overflow_are_refused(affinity, what, backend):
     """Samples of 1e300: every squared distance is infinite.  SciPy's tree
     then reports the index n_train for its "missing" neighbours, which made
     an out-of-range CSR and aborted the process (glibc: "malloc(): invalid
     size"); scikit-learn's search returns arbitrary neighbours, the RBF
-    kernel NaN or 0.  Refused by name, in fit and in predict; 1e150 fits."""
+    kernel NaN or 0, the cosine zero rows (an NCut of K - 1, silently).
+    Refused by name, in fit, predict and falcon_batch; 1e150 fits."""
+    from sklearn_falcon import falcon_batch
+
     if backend == "torch":
         pytest.importorskip("torch")
     X = np.random.default_rng(0).normal(size=(200, 3))
-    with pytest.raises(ValueError, match=r"squared distances between the samples "
-                       r"of X can overflow float64: its values reach .*e\+300"):
-        FalconNCut(3, affinity=affinity, backend=backend, device="cpu").fit(X * 1e300)
-    est = FalconNCut(3, affinity=affinity, backend=backend, device="cpu",
-                     random_state=0).fit(X * 1e150)
-    with pytest.raises(ValueError, match="squared distances"):
+    kw = dict(affinity=affinity, backend=backend, device="cpu")
+    with pytest.raises(ValueError, match=rf"squared {what} of X can overflow "
+                       r"float64: its values reach .*e\+300"):
+        FalconNCut(3, **kw).fit(X * 1e300)
+    est = FalconNCut(3, random_state=0, **kw).fit(X * 1e150)
+    with pytest.raises(ValueError, match=f"squared {what}"):
         est.predict(X[:5] * 1e300)
+    with pytest.raises(ValueError, match=rf"squared {what} of graphs\[1\]"):
+        falcon_batch([X[:50], X[:50] * 1e300], 3, **kw)
 
 
 def test_tree_never_returns_its_missing_neighbour_index():

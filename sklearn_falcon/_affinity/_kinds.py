@@ -195,9 +195,10 @@ class Affinity:
         """Affinity ``(n_new, n_train)`` of new samples to the training set."""
         raise NotImplementedError
 
-    def check_features(self, X):
-        """Raise ValueError for features this affinity cannot use (called by
-        :meth:`fit` and :meth:`cross`, and before a matrix-free fit)."""
+    def check_features(self, X, name="X"):
+        """Raise ValueError, naming ``name``, for features this affinity
+        cannot use (called by :meth:`fit` and :meth:`cross`, and before a
+        matrix-free fit)."""
 
     def cross_row_bytes(self, n_train):
         """Memory that :meth:`cross` needs per new sample (``predict`` takes
@@ -256,9 +257,9 @@ class NearestNeighborsAffinity(Affinity):
         self.check_features(X_new)
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
 
-    def check_features(self, X):
+    def check_features(self, X, name="X"):
         if self.metric == "minkowski":
-            _check_distance_range(X)
+            _check_distance_range(X, name=name)
 
     def cross_row_bytes(self, n_train):
         # a sparse row of n_neighbors entries (kneighbors chunks its own
@@ -271,20 +272,24 @@ class NearestNeighborsAffinity(Affinity):
 _KD_TREE_MAX_FEATURES = 15
 
 
-def _check_distance_range(X):
-    """Refuse samples whose squared Euclidean distances can overflow
-    float64 (values beyond about 1e153): a neighbour search would see every
-    neighbour at an infinite distance and return arbitrary ones, and an RBF
-    kernel would be NaN or 0 everywhere."""
+def _check_distance_range(X, of="distances", name="X"):
+    """Refuse samples whose squared Euclidean distances (``of="distances"``)
+    or squared norms (``"norms"``) can overflow float64, values beyond about
+    1e153: a neighbour search would see every neighbour at an infinite
+    distance and return arbitrary ones, an RBF kernel would be NaN or 0
+    everywhere, and the cosine would take every row for a zero one."""
     data = X.data if sp.issparse(X) else X
     if not data.size:
         return
     top = float(np.abs(data).max())
-    if 4.0 * top * top * max(X.shape[1], 1) < np.finfo(np.float64).max:
+    bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
+    if bound < np.finfo(np.float64).max:
         return
+    what = ("distances between the samples" if of == "distances"
+            else "norms of the samples")
     raise ValueError(
-        f"The squared distances between the samples of X can overflow float64: "
-        f"its values reach {top:.3g}. Scale X, for example with StandardScaler."
+        f"The squared {what} of {name} can overflow float64: its values reach "
+        f"{top:.3g}. Scale {name}, for example with StandardScaler."
     )
 
 
@@ -411,8 +416,8 @@ class RBFAffinity(Affinity):
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
 
-    def check_features(self, X):
-        _check_distance_range(X)
+    def check_features(self, X, name="X"):
+        _check_distance_range(X, name=name)
 
     def fit(self, X):
         self.check_features(X)
@@ -456,7 +461,11 @@ class CosineAffinity(Affinity):
         self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
         self.compute_dtype_ = problem.compute_dtype
 
+    def check_features(self, X, name="X"):
+        _check_distance_range(X, of="norms", name=name)
+
     def fit(self, X):
+        self.check_features(X)
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
         W, self.cos_min_, self.cos_max_ = cosine_power_affinity(X, self.power)
@@ -475,6 +484,7 @@ class CosineAffinity(Affinity):
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
+        self.check_features(X_new)
         return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,
                             self.cos_max_, self.power)
 
