@@ -177,8 +177,14 @@ def test_errors():
         ImageSegmenter(n_segments=0).segment(img)
     with pytest.raises(ValueError, match="refine"):
         ImageSegmenter(refine="crf").segment(img)
-    with pytest.raises(ValueError, match="fewer than n_segments=20"):
+    with pytest.raises(ValueError, match="fewer than n_segments=20. Use a larger "
+                       "image, a smaller patch_size"):
         ImageSegmenter(n_segments=20).segment(img)  # 4x4 tokens
+    # a token budget below the segments asked is named
+    with pytest.raises(ValueError, match=r"only 2 patch tokens, fewer than "
+                       r"n_segments=3. Use a larger image, a larger max_tokens \(now 4\)"):
+        ImageSegmenter(n_segments=3, max_tokens=4).segment(
+            np.zeros((96, 128, 3), np.uint8))
     with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
         ImageSegmenter(n_segments=2).segment(np.zeros((4, 4, 3), np.uint8))
 

@@ -331,9 +331,12 @@ class ImageSegmenter(BaseEstimator):
             return self._cluster_auto(X, affinity, grid_shape)
         k = int(self.n_segments)
         if k > n:
+            # a token budget near K is what caps the tokens, not the image
+            hint = (f"a larger max_tokens (now {self.max_tokens}), "
+                    if self.max_tokens < 2 * k else "")
             raise ValueError(
                 f"The image yields only {n} patch tokens, fewer than n_segments={k}. "
-                "Use a larger image, a smaller patch_size or fewer segments."
+                f"Use a larger image, {hint}a smaller patch_size or fewer segments."
             )
         if k == 1:
             return np.zeros(n, dtype=np.int64)
