@@ -253,6 +253,8 @@ def _bad(kind):
     elif kind == "nan":
         W = W.copy()
         W.data[3] = np.nan
+    elif kind == "huge":  # degrees beyond float64, as in the in-memory check
+        W = W * (1e307 / W.max())
     return shards(W, 2)
 
 
@@ -260,6 +262,8 @@ def _bad(kind):
     ("asymmetric", ValueError, "must be symmetric"),
     ("negative", ValueError, "must be nonnegative"),
     ("nan", ValueError, "NaN or infinity"),
+    ("huge", ValueError, r"degrees \(row sums\) of the affinity X overflow "
+                         "float64. Divide X by its maximum"),
 ])
 def test_invalid_graphs_are_rejected_blockwise(kind, error, match):
     with pytest.raises(error, match=match):

@@ -94,7 +94,7 @@ def symmetry_sums(indptr, indices, data, r0, salt):
 
 def summary_task(block, r0, n_rows, n, salt):
     """Degrees of a block and what the client checks without seeing it:
-    ``(degrees, (nnz, nbytes, all finite, min, s1, s2))``."""
+    ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree))``."""
     W = as_csr(block)
     if W.shape != (n_rows, n):
         raise ValueError(
@@ -108,7 +108,9 @@ def summary_task(block, r0, n_rows, n, salt):
         0.0, 0.0)
     degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
     nbytes = data.nbytes + W.indices.nbytes + W.indptr.nbytes
-    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2)
+    with np.errstate(over="ignore"):
+        total = float(degrees.sum())
+    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total)
 
 
 # ---------------------------------------------------------------- solver

@@ -160,7 +160,7 @@ def persist_compute(keep, small):
 
 
 def _check_summaries(infos, bounds, name):
-    for b, (_, _, finite, _, _, _) in enumerate(infos):
+    for b, (_, _, finite, _, _, _, _) in enumerate(infos):
         if not finite:
             raise ValueError(
                 f"Input {name} contains NaN or infinity (in the row block starting at "
@@ -171,6 +171,13 @@ def _check_summaries(infos, bounds, name):
         raise ValueError(
             f"The affinity {name} must be nonnegative; found a minimum value of "
             f"{dmin:.6g}."
+        )
+    total = sum(float(i[6]) for i in infos)
+    if not total < float(np.finfo(np.float64).max):  # inf, from a block or the sum
+        raise ValueError(
+            f"The degrees (row sums) of the affinity {name} overflow float64. "
+            f"Divide {name} by its maximum; the normalized cut does not change "
+            "when the affinity is scaled."
         )
     s1 = sum(float(i[4]) for i in infos)
     s2 = sum(float(i[5]) for i in infos)
