@@ -276,6 +276,24 @@ def test_timm_by_name_and_preprocessing_config():
         TimmFeatures(_vit(8), feature="value")
 
 
+def test_timm_random_weights_are_seeded_and_leave_the_global_state():
+    """Without pretrained weights a model by name gets timm's random
+    initialization from a generator of its own, seeded: the same features
+    whatever torch's global state, which the creation leaves as it was."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    img = _img(32, 32)
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    a = TimmFeatures("vit_tiny_patch16_224", resolution=32).extract(img)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(2)
+    b = TimmFeatures("vit_tiny_patch16_224", resolution=32).extract(img)
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
 def test_checkpoint_loading(tmp_path, fmt):
     import torch

@@ -115,7 +115,10 @@ class TimmFeatures:
         ``num_prefix_tokens``).
     pretrained : bool, default=False
         Load pretrained weights through timm (needs them in the local cache
-        or network access).
+        or network access).  Without them (and without ``checkpoint_path``)
+        the weights are timm's random initialization, drawn from a generator
+        seeded with 0: the same every time, whatever torch's global random
+        state, which the model's creation leaves as it was.
     checkpoint_path : str or path-like, default=None
         A local state dict (``torch.save``), ``.safetensors`` file or timm
         training checkpoint (``{"state_dict": ...}``) to load.
@@ -224,12 +227,17 @@ class TimmFeatures:
                 raise ValueError(
                     f"Unknown timm model name {model!r}; see timm.list_models()."
                 )
-            try:
-                net = timm.create_model(
-                    model, pretrained=bool(pretrained), dynamic_img_size=True
-                )
-            except TypeError:  # architectures without dynamic_img_size support
-                net = timm.create_model(model, pretrained=bool(pretrained))
+            # the weights' random initialization (all of them without
+            # pretrained weights) draws from a generator of its own, seeded:
+            # the same model every time, and torch's global state untouched
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                try:
+                    net = timm.create_model(
+                        model, pretrained=bool(pretrained), dynamic_img_size=True
+                    )
+                except TypeError:  # architectures without dynamic_img_size support
+                    net = timm.create_model(model, pretrained=bool(pretrained))
         elif isinstance(model, torch.nn.Module):
             net = model
         else:
