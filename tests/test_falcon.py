@@ -167,6 +167,22 @@ def test_callable_affinity():
     np.testing.assert_array_equal(est.predict(X[:7]), ref.predict(kernel(X[:7], X)))
 
 
+def test_callable_affinity_of_one_argument_fits_and_predict_says_why_not():
+    """``affinity(X)`` alone clusters; predict, which needs affinity(X_new,
+    X_fit), says what the callable lacks (Python's own "takes 1 positional
+    argument" named neither)."""
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+
+    def own_kernel(A):
+        return laplacian_kernel(A, gamma=0.5)
+
+    est = FalconNCut(3, affinity=own_kernel, random_state=0).fit(X)
+    assert est.labels_.shape == (120,)
+    with pytest.raises(TypeError, match=r"callable affinity own_kernel takes no "
+                       r"second argument; define it as affinity\(X, Y=None\)"):
+        est.predict(X[:5])
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
 def test_precomputed_formats_agree(fmt):
     W, y = sbm(seed=1)

@@ -13,6 +13,7 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 ``_backends/_torch/_affinity.py`` too.
 """
 
+import inspect
 import os
 
 import numpy as np
@@ -519,6 +520,17 @@ class CallableAffinity(Affinity):
         return check_affinity(W, name="affinity(X)")
 
     def cross(self, X_new):
+        try:
+            inspect.signature(self.function).bind(X_new, self.X_fit_)
+        except TypeError:
+            name = getattr(self.function, "__name__", type(self.function).__name__)
+            raise TypeError(
+                f"predict needs the cross-affinity affinity(X_new, X_fit), but the "
+                f"callable affinity {name} takes no second argument; define it as "
+                "affinity(X, Y=None)."
+            ) from None
+        except ValueError:  # no signature to read (a builtin): just call it
+            pass
         A = self._call(X_new, self.X_fit_)
         return check_cross_affinity(A, self.n_train_, name="affinity(X, X_fit)")
 
