@@ -1,4 +1,5 @@
-"""Progress messages: the ``sklearn_falcon`` logger and ``verbose``.
+"""Progress messages (the ``sklearn_falcon`` logger and ``verbose``), and
+warnings attributed to the user's call (:func:`warn_user`).
 
 Every progress message of the package goes through the standard
 :mod:`logging` logger ``"sklearn_falcon"``, and names its stage in its text
@@ -35,10 +36,13 @@ Examples
 
 import functools
 import logging
+import os
 import sys
+import warnings
 from contextlib import contextmanager
 
-__all__ = ["STAGES", "log_stage", "logger", "logs_progress", "verbose_logging"]
+__all__ = ["STAGES", "log_stage", "logger", "logs_progress", "verbose_logging",
+           "warn_user"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -99,3 +103,24 @@ def logs_progress(func):
             return func(*args, **kwargs)
 
     return wrapper
+
+
+def _library_dirs():
+    import sklearn
+
+    return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                 for m in (sys.modules[__package__], sklearn))
+
+
+def warn_user(message, category=UserWarning):
+    """``warnings.warn(message, category)`` attributed to the first frame
+    outside this package and scikit-learn: the user's line that called
+    ``fit``, ``fit_predict``, a grid search or a metric, however deep the
+    package's own calls (a fixed ``stacklevel`` points at a different frame
+    for each path).  Without such a frame (a command of the package), the
+    caller's."""
+    skip = _library_dirs()
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)

@@ -44,7 +44,7 @@ def _cluster_terms(W, labels):
     check_nonnegative(W.data if sp.issparse(W) else W, "W")
     check_finite_degrees(W, "W")
     # the symmetric part, with a warning, as FalconNCut takes it
-    W = symmetric_part(W, name="W", stacklevel=4)
+    W = symmetric_part(W, name="W")
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
     return cluster_statistics(W, y, K)

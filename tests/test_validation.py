@@ -230,3 +230,30 @@ def test_predict_negative_cross_affinity():
     est = _fit_pre(_W())
     with pytest.raises(ValueError, match="nonnegative"):
         est.predict(-_W()[:3])
+
+
+def test_warnings_point_at_the_users_call():
+    """Each warning of the fit names the user's line, for fit and for
+    fit_predict (scikit-learn's wrapper) alike; with a fixed stacklevel
+    they pointed inside the package or at sklearn/base.py."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(size=(40, 2)), rng.normal(size=(40, 2)) + 100]
+    W = _W()
+    W[0, 1] += 1.0  # asymmetric
+    Z = _W()
+    Z[3, :] = Z[:, 3] = 0  # a zero-degree sample
+    calls = [
+        lambda: FalconNCut(2, random_state=0).fit(X),  # not connected
+        lambda: FalconNCut(2, random_state=0).fit_predict(X),
+        lambda: _fit_pre(W),
+        lambda: _fit_pre(sp.csr_matrix(Z)),
+    ]
+    for call in calls:
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            call()
+        user = [w for w in rec if issubclass(w.category, UserWarning)]
+        assert user and all(w.filename == __file__ for w in user), [
+            (w.filename, str(w.message)[:40]) for w in rec]

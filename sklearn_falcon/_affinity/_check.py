@@ -5,13 +5,12 @@ explicit zeros, sorted indices) or a C-contiguous dense ndarray, in float32
 or float64.  The caller's arrays are never modified.
 """
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .._jit import jit
+from .._log import warn_user
 from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
@@ -236,18 +235,18 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
         data = W
     check_nonnegative(data, name)
     check_finite_degrees(W, name)
-    return symmetric_part(W, name=name, symmetric=symmetric, tol=tol, stacklevel=3)
+    return symmetric_part(W, name=name, symmetric=symmetric, tol=tol)
 
 
-def symmetric_part(W, *, name="X", symmetric="warn", tol=None, stacklevel=2):
+def symmetric_part(W, *, name="X", symmetric="warn", tol=None):
     """``W`` itself if it is symmetric within ``tol``; otherwise ``(W + W.T)
     / 2`` with a warning (``symmetric="warn"``) or a ValueError
     (``"raise"``), naming ``name``.
 
     ``W``: a nonnegative CSR matrix as :func:`clean_csr` returns it, or a
     dense ndarray.  ``tol`` defaults to ``1e-5`` relative to ``max|W|`` for
-    float32 and ``1e-10`` for float64; ``stacklevel`` is the warning's, as
-    the caller would pass it to :func:`warnings.warn`.
+    float32 and ``1e-10`` for float64.  The warning points at the user's
+    call (:func:`~sklearn_falcon._log.warn_user`).
     """
     data = W.data if sp.issparse(W) else W
     scale = float(data.max()) if data.size else 0.0  # data >= 0 here
@@ -261,11 +260,9 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None, stacklevel=2):
             f"The affinity {name} must be symmetric; max |{name} - {name}.T| = "
             f"{asym:.3g}."
         )
-    warnings.warn(
+    warn_user(
         f"The affinity {name} is not symmetric (max |{name} - {name}.T| = "
-        f"{asym:.3g}); using its symmetric part ({name} + {name}.T) / 2.",
-        UserWarning,
-        stacklevel=stacklevel + 1,
+        f"{asym:.3g}); using its symmetric part ({name} + {name}.T) / 2."
     )
     W = (W + W.T) * W.dtype.type(0.5)
     return clean_csr(W) if sp.issparse(W) else np.ascontiguousarray(W)
@@ -332,16 +329,14 @@ def warn_if_disconnected(W, n_clusters, n_neighbors=None):
         return
     hint = (f" Increase n_neighbors (now {n_neighbors}) to connect it."
             if n_neighbors else "")
-    warnings.warn(
+    warn_user(
         f"The affinity graph is not fully connected: it has {n_comp} connected "
         f"components (n_clusters={n_clusters}). The normalized cut separates "
-        f"components at no cost.{hint}",
-        UserWarning,
-        stacklevel=6,
+        f"components at no cost.{hint}"
     )
 
 
-def check_active_count(n_active, n_samples, n_clusters, stacklevel=2):
+def check_active_count(n_active, n_samples, n_clusters):
     """Raise when fewer than ``n_clusters`` of the ``n_samples`` samples have
     a nonzero degree; warn when some have none.  Returns whether all have
     one (the in-memory and the sharded fit share these messages)."""
@@ -356,12 +351,10 @@ def check_active_count(n_active, n_samples, n_clusters, stacklevel=2):
             f"than n_clusters={n_clusters}."
         )
     if n_active < n_samples:
-        warnings.warn(
+        warn_user(
             f"{n_samples - n_active} sample(s) have zero degree (no affinity to any "
             "sample); they are left out of the solve and given the cluster of "
-            "largest volume.",
-            UserWarning,
-            stacklevel=stacklevel + 1,
+            "largest volume."
         )
         return False
     return True
@@ -408,7 +401,7 @@ def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
     """
     n_samples = degrees.shape[0]
     n_active = int(active.sum())
-    if not check_active_count(n_active, n_samples, n_clusters, stacklevel=5):
+    if not check_active_count(n_active, n_samples, n_clusters):
         idx = np.flatnonzero(active)
         if sp.issparse(W):
             W = _drop_empty_rows(W.tocsr(), active, idx)

@@ -117,7 +117,7 @@ def fit_sharded(est, X):
     options = SolverOptions.from_params(est.get_params(deep=False))
     degrees = G.degrees_array()
     isolated = np.asarray(da.flatnonzero(degrees <= 0).compute())
-    check_active_count(n - isolated.size, n, K, stacklevel=3)
+    check_active_count(n - isolated.size, n, K)
 
     rs = check_random_state(est.random_state)
     rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))

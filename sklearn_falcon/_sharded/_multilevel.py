@@ -32,7 +32,6 @@ fairly on the coarsest graph.
 
 import copy
 import time
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,6 +45,7 @@ from .._backends._dask._graph import decide_persist, persist_compute
 from .._inits import InitContext, fill_empty, make_starts
 from .._inits._coarsen import coarsen
 from .._inits._contract import coarsen_csr
+from .._log import warn_user
 from .._solver import solve
 from ._starts import random_start
 
@@ -235,14 +235,14 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
         info["coarsen_s"] = time.perf_counter() - t0
     top = levels[-1]
     if top.nnz > max_entries:  # stalled: it would not fit one worker
-        warnings.warn(
+        warn_user(
             f"The sharded graph stopped coarsening at {top.n} nodes and {top.nnz} "
             f"stored entries, more than coarse_max_entries={max_entries}: its "
             "shards hold few edges among their own nodes. The start is random "
             "labels on that level. Order the nodes so that shards keep neighbours "
             "together (see the Dask guide), or raise the Dask config key "
             "sklearn_falcon.dask.coarse_max_entries if one worker can hold that "
-            "graph.", UserWarning, stacklevel=4)
+            "graph.")
         blocks = random_start(DaskProblem(top, n_clusters), rng).blocks
     else:
         start = dask.delayed(_coarse_init_task)(
