@@ -55,6 +55,12 @@ def test_affinity_whose_degrees_overflow_is_refused(dtype, top):
             _fit_pre(fmt(W))
         with pytest.raises(ValueError, match="affinity W overflow"):
             normalized_cut(fmt(W), np.arange(30) % 3)
+    # the cross-affinity of predict and score too (their scores were NaN)
+    est = _fit_pre(_W().astype(dtype))
+    for fmt in (np.asarray, sp.csr_matrix):
+        for method in (est.predict, est.score):
+            with pytest.raises(ValueError, match="affinity X overflow"):
+                method(fmt(W[:5]))
     small = _fit_pre(W / dtype(30))
     np.testing.assert_array_equal(small.labels_, _fit_pre(_W().astype(dtype)).labels_)
 

@@ -270,9 +270,10 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None):
 
 def check_finite_degrees(W, name):
     """Raise ValueError, naming ``name``, if the degrees (row sums) of a
-    nonnegative ``W``, or their total, overflow its dtype (entries near
-    1e308): the objective would be NaN.  A pass over ``W`` only when its
-    largest entry times its number of entries reaches the dtype's range."""
+    nonnegative ``W`` (or of a cross-affinity), or their total, overflow its
+    dtype (entries near 1e308): the objective would be NaN.  A pass over
+    ``W`` only when its largest entry times its number of entries reaches
+    the dtype's range."""
     data = W.data if sp.issparse(W) else W
     if not data.size:
         return
@@ -310,6 +311,7 @@ def check_cross_affinity(A, n_train, *, name="X"):
             f"of shape (n_new, n_train={n_train}); got shape={A.shape}."
         )
     check_nonnegative(A.data if sp.issparse(A) else A, name)
+    check_finite_degrees(A, name)
     return sp.csr_matrix(A) if sp.issparse(A) else A
 
 
