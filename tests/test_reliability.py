@@ -141,6 +141,24 @@ def test_matrix_free_cosine_zero_norm_rows_agree_with_dense(dtype, n_tiny, posit
     np.testing.assert_allclose(W[:n_tiny], w0, atol=tol)
 
 
+def test_matrix_free_cosine_keeps_the_features_zero_norm_threshold():
+    """float32 rows of norm 1e-9: zero rows by float32's threshold (1.2e-6),
+    not by float64's (2.2e-15), on the device and in the affinity_matrix_
+    recomputed from a torch fit alike (the recompute, in the device's
+    float64, took them for unit rows: ncut_ 0.372, the NCut of its W 0.591;
+    found by hypothesis) and in predict."""
+    X = np.array([[1.0], [1e-9], [-1.0], [-1.0], [-1.0]], dtype=np.float32)
+    kw = dict(affinity="cosine", random_state=0)
+    dense = FalconNCut(2, backend="numba", **kw).fit(X)
+    free = FalconNCut(2, backend="torch", device="cpu", **kw).fit(X)
+    np.testing.assert_allclose(free.affinity_matrix_, dense.affinity_matrix_,
+                               atol=1e-6)
+    assert free.ncut_ == pytest.approx(
+        normalized_cut(free.affinity_matrix_, free.labels_), abs=1e-6)
+    np.testing.assert_array_equal(free.predict(X.astype(np.float64)),
+                                  dense.predict(X))
+
+
 def test_cosine_zero_norm_threshold_is_sklearns():
     from sklearn.preprocessing import normalize
 

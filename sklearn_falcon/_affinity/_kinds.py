@@ -56,11 +56,12 @@ def zero_norm(dtype):
     return 10 * float(np.finfo(dtype).eps)
 
 
-def _unit_rows(X):
+def _unit_rows(X, zero=None):
     """Rows of ``X`` scaled to unit norm (:func:`sklearn.preprocessing.normalize`,
-    a copy); rows of zero norm (below :func:`zero_norm`) become exactly zero."""
+    a copy); rows of zero norm (below ``zero``, by default :func:`zero_norm`
+    of ``X``'s dtype) become exactly zero."""
     U = normalize(X, copy=True)
-    tiny = row_norms(X) < zero_norm(X.dtype)
+    tiny = row_norms(X) < (zero_norm(X.dtype) if zero is None else zero)
     if tiny.any():
         if sp.issparse(U):
             U = sp.csr_matrix(U)
@@ -70,22 +71,23 @@ def _unit_rows(X):
     return U
 
 
-def cosine_similarity(X, Y=None):
+def cosine_similarity(X, Y=None, zero=None):
     """Cosine similarity of the rows of ``X`` (and ``Y``): a dense array.
 
     As :func:`sklearn.metrics.pairwise.cosine_similarity`, except that a row
-    of zero norm (below :func:`zero_norm`) has similarity exactly 0 to every
-    row, itself included: scikit-learn leaves such a row unscaled, so that a
-    row of norm 1e-28 gets similarities of about 1e-28, whose sign and size
-    are rounding noise.  The matrix-free torch rows follow the same rule.
+    of zero norm (below ``zero``, by default :func:`zero_norm` of the
+    features' dtype) has similarity exactly 0 to every row, itself included:
+    scikit-learn leaves such a row unscaled, so that a row of norm 1e-28 gets
+    similarities of about 1e-28, whose sign and size are rounding noise.  The
+    matrix-free torch rows follow the same rule.
     """
     from sklearn.metrics.pairwise import check_pairwise_arrays
 
     X, Y = check_pairwise_arrays(X, Y)
-    U = _unit_rows(X)
+    U = _unit_rows(X, zero)
     if Y is X and not sp.issparse(U) and U.shape[0] > SELF_PRODUCT_BLOCK:
         return _self_product(U)
-    V = U if Y is X else _unit_rows(Y)
+    V = U if Y is X else _unit_rows(Y, zero)
     return np.asarray(safe_sparse_dot(U, V.T, dense_output=True))
 
 
@@ -480,14 +482,15 @@ class CosineAffinity(Affinity):
         n = X.shape[0]
         dtype = getattr(self, "compute_dtype_", X.dtype)
         check_dense_fits(n, n, dtype, "cosine affinity", _RECOMPUTE)
-        S = cosine_similarity(X.astype(dtype, copy=False))
+        # zero norms by the features' dtype, as the device's rows had them
+        S = cosine_similarity(X.astype(dtype, copy=False), zero=zero_norm(X.dtype))
         W = cosine_power(S, self.cos_min_, self.cos_max_, self.power)
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
         self.check_features(X_new)
-        return cosine_power(cosine_similarity(X_new, self.X_fit_), self.cos_min_,
-                            self.cos_max_, self.power)
+        S = cosine_similarity(X_new, self.X_fit_, zero=zero_norm(self.X_fit_.dtype))
+        return cosine_power(S, self.cos_min_, self.cos_max_, self.power)
 
 
 _RECOMPUTE = (
