@@ -642,6 +642,30 @@ def test_arpack_restarts_draw_from_the_fits_generator():
     np.testing.assert_array_equal(*fits)
 
 
+def test_dense_eigenvectors_of_many_components():
+    """22 nodes in 14 components (self-loops of 0.001 and 8 edges): the
+    eigenvalue 1 has multiplicity 14, and LAPACK's syevr (SciPy's eigh with
+    subset_by_index) returned no vector at all for the top two here, so the
+    multilevel start's spectral candidate failed with "attempt to get argmax
+    of an empty sequence" (found by a longer hypothesis run)."""
+    W = np.eye(22) * 0.001
+    for i, j, w in [(0, 15, 0.5), (2, 4, 0.021822432056069374), (3, 5, 0.5),
+                    (4, 17, 0.42972537875175476), (7, 8, 0.25390625),
+                    (7, 11, 0.3909660875797272), (8, 18, 0.5),
+                    (11, 14, 0.38492584228515625)]:
+        W[i, j] = W[j, i] = w
+    d = W.sum(1)
+    vec = _spectral.leading_vectors(W, d, 2, np.random.default_rng(0))
+    assert vec.shape == (22, 2) and np.all(np.isfinite(vec))
+    M = W / np.sqrt(np.outer(d, d))
+    np.testing.assert_allclose(M @ (vec * np.sqrt(d)[:, None]),
+                               vec * np.sqrt(d)[:, None], atol=1e-10)  # eigenvalue 1
+    with pytest.warns(UserWarning, match="not fully connected|connected components"):
+        y = FalconNCut(2, affinity="precomputed", random_state=0).fit_predict(
+            sp.csr_matrix(W))
+    assert set(np.unique(y)) == {0, 1}
+
+
 def test_region_growing_cells_are_connected():
     from scipy.sparse.csgraph import connected_components
 

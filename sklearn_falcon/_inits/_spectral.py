@@ -100,6 +100,11 @@ def leading_vectors(W, degrees, n_vectors, rng, start=None):
         M = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
         M = inv[:, None] * M * inv[None, :]
         _, vec = eigh(M, subset_by_index=[n - n_vectors, n - 1])
+        if vec.shape[1] < n_vectors:
+            # LAPACK's syevr can return no vector at all for a cluster of
+            # equal eigenvalues (many components: eigenvalue 1 for each);
+            # the full decomposition has them
+            vec = eigh(M)[1][:, n - n_vectors:]
         return vec[:, ::-1] * inv[:, None]
     M = _normalized(W, inv)
     if start is not None:
