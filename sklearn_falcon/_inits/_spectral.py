@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg import eigh, qr, svd
+from scipy.linalg import LinAlgError, eigh, qr, svd
 from scipy.sparse.linalg import ArpackNoConvergence, eigsh, lobpcg
 
 from .._stats import cluster_statistics, objective_of
@@ -82,6 +82,23 @@ def _lobpcg(M, X, maxiter):
         return lobpcg(M, X, largest=True, tol=1e-6, maxiter=maxiter)
 
 
+def _top_vectors(M, k):
+    """The eigenvectors of the ``k`` largest eigenvalues of a symmetric
+    dense ``M``, by increasing eigenvalue: LAPACK's ``syevr`` for those
+    only, and its divide and conquer (``syevd``) for all of them where
+    ``syevr`` fails on a cluster of equal eigenvalues (a graph of many
+    components has eigenvalue 1 once per component): it can return fewer
+    vectors than asked, none at all, or raise."""
+    n = M.shape[0]
+    try:
+        vec = eigh(M, subset_by_index=[n - k, n - 1])[1]
+    except LinAlgError:
+        vec = None
+    if vec is None or vec.shape[1] < k:
+        vec = eigh(M, driver="evd")[1][:, n - k:]
+    return vec
+
+
 def leading_vectors(W, degrees, n_vectors, rng, start=None):
     """The ``n_vectors`` leading eigenvectors of ``D^-1/2 W D^-1/2``, scaled
     back by ``D^-1/2`` (columns by decreasing eigenvalue).
@@ -99,13 +116,7 @@ def leading_vectors(W, degrees, n_vectors, rng, start=None):
     if n <= _DENSE_MAX or n_vectors >= n // 2:
         M = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
         M = inv[:, None] * M * inv[None, :]
-        _, vec = eigh(M, subset_by_index=[n - n_vectors, n - 1])
-        if vec.shape[1] < n_vectors:
-            # LAPACK's syevr can return no vector at all for a cluster of
-            # equal eigenvalues (many components: eigenvalue 1 for each);
-            # the full decomposition has them
-            vec = eigh(M)[1][:, n - n_vectors:]
-        return vec[:, ::-1] * inv[:, None]
+        return _top_vectors(M, n_vectors)[:, ::-1] * inv[:, None]
     M = _normalized(W, inv)
     if start is not None:
         vals, vec = _lobpcg(M, start * np.sqrt(degrees)[:, None], _LOBPCG_WARM_MAXITER)
