@@ -771,8 +771,6 @@ def test_coarsen_csr_is_pt_w_p(dtype):
                                rtol=1e-5)
 
 
-
-
 def test_dijkstra_matches_scipy():
     from scipy.sparse.csgraph import dijkstra
 

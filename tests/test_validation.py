@@ -44,7 +44,8 @@ def test_negative_affinity():
 def test_affinity_whose_degrees_overflow_is_refused(dtype, top):
     """Degrees beyond the dtype's range would make the objective NaN (the
     labels garbage): refused by name, with the remedy; the fit and the
-    metric alike.  A tenth of that scale fits, as the same graph."""
+    metric alike.  Scaled down by 30, the same graph fits, with the labels
+    of the unscaled one."""
     from sklearn_falcon import normalized_cut
 
     W = _W().astype(dtype)

@@ -30,7 +30,6 @@ def _import_torch_timm(what):
     return torch, timm
 
 
-
 def _load_state_dict(path, torch):
     path = Path(path)
     if not path.exists():

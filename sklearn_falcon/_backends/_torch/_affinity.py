@@ -208,7 +208,6 @@ def update_cluster_weights_features(A, old_labels, new_labels, WX):
     return out
 
 
-
 def default_block_elems(device):
     """Entries of one matrix-free block: 2**22 on the CPU, 2**25 on CUDA."""
     return 2**25 if torch.device(device).type == "cuda" else 2**22

@@ -133,7 +133,6 @@ def update_cluster_weights_dense(W, old_labels, new_labels, WX, valid=None):
     return WX + torch.bmm(rows.transpose(1, 2), D).to(F64)
 
 
-
 # --------------------------------------------------------------- sparse W
 def csr_rows(indptr):
     """Row index of every stored entry of a CSR matrix (int64)."""
@@ -200,7 +199,6 @@ def update_cluster_weights_csr(indptr, indices, data, old_labels, new_labels, WX
     return out
 
 
-
 # ------------------------------------------------- graph-independent parts
 def cluster_stats(WX, labels, degrees, n_clusters):
     """Cluster volumes and associations ``(vol, assoc)``, each ``(B, K)``
@@ -232,7 +230,6 @@ def objective(vol, assoc):
 def _inv_pen(vol, assoc):
     inv = torch.where(vol > 0, 1.0 / torch.where(vol > 0, vol, 1.0), 0.0)
     return inv, assoc * inv * inv
-
 
 
 def _guard_empty(labels, new, n_clusters, valid):
