@@ -58,10 +58,13 @@ def overlay(image, labels, *, alpha=0.5):
     Parameters
     ----------
     image : ndarray of shape (H, W, 3), uint8
-        The image.
+        The image; greyscale ``(H, W)`` or ``(H, W, 1)`` is shown in grey and
+        an alpha channel ``(H, W, 4)`` is ignored.  Other dtypes are refused:
+        :func:`sklearn_falcon.image.load_image` converts any image to this
+        form.
     labels : ndarray of shape (H, W), int
         Segment ids.
-    alpha : float, default=0.5
+    alpha : float in [0, 1], default=0.5
         Weight of the segment colours (:func:`label_colors`).
 
     Returns
@@ -76,10 +79,31 @@ def overlay(image, labels, *, alpha=0.5):
     >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
     (2, 2, 3)
     """
+    image = np.asarray(image)
     labels = np.asarray(labels)
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+        raise ValueError(
+            "image must have shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); got "
+            f"shape {image.shape}.")
+    if labels.shape != image.shape[:2]:
+        raise ValueError(
+            f"labels must have the image's shape {image.shape[:2]}; got "
+            f"{labels.shape}.")
+    if image.dtype != np.uint8:
+        raise TypeError(
+            f"image must be uint8 RGB; got dtype={image.dtype}. "
+            "sklearn_falcon.image.load_image converts it.")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}.")
+    if image.shape[2] != 3:  # grey to three channels, alpha dropped
+        image = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image[:, :, :3]
+    if not labels.size:
+        return image.copy()
     ids = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
     palette = label_colors(int(ids.max()) + 1).astype(np.float64)
-    out = (1 - alpha) * np.asarray(image).astype(np.float64) + alpha * palette[ids]
+    out = (1 - alpha) * image.astype(np.float64) + alpha * palette[ids]
     edge = np.zeros(labels.shape, bool)
     edge[:-1] |= labels[:-1] != labels[1:]
     edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]

@@ -1,0 +1,54 @@
+"""The plotting helpers: colours and overlays, their inputs checked by name."""
+
+import numpy as np
+import pytest
+
+from sklearn_falcon.plotting import label_colors, overlay
+
+
+def _scene():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    labels = np.repeat(np.arange(4), 12).reshape(6, 8)
+    return image, labels
+
+
+def test_overlay_blends_and_marks_boundaries():
+    image, labels = _scene()
+    out = overlay(image, labels, alpha=0.5)
+    assert out.shape == (6, 8, 3) and out.dtype == np.uint8
+    inner = (slice(0, 1), slice(0, 3))  # inside segment 0, off its boundary
+    expected = np.round(0.5 * image[inner] + 0.5 * label_colors(1)[0])
+    np.testing.assert_array_equal(out[inner], expected)
+    assert np.all(out[1, 3] == 255)  # the boundary between segments 0 and 1
+    np.testing.assert_array_equal(overlay(image, labels, alpha=0.0)[0, :3], image[0, :3])
+
+
+def test_overlay_takes_grey_and_rgba_images():
+    """A grey image (as ImageSegmenter accepts) is shown in grey, and an
+    alpha channel is ignored; both raised NumPy's broadcast error."""
+    image, labels = _scene()
+    grey = image[:, :, 0]
+    rgb_of_grey = np.repeat(grey[:, :, None], 3, axis=2)
+    np.testing.assert_array_equal(overlay(grey, labels), overlay(rgb_of_grey, labels))
+    np.testing.assert_array_equal(overlay(grey[:, :, None], labels),
+                                  overlay(rgb_of_grey, labels))
+    rgba = np.concatenate([image, np.full((6, 8, 1), 7, np.uint8)], axis=2)
+    np.testing.assert_array_equal(overlay(rgba, labels), overlay(image, labels))
+    assert overlay(np.zeros((0, 0, 3), np.uint8), np.zeros((0, 0), int)).shape == (
+        0, 0, 3)
+
+
+def test_overlay_names_what_is_wrong():
+    image, labels = _scene()
+    with pytest.raises(ValueError, match=r"labels must have the image's shape "
+                       r"\(6, 8\); got \(5, 8\)"):
+        overlay(image, labels[:5])
+    with pytest.raises(ValueError, match=r"image must have shape .*got shape "
+                       r"\(6, 8, 2\)"):
+        overlay(image[:, :, :2], labels)
+    with pytest.raises(TypeError, match="image must be uint8 RGB; got "
+                       "dtype=float64.*load_image"):
+        overlay(image / 255.0, labels)
+    with pytest.raises(ValueError, match="alpha must be in"):
+        overlay(image, labels, alpha=1.5)
