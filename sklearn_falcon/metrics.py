@@ -2,17 +2,10 @@
 segmentation."""
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from ._affinity import (
-    check_dtype_kind,
-    check_finite_degrees,
-    check_nonnegative,
-    clean_csr,
-    symmetric_part,
-)
+from ._affinity import check_affinity, check_dtype_kind
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
 
@@ -39,12 +32,9 @@ def _cluster_terms(W, labels):
     elif labels.dtype.kind not in "biuUS":
         raise ValueError(
             f"labels must be integers or strings; got dtype={labels.dtype}.")
-    if sp.issparse(W):
-        W = clean_csr(W)
-    check_nonnegative(W.data if sp.issparse(W) else W, "W")
-    check_finite_degrees(W, "W")
-    # the symmetric part, with a warning, as FalconNCut takes it
-    W = symmetric_part(W, name="W")
+    # the estimator's checks: nonnegative, degrees in range, and the
+    # symmetric part of an asymmetric W (with a warning); no dense copy
+    W = check_affinity(W, name="W", copy=False)
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
     return cluster_statistics(W, y, K)

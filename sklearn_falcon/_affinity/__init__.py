@@ -10,10 +10,8 @@ from ._check import (
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
-    check_finite_degrees,
     check_nonnegative,
     clean_csr,
-    symmetric_part,
     warn_if_disconnected,
 )
 from ._kinds import (
@@ -38,10 +36,8 @@ __all__ = [
     "check_affinity",
     "check_cross_affinity",
     "check_dtype_kind",
-    "check_finite_degrees",
     "check_nonnegative",
     "clean_csr",
-    "symmetric_part",
     "cosine_power",
     "cosine_power_affinity",
     "cosine_range",

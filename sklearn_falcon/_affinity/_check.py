@@ -197,7 +197,7 @@ def _max_asymmetry(W):
     return float(max_asymmetry_dense(W))
 
 
-def check_affinity(W, *, name="X", symmetric="warn", tol=None):
+def check_affinity(W, *, name="X", symmetric="warn", tol=None, copy=True):
     """Validate a square, symmetric, nonnegative, finite affinity matrix.
 
     Parameters
@@ -212,11 +212,16 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     tol : float, default=None
         Absolute symmetry tolerance; defaults to ``1e-5`` relative to
         ``max|W|`` for float32 and ``1e-10`` for float64.
+    copy : bool, default=True
+        Copy a dense ``W`` (C order) for the caller to keep; ``False`` for a
+        caller that only reads it (the metrics).
 
     Returns
     -------
-    W : CSR matrix or C-contiguous ndarray
-        A new object; the input is never modified.
+    W : CSR matrix or ndarray
+        A new object (a dense one C-contiguous), except a clean CSR or, with
+        ``copy=False``, a dense ``W`` that is symmetric, returned as is; the
+        input is never modified.
     """
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
         raise ValueError(
@@ -226,13 +231,15 @@ def check_affinity(W, *, name="X", symmetric="warn", tol=None):
     if sp.issparse(W):
         W = clean_csr(W)
         data = W.data
-    else:
+    elif copy:
         check_allocation(
             W.size * W.dtype.itemsize, f"A copy of the dense {W.shape} affinity {name}",
             "Pass a sparse matrix (e.g. a kNN graph, or "
             "affinity='precomputed_nearest_neighbors' with distances) instead.")
         W = np.array(W, order="C", copy=True)
         data = W
+    else:
+        W = data = np.asarray(W)
     check_nonnegative(data, name)
     check_finite_degrees(W, name)
     return symmetric_part(W, name=name, symmetric=symmetric, tol=tol)
