@@ -91,7 +91,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         symmetric part ``(W + W') / 2`` with a ``UserWarning``.
 
     n_neighbors : int, default=10
-        Neighbours of the kNN affinities (clipped to ``n_samples``).
+        Neighbours of the kNN affinities (clipped to ``n_samples``).  As
+        many as the samples make the graph complete with equal weights,
+        where every partition has the same NCut: a ``UserWarning`` says so.
 
     gamma : float, default=1.0
         Kernel coefficient of the ``"rbf"`` affinity.

@@ -1,6 +1,8 @@
 """The affinities: the registry, the one definition of each formula, and the
 checks of precomputed matrices."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -258,3 +260,23 @@ def test_tree_never_returns_its_missing_neighbour_index():
     X = np.random.default_rng(0).normal(size=(50, 2)) * 1e300
     with pytest.raises(ValueError, match="infinite distance"):
         _TreeNeighbors(X, 5).kneighbors_graph(X)
+
+
+@pytest.mark.parametrize("affinity", ["nearest_neighbors",
+                                      "precomputed_nearest_neighbors"])
+def test_as_many_neighbours_as_samples_warns_of_a_complete_graph(affinity):
+    # n_neighbors is clipped to n_samples, and then (self included) the kNN
+    # graph is complete with equal weights: every partition has NCut K - 1
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    if affinity == "precomputed_nearest_neighbors":
+        X = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))
+    est = FalconNCut(3, affinity=affinity, n_neighbors=40, random_state=0)
+    with pytest.warns(UserWarning, match=r"n_neighbors=40 >= n_samples=40.*"
+                      r"complete") as record:
+        est.fit(X)
+    assert record[0].filename == __file__
+    assert est.ncut_ == pytest.approx(2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.set_params(n_neighbors=39).fit(X)
+    assert est.ncut_ < 2.0

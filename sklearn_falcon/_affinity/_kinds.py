@@ -24,6 +24,7 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 # sklearn.neighbors and sklearn.metrics (0.2 s of import time) are imported
 # by the functions that use them (a small kNN fit uses neither)
 
+from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
 from .._threads import effective_n_threads
 from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
@@ -243,6 +244,14 @@ class NearestNeighborsAffinity(Affinity):
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
+        if 1 < n <= self.n_neighbors:
+            warn_user(
+                f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
+                "is a neighbour of every other, so the kNN graph is complete "
+                "with equal weights and every partition has the same NCut "
+                "(n_clusters - 1); the labels are arbitrary. Use fewer "
+                "neighbours than samples."
+            )
         if (self.metric == "minkowski" and not sp.issparse(X)
                 and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2):
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
