@@ -26,6 +26,10 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
   calls it needs, is parsed when such a compile first links it, not on
   every load (its defined symbols are saved with it).
 
+Parallel kernels launched from several Python threads at once take turns
+on Numba's workqueue threading layer, which is not thread-safe (it aborts
+the process); the OpenMP and TBB layers run them at once.
+
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
 while a kernel of the package compiles (Numba's compiler allocates millions
@@ -35,6 +39,7 @@ of a first fit's compile time) and resumes when the outermost compile ends.
 paths ahead (for Docker images and clusters).
 """
 
+import contextlib
 import functools
 import gc
 import hashlib
@@ -88,6 +93,7 @@ class Kernel:
     def __init__(self, py_func, options):
         self.py_func = py_func
         self.options = dict(options)
+        self._parallel = bool(self.options.get("parallel"))
         self._dispatcher = None
         functools.update_wrapper(self, py_func)
 
@@ -107,6 +113,9 @@ class Kernel:
         return self._dispatcher
 
     def __call__(self, *args):
+        if self._parallel:
+            with _launch_guard():
+                return self.dispatcher(*args)
         return self.dispatcher(*args)
 
     def __getattr__(self, name):
@@ -120,6 +129,29 @@ class Kernel:
     def __reduce__(self):
         # by reference, like a function (process pools pickle what they call)
         return _kernel_named, (self.py_func.__module__, self.__qualname__)
+
+
+# Numba's workqueue threading layer (its fallback where neither TBB nor
+# OpenMP is available, as on macOS without libomp) is not thread-safe: two
+# Python threads launching parallel kernels at once abort the process
+# ("Concurrent access has been detected").  There the launches take turns.
+_launch_lock = threading.Lock()
+_layer = {"name": None}
+
+
+def _launch_guard():
+    """The lock that serializes parallel launches on Numba's workqueue
+    layer (and the first launch, before the layer is known), else a no-op."""
+    name = _layer["name"]
+    if name is None:
+        import numba
+
+        try:
+            name = numba.threading_layer()
+        except ValueError:  # no parallel launch yet in this process
+            return _launch_lock
+        _layer["name"] = name
+    return _launch_lock if name == "workqueue" else contextlib.nullcontext()
 
 
 def _kernel_named(module, qualname):

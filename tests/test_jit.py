@@ -299,3 +299,32 @@ def test_prebuild_runs(capsys):
     prebuild.main([])
     out = capsys.readouterr().out
     assert "sparse graphs" in out and "Done in" in out
+
+
+def test_parallel_kernels_take_turns_on_numbas_workqueue_layer():
+    # the workqueue layer (Numba's fallback without TBB or OpenMP, as on
+    # macOS without libomp) aborts the process when two Python threads
+    # launch parallel kernels at once; there the package serializes them
+    code = r"""
+import json, threading
+import numba, numpy as np, scipy.sparse as sp
+from sklearn_falcon._backends._numba import _kernels as nk
+W = sp.random(5000, 5000, density=0.004, format="csr", random_state=0)
+labels = (np.arange(5000) % 5).astype(np.int64)
+args = (W.indptr, W.indices, W.data, labels, 5)
+ref = nk._cluster_weights_csr_par(*args)
+barrier, same = threading.Barrier(4), []
+def run():
+    barrier.wait()
+    for _ in range(150):
+        same.append(bool(np.array_equal(nk._cluster_weights_csr_par(*args), ref)))
+threads = [threading.Thread(target=run) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("JSON:" + json.dumps({"layer": numba.threading_layer(), "same": same}))
+"""
+    out = _run({"NUMBA_THREADING_LAYER": "workqueue"}, code)
+    assert out["layer"] == "workqueue"
+    assert len(out["same"]) == 600 and all(out["same"])
