@@ -5,11 +5,14 @@ The Numba kernels run on Numba's own (OpenMP or TBB) threads.  BLAS threads
 with them for the same cores slowed a 1,024-token fit 2.3x on 2 cores, so,
 as scikit-learn's ``KMeans`` does around its OpenMP loops, BLAS runs on one
 thread while a Numba backend solves (torch keeps its own threads).  Both
-settings are restored on exit.
+settings are restored on exit.  The BLAS limit is process-wide: of fits
+that overlap in several Python threads, the first to start sets it and
+restores it when it ends.
 """
 
 import contextlib
 import functools
+import threading
 
 __all__ = ["effective_n_threads", "fit_threads"]
 
@@ -37,14 +40,41 @@ def effective_n_threads(n_jobs, maximum):
     return max(1, min(int(n), maximum))
 
 
+_blas_lock = threading.Lock()
+_blas_owner = {"thread": None}
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """BLAS on one thread within the block, set and restored by the first
+    block to enter; blocks that overlap it in other threads (or nested in
+    it) leave the limit alone.  BLAS's pool is process-wide, and
+    threadpoolctl lets one Python thread at a time set it: a second fit that
+    limited it too recorded the first one's limit as the original and
+    restored it after the first had ended, leaving the process on one BLAS
+    thread."""
+    with _blas_lock:
+        owner = _blas_owner["thread"] is None
+        if owner:
+            _blas_owner["thread"] = threading.current_thread()
+    if not owner:
+        yield
+        return
+    try:
+        with _threadpool_controller().limit(limits=1, user_api="blas"):
+            yield
+    finally:
+        with _blas_lock:
+            _blas_owner["thread"] = None
+
+
 @contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
     Numba's setting), and BLAS on one thread when ``limit_blas``."""
     with contextlib.ExitStack() as stack:
         if limit_blas:
-            stack.enter_context(_threadpool_controller().limit(limits=1,
-                                                               user_api="blas"))
+            stack.enter_context(_one_blas_thread())
         if n_jobs is not None:
             import numba
 

@@ -721,6 +721,44 @@ def test_fit_restores_blas_threads():
     assert blas_threads() == before
 
 
+def test_fits_overlapping_in_threads_restore_blas_threads():
+    # the BLAS limit is process-wide: fit A starts, fit B starts, A ends,
+    # B ends; B restored the limit it had found (A's one thread) and left
+    # the process on one BLAS thread
+    import threading
+
+    from sklearn_falcon._threads import fit_threads
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info()
+                if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    if max(before, default=1) == 1:
+        pytest.skip("BLAS runs on one thread here: no limit to restore")
+    a_in, b_in = threading.Event(), threading.Event()
+    seen = {}
+
+    def fit_a():
+        with fit_threads():
+            seen["A"] = blas_threads()
+            a_in.set()
+            b_in.wait(10)
+
+    def fit_b():
+        a_in.wait(10)
+        with fit_threads():
+            b_in.set()
+            a.join(10)
+
+    a, b = threading.Thread(target=fit_a), threading.Thread(target=fit_b)
+    a.start()
+    b.start()
+    b.join(10)
+    assert seen["A"] == [1] * len(before)
+    assert blas_threads() == before
+
+
 @pytest.mark.parametrize("name", sorted(INITS))
 def test_every_init_gives_valid_starts_through_the_registry(name):
     W, S = _graph(n=120, seed=1, density=0.3)
