@@ -1,5 +1,6 @@
-"""Progress messages (the ``sklearn_falcon`` logger and ``verbose``), and
-warnings attributed to the user's call (:func:`warn_user`).
+"""Progress messages (the ``sklearn_falcon`` logger and ``verbose``),
+warnings attributed to the user's call (:func:`warn_user`), and warnings of
+other libraries silenced without leaving a filter behind (:func:`ignoring`).
 
 Every progress message of the package goes through the standard
 :mod:`logging` logger ``"sklearn_falcon"``, and names its stage in its text
@@ -38,11 +39,12 @@ import functools
 import logging
 import os
 import sys
+import threading
 import warnings
 from contextlib import contextmanager
 
-__all__ = ["STAGES", "log_stage", "logger", "logs_progress", "verbose_logging",
-           "warn_user"]
+__all__ = ["STAGES", "ignoring", "log_stage", "logger", "logs_progress",
+           "verbose_logging", "warn_user"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -124,3 +126,21 @@ def warn_user(message, category=UserWarning):
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level if frame is not None else 2)
+
+
+# warnings.catch_warnings swaps the process-wide filter list on entry and
+# puts it back on exit (thread-safe only from Python 3.14): two such blocks
+# interleaved in two threads leave one's filter behind for the process.
+_ignoring_lock = threading.RLock()
+
+
+@contextmanager
+def ignoring(category, message=""):
+    """Ignore warnings of ``category`` (whose text starts with the regular
+    expression ``message``) within the block, as ``warnings.catch_warnings``
+    does; the blocks of several threads take turns, so that concurrent fits
+    do not leave an "ignore" filter in the process's warning filters.
+    """
+    with _ignoring_lock, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=message, category=category)
+        yield

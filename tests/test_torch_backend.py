@@ -119,6 +119,22 @@ def test_inputs_not_modified_and_torch_csr_input():
     assert r3.objective[0] == pytest.approx(r2.objective[0], abs=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [None, torch.float32])
+def test_a_read_only_array_becomes_a_tensor_of_its_own(dtype):
+    # torch has no read-only tensors: sharing the memory of a read-only
+    # array (a joblib memmap) made writing to it undefined behaviour
+    from sklearn_falcon._backends._boundary import to_tensor
+
+    a = np.arange(12.0).reshape(3, 4)[:, ::2]
+    a.setflags(write=False)
+    t = to_tensor(a, torch.device("cpu"), dtype)
+    assert not np.shares_memory(t.numpy(), a)
+    assert t.dtype == (dtype or torch.float64)
+    np.testing.assert_array_equal(t.numpy(), a)
+    w = np.arange(4.0)
+    assert np.shares_memory(to_tensor(w, torch.device("cpu")).numpy(), w)
+
+
 @pytest.mark.parametrize("host", [True, False])
 @pytest.mark.parametrize("polish", [False, True])
 def test_csr_solve_on_the_cpu_host_and_torch_kernels(monkeypatch, host, polish):

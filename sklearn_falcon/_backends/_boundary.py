@@ -6,8 +6,6 @@ problem (:mod:`._torch._problem`) and the torch PAMR path of
 a NumPy array.  Importing this module does not import torch.
 """
 
-import warnings
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -56,9 +54,12 @@ def to_tensor(array, device, dtype=None):
     """A tensor on ``device`` from a NumPy array (or anything array-like);
     ``dtype`` is a torch dtype, or None to keep the array's."""
     torch = import_torch()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only arrays
-        t = torch.as_tensor(np.asarray(array))
+    array = np.asarray(array)
+    if not array.flags.writeable:
+        # torch has no read-only tensors (it would share the memory and warn
+        # that writing to it is undefined behaviour): a copy
+        return torch.tensor(array, dtype=dtype, device=device)
+    t = torch.as_tensor(array)
     return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
 
 

@@ -2,13 +2,13 @@
 discretized."""
 
 import inspect
-import warnings
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import LinAlgError, eigh, qr, svd
 from scipy.sparse.linalg import ArpackNoConvergence, eigsh, lobpcg
 
+from .._log import ignoring
 from .._stats import cluster_statistics, objective_of
 from ._simple import fill_empty
 
@@ -77,8 +77,8 @@ def _normalized(W, inv):
 
 
 def _lobpcg(M, X, maxiter):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+    # capped on purpose: its "not reaching the requested tolerance" is noise
+    with ignoring(UserWarning):
         return lobpcg(M, X, largest=True, tol=1e-6, maxiter=maxiter)
 
 
