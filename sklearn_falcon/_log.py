@@ -58,6 +58,10 @@ def log_stage(stage, message, *args, level=logging.INFO):
         logger.log(level, f"{stage}: {message}", *args, extra={"stage": stage})
 
 
+_verbose_lock = threading.Lock()
+_verbose = {"blocks": 0, "handler": None, "level": logging.NOTSET}
+
+
 @contextmanager
 def verbose_logging(verbose):
     """Show the package's progress messages while the block runs, when
@@ -68,26 +72,34 @@ def verbose_logging(verbose):
     configured (no handler on the logger or its ancestors), a handler that
     writes ``[sklearn_falcon] <message>`` lines to ``sys.stderr`` is
     attached for the duration of the block.  The logger's
-    level and handlers are restored afterwards.
+    level and handlers are restored afterwards.  Blocks that overlap (in
+    several threads, or nested) share that set-up: the first to enter makes
+    it and the last to leave undoes it.
     """
     if not verbose:
         yield
         return
-    level = logging.INFO
-    old_level = logger.level
-    handler = None
-    if not logger.hasHandlers():
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("[sklearn_falcon] %(message)s"))
-        logger.addHandler(handler)
-    if logger.getEffectiveLevel() > level:
-        logger.setLevel(level)
+    with _verbose_lock:
+        if _verbose["blocks"] == 0:
+            _verbose["level"] = logger.level
+            if not logger.hasHandlers():
+                handler = logging.StreamHandler(sys.stderr)
+                handler.setFormatter(logging.Formatter("[sklearn_falcon] %(message)s"))
+                logger.addHandler(handler)
+                _verbose["handler"] = handler
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)
+        _verbose["blocks"] += 1
     try:
         yield
     finally:
-        if handler is not None:
-            logger.removeHandler(handler)
-        logger.setLevel(old_level)
+        with _verbose_lock:
+            _verbose["blocks"] -= 1
+            if _verbose["blocks"] == 0:
+                if _verbose["handler"] is not None:
+                    logger.removeHandler(_verbose["handler"])
+                    _verbose["handler"] = None
+                logger.setLevel(_verbose["level"])
 
 
 def logs_progress(func):

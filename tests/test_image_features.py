@@ -294,6 +294,47 @@ def test_timm_random_weights_are_seeded_and_leave_the_global_state():
     np.testing.assert_array_equal(a, b)
 
 
+def test_timm_models_created_in_threads_at_once_leave_the_global_state(
+        monkeypatch):
+    # each creation forks torch's random state and seeds it: two at once
+    # saved and restored each other's seeded state
+    import threading
+    import time
+
+    import timm
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    create, spans = timm.create_model, []
+
+    def slow_create(*args, **kwargs):
+        t0 = time.perf_counter()
+        time.sleep(0.2)
+        net = create(*args, **kwargs)
+        spans.append((t0, time.perf_counter()))
+        return net
+
+    monkeypatch.setattr(timm, "create_model", slow_create)
+    img = _img(32, 32)
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    out = [None, None]
+
+    def run(i):
+        out[i] = TimmFeatures("vit_tiny_patch16_224", resolution=32).extract(img)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    (a0, a1), (b0, b1) = sorted(spans)
+    assert a1 <= b0  # one after the other
+    assert torch.equal(torch.get_rng_state(), before)
+    np.testing.assert_array_equal(out[0], out[1])
+
+
 @pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
 def test_checkpoint_loading(tmp_path, fmt):
     import torch

@@ -120,3 +120,33 @@ def test_falcon_batch_verbose_logs_through_the_logger(caplog):
     with caplog.at_level(logging.DEBUG):
         falcon_batch(graphs, 2, affinity="rbf", backend="numba", random_state=0)
     assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
+
+
+def test_verbose_blocks_overlapping_in_threads_restore_the_logger(monkeypatch):
+    # fit A starts, fit B starts, A ends, B ends: A took its stderr handler
+    # away from B, and B restored the INFO level it had found (A's)
+    import threading
+
+    monkeypatch.setattr(logger, "propagate", False)  # no handler above it
+    level, handlers = logger.level, list(logger.handlers)
+    a_in, b_in, seen = threading.Event(), threading.Event(), {}
+
+    def fit_a():
+        with verbose_logging(1):
+            a_in.set()
+            b_in.wait(10)
+
+    def fit_b():
+        a_in.wait(10)
+        with verbose_logging(1):
+            b_in.set()
+            a.join(10)
+            seen["handlers"] = len(logger.handlers) - len(handlers)
+            seen["level"] = logger.getEffectiveLevel()
+
+    a, b = threading.Thread(target=fit_a), threading.Thread(target=fit_b)
+    a.start()
+    b.start()
+    b.join(10)
+    assert seen == {"handlers": 1, "level": logging.INFO}  # B's still shown
+    assert logger.handlers == handlers and logger.level == level

@@ -6,6 +6,7 @@ import time.
 
 import copy
 import numbers
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from ._io import check_image_size
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
 __all__ = ["TimmFeatures"]
+
+_create_lock = threading.Lock()
 
 _IMAGE_EXTRA_MSG = (
     "requires torch and timm, which are not installed. Install the image extra: "
@@ -229,7 +232,9 @@ class TimmFeatures:
             # the weights' random initialization (all of them without
             # pretrained weights) draws from a generator of its own, seeded:
             # the same model every time, and torch's global state untouched
-            with torch.random.fork_rng(devices=[]):
+            # (models created in several threads at once take turns: one's
+            # fork would save the state another had seeded, and restore it)
+            with _create_lock, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 try:
                     net = timm.create_model(
