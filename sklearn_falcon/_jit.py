@@ -28,7 +28,12 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
 
 Parallel kernels launched from several Python threads at once take turns
 on Numba's workqueue threading layer, which is not thread-safe (it aborts
-the process); the OpenMP and TBB layers run them at once.
+the process); the OpenMP and TBB layers run them at once.  In a process
+forked from one that ran parallel kernels on OpenMP (``multiprocessing``'s
+default start on Linux, PyTorch's data loader workers), which Numba would
+terminate at its first parallel loop, every parallel kernel runs as its
+:attr:`Kernel.serial_twin`.  Parallel kernels are called from Python only
+(never from another kernel), so that these rules see every launch.
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
@@ -48,6 +53,7 @@ import os
 import re
 import threading
 import time
+import types
 import warnings
 from pathlib import Path
 
@@ -78,7 +84,7 @@ logger = logging.getLogger("sklearn_falcon")
 _lock = threading.RLock()
 _state = {"numba": False, "cache_ok": CACHE, "warned_locator": False,
           "warned_load": False, "warned_save": False, "stamp": None,
-          "notice": True}
+          "notice": True, "serial_after_fork": False}
 
 
 class Kernel:
@@ -113,10 +119,33 @@ class Kernel:
         return self._dispatcher
 
     def __call__(self, *args):
-        if self._parallel:
-            with _launch_guard():
-                return self.dispatcher(*args)
+        if not self._parallel:
+            return self.dispatcher(*args)
+        if _state["serial_after_fork"]:
+            return self.serial_twin(*args)
+        layer = _layer["name"]
+        if layer is None or layer == "workqueue":
+            with _launch_lock:
+                out = self.dispatcher(*args)
+                if layer is None:
+                    _layer["name"] = _threading_layer()
+            return out
         return self.dispatcher(*args)
+
+    @property
+    def serial_twin(self):
+        """This parallel kernel compiled without threads (its ``prange``
+        loops run as ``range``), under a name of its own so that the two
+        never share a cache entry (Numba's cache key ignores the flags)."""
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            f = self.py_func
+            g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial",
+                                   f.__defaults__, f.__closure__)
+            g.__qualname__ = f.__qualname__ + "_serial"
+            g.__module__, g.__doc__ = f.__module__, f.__doc__
+            twin = self.__dict__["_twin"] = Kernel(g, {})
+        return twin
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -134,24 +163,37 @@ class Kernel:
 # Numba's workqueue threading layer (its fallback where neither TBB nor
 # OpenMP is available, as on macOS without libomp) is not thread-safe: two
 # Python threads launching parallel kernels at once abort the process
-# ("Concurrent access has been detected").  There the launches take turns.
+# ("Concurrent access has been detected").  There the launches take turns
+# (and the first launch, before the layer is known).
 _launch_lock = threading.Lock()
 _layer = {"name": None}
 
 
-def _launch_guard():
-    """The lock that serializes parallel launches on Numba's workqueue
-    layer (and the first launch, before the layer is known), else a no-op."""
-    name = _layer["name"]
-    if name is None:
-        import numba
+def _threading_layer():
+    """Numba's threading layer, or None before its first parallel launch."""
+    import numba
 
-        try:
-            name = numba.threading_layer()
-        except ValueError:  # no parallel launch yet in this process
-            return _launch_lock
-        _layer["name"] = name
-    return _launch_lock if name == "workqueue" else contextlib.nullcontext()
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return None
+
+
+def _after_fork_in_child():
+    """In a child forked from this process: new locks (another thread of
+    the parent may have held one), and, when the parent ran parallel
+    kernels on GNU OpenMP, serial kernels from now on: that runtime is not
+    fork-safe, and Numba terminates a child that launches a parallel loop
+    after it ("fork() called from a process already using GNU OpenMP")."""
+    global _lock, _launch_lock
+    _lock = threading.RLock()
+    _launch_lock = threading.Lock()
+    if _layer["name"] == "omp":
+        _state["serial_after_fork"] = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _kernel_named(module, qualname):

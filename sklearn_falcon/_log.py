@@ -156,3 +156,21 @@ def ignoring(category, message=""):
     with _ignoring_lock, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=message, category=category)
         yield
+
+
+def _after_fork_in_child():
+    """New locks in a forked child (a thread of the parent, absent here, may
+    have held one), and the verbose set-up of such threads undone."""
+    global _ignoring_lock, _verbose_lock
+    _ignoring_lock = threading.RLock()
+    _verbose_lock = threading.Lock()
+    if _verbose["blocks"]:
+        if _verbose["handler"] is not None:
+            logger.removeHandler(_verbose["handler"])
+            _verbose["handler"] = None
+        logger.setLevel(_verbose["level"])
+        _verbose["blocks"] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -12,6 +12,7 @@ restores it when it ends.
 
 import contextlib
 import functools
+import os
 import threading
 
 __all__ = ["effective_n_threads", "fit_threads"]
@@ -42,6 +43,17 @@ def effective_n_threads(n_jobs, maximum):
 
 _blas_lock = threading.Lock()
 _blas_owner = {"thread": None}
+
+
+def _after_fork_in_child():
+    # the parent's owner, if any, is not a thread of this process
+    global _blas_lock
+    _blas_lock = threading.Lock()
+    _blas_owner["thread"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,11 @@
 """Fits in several Python threads at once leave the process as they found
-it (the BLAS limit and Numba's workqueue layer are tested in
-``test_init.py`` and ``test_jit.py``)."""
+it, and a forked child fits whatever the parent's threads were doing (the
+BLAS limit and Numba's workqueue layer are tested in ``test_init.py`` and
+``test_jit.py``, the serial kernels after a fork there too)."""
 
+import logging
+import multiprocessing
+import sys
 import threading
 import time
 import warnings
@@ -61,3 +65,55 @@ def test_ignoring_silences_its_category_within_the_block():
             warnings.warn("other", RuntimeWarning)
         warnings.warn("loud", UserWarning)
     assert [str(w.message) for w in caught] == ["other", "loud"]
+
+
+def _fit_in_child(queue):
+    import numpy as np
+    import scipy.sparse as sp
+
+    from sklearn_falcon._backends._numba import _kernels as nk
+    from sklearn_falcon._log import logger
+
+    X = make_blobs(300, centers=3, random_state=0)[0]
+    with ignoring(UserWarning):
+        est = FalconNCut(3, init="spectral", verbose=1, random_state=0).fit(X)
+    W = sp.random(50, 50, density=0.1, format="csr", random_state=0)
+    WX = nk._cluster_weights_csr_par(W.indptr, W.indices, W.data,
+                                     np.arange(50) % 3, 3)  # a parallel kernel
+    assert np.allclose(WX.sum(1), np.asarray(W.sum(1)).ravel())
+    queue.put((int(est.labels_.max()), len(logger.handlers), logger.level))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_child_forked_while_another_thread_fits_does_not_hang(monkeypatch):
+    # the package's locks and verbose set-up, held by a thread of the
+    # parent that does not exist in the child, are new there
+    from sklearn_falcon import _jit, _log, _threads
+
+    monkeypatch.setattr(_log.logger, "propagate", False)  # stderr handler
+    handlers, level = list(_log.logger.handlers), _log.logger.level
+    held, release = threading.Event(), threading.Event()
+
+    def busy_fit():
+        with _log.verbose_logging(1), _threads.fit_threads(), \
+                _log.ignoring(UserWarning), _jit._launch_lock:
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=busy_fit)
+    t.start()
+    held.wait(10)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_fit_in_child, args=(queue,))
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+        assert child.exitcode == 0
+        assert queue.get(timeout=5) == (2, len(handlers), level)
+    finally:
+        release.set()
+        t.join(10)
+    assert _log.logger.handlers == handlers and _log.logger.level == level

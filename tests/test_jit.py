@@ -328,3 +328,32 @@ print("JSON:" + json.dumps({"layer": numba.threading_layer(), "same": same}))
     out = _run({"NUMBA_THREADING_LAYER": "workqueue"}, code)
     assert out["layer"] == "workqueue"
     assert len(out["same"]) == 600 and all(out["same"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_child_forked_after_openmp_runs_parallel_kernels_serially():
+    # GNU OpenMP is not fork-safe: Numba terminates a forked child at its
+    # first parallel loop once the parent has run one (multiprocessing's
+    # default start on Linux, PyTorch's data loader workers)
+    code = r"""
+import json, multiprocessing
+import numba, numpy as np, scipy.sparse as sp
+from sklearn_falcon._backends._numba import _kernels as nk
+W = sp.random(3000, 3000, density=0.004, format="csr", random_state=0)
+args = (W.indptr, W.indices, W.data, (np.arange(3000) % 5).astype(np.int64), 5)
+ref = nk._cluster_weights_csr_par(*args)
+def child(queue):
+    queue.put(bool(np.array_equal(nk._cluster_weights_csr_par(*args), ref)))
+ctx = multiprocessing.get_context("fork")
+queue = ctx.Queue()
+p = ctx.Process(target=child, args=(queue,))
+p.start()
+p.join(300)
+print("JSON:" + json.dumps({"layer": numba.threading_layer(),
+                            "exitcode": p.exitcode,
+                            "same": queue.get(timeout=5) if p.exitcode == 0 else None}))
+"""
+    out = _run({}, code)
+    if out["layer"] != "omp":
+        pytest.skip(f"Numba's threading layer is {out['layer']}, which is fork-safe")
+    assert out["exitcode"] == 0 and out["same"]

@@ -6,6 +6,7 @@ import time.
 
 import copy
 import numbers
+import os
 import threading
 from pathlib import Path
 
@@ -17,6 +18,15 @@ from ._position import check_position, fourier_basis, grid_positions, position_f
 __all__ = ["TimmFeatures"]
 
 _create_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _create_lock
+    _create_lock = threading.Lock()  # a parent's thread may have held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _IMAGE_EXTRA_MSG = (
     "requires torch and timm, which are not installed. Install the image extra: "
