@@ -186,7 +186,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         one thread (it would compete with the kernels for the same cores).
 
     random_state : int, RandomState instance or None, default=None
-        Seed of the initialization.
+        Seed of the initialization: the same labels on one machine (BLAS's
+        products and eigensolves can round differently on another CPU).
 
     verbose : int, default=0
         ``0`` is silent; ``1`` logs each stage (``affinity``, ``init``,

@@ -38,6 +38,10 @@ def test_every_case_is_pinned():
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_pinned_result(name):
+    if bc.blas_cores() != {bc.BLAS_CORE}:
+        pytest.skip(f"the pins were made with OpenBLAS's {bc.BLAS_CORE} kernels; "
+                    f"this process runs {sorted(bc.blas_cores())} (on x86-64, "
+                    f"OPENBLAS_CORETYPE={bc.BLAS_CORE} before NumPy loads)")
     got = CASES[name]()
     want = PINNED[name]
     assert _close(got, want), f"{name}: got {got}, pinned {want}"
