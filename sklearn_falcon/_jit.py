@@ -32,7 +32,7 @@ the process); the OpenMP and TBB layers run them at once.  In a process
 forked from one that ran parallel kernels on OpenMP (``multiprocessing``'s
 default start on Linux, PyTorch's data loader workers), which Numba would
 terminate at its first parallel loop, every parallel kernel runs as its
-:attr:`Kernel.serial_twin`.  Parallel kernels are called from Python only
+:attr:`ParallelKernel.serial_twin`.  Parallel kernels are called from Python only
 (never from another kernel), so that these rules see every launch.
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
@@ -57,7 +57,8 @@ import types
 import warnings
 from pathlib import Path
 
-__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "inlined", "jit", "pjit", "prange"]
+__all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "ParallelKernel", "inlined", "jit",
+           "pjit", "prange"]
 
 CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
     "0",
@@ -99,7 +100,6 @@ class Kernel:
     def __init__(self, py_func, options):
         self.py_func = py_func
         self.options = dict(options)
-        self._parallel = bool(self.options.get("parallel"))
         self._dispatcher = None
         functools.update_wrapper(self, py_func)
 
@@ -119,8 +119,26 @@ class Kernel:
         return self._dispatcher
 
     def __call__(self, *args):
-        if not self._parallel:
-            return self.dispatcher(*args)
+        return self.dispatcher(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dispatcher, name)
+
+    def __repr__(self):
+        return f"<sklearn_falcon kernel {self.py_func.__module__}.{self.__qualname__}>"
+
+    def __reduce__(self):
+        # by reference, like a function (process pools pickle what they call)
+        return _kernel_named, (self.py_func.__module__, self.__qualname__)
+
+
+class ParallelKernel(Kernel):
+    """A :class:`Kernel` whose loops over :data:`prange` run on Numba's
+    threads, launched by the rules of the module docstring."""
+
+    def __call__(self, *args):
         if _state["serial_after_fork"]:
             return self.serial_twin(*args)
         layer = _layer["name"]
@@ -134,9 +152,9 @@ class Kernel:
 
     @property
     def serial_twin(self):
-        """This parallel kernel compiled without threads (its ``prange``
-        loops run as ``range``), under a name of its own so that the two
-        never share a cache entry (Numba's cache key ignores the flags)."""
+        """This kernel compiled without threads (its ``prange`` loops run
+        as ``range``), under a name of its own so that the two never share
+        a cache entry (Numba's cache key ignores the compile flags)."""
         twin = self.__dict__.get("_twin")
         if twin is None:
             f = self.py_func
@@ -146,18 +164,6 @@ class Kernel:
             g.__module__, g.__doc__ = f.__module__, f.__doc__
             twin = self.__dict__["_twin"] = Kernel(g, {})
         return twin
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.dispatcher, name)
-
-    def __repr__(self):
-        return f"<sklearn_falcon kernel {self.py_func.__module__}.{self.__qualname__}>"
-
-    def __reduce__(self):
-        # by reference, like a function (process pools pickle what they call)
-        return _kernel_named, (self.py_func.__module__, self.__qualname__)
 
 
 # Numba's workqueue threading layer (its fallback where neither TBB nor
@@ -228,7 +234,7 @@ def inlined(kernel):
 def pjit(fn):
     """Decorator of a parallel kernel (its loops over :data:`prange` run on
     Numba's threads)."""
-    return Kernel(fn, {"parallel": True})
+    return ParallelKernel(fn, {"parallel": True})
 
 
 # ------------------------------------------------------------ numba set-up
