@@ -9,11 +9,13 @@ Dockerfile after ``pip install``, or on a cluster's shared install::
 
 It runs small fits that cover the common paths (sparse kNN graphs and dense
 rbf / cosine affinities, float32 and float64, every initialization,
-``predict``, batches, PAMR, the Dask backend's block tasks) and calls the
-parallel kernels that large graphs use.  The cache is written for the CPU of the machine that runs it:
-to the package's ``__pycache__`` directories when they are writable (a
-read-only install built this way is then read from), else to
-``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
+``predict``, batches, PAMR and upsampling, the Dask backend's block tasks)
+and calls the parallel kernels that large graphs use; with
+``--fork-twins`` it also compiles their serial twins, which workers forked
+from a warmed-up parent run.  The cache is written for the CPU of the
+machine that runs it: to the package's ``__pycache__`` directories when
+they are writable (a read-only install built this way is then read from),
+else to ``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
 """
 
 import argparse
@@ -130,16 +132,18 @@ def _dask_blocks():
         B.polish_task(S, 0, d, labels, WX, vol, assoc)
 
 
-def _pamr():
+def _images():
     import numpy as np
 
     from .image._pamr import pamr
+    from .image._upsample import upsample_labels
 
     img = np.zeros((16, 16, 3), np.uint8)
     img[:, 8:] = 255
     lab = np.zeros((16, 16), np.int64)
     lab[:, 7:] = 1
     pamr(img, lab, n_iter=2)
+    upsample_labels(lab[::2, ::2], img, img[::2, ::2])
 
 
 STEPS = {
@@ -147,18 +151,27 @@ STEPS = {
     "dense graphs (rbf, cosine; float64, float32)": _dense_fits,
     "batches of graphs": _batches,
     "kernels of large graphs": _parallel_kernels,
-    "image refinement (PAMR)": _pamr,
+    "images (PAMR, upsampling)": _images,
     "Dask backend's block tasks": _dask_blocks,
 }
 
+# the steps that call parallel kernels, whose serial twins ``fork_twins``
+# compiles too
+PARALLEL_STEPS = ("kernels of large graphs", "images (PAMR, upsampling)")
 
-def prebuild(verbose=True):
+
+def prebuild(verbose=True, fork_twins=False):
     """Compile (or load) every kernel of the common paths into Numba's cache.
 
     Parameters
     ----------
     verbose : bool, default=True
         Print each step, its time and where the cache is.
+    fork_twins : bool, default=False
+        Also compile the serial twins of the parallel kernels, which a
+        process forked after its parent ran parallel kernels on Numba's
+        OpenMP layer runs instead (see :mod:`sklearn_falcon._jit`): for
+        servers and data loaders that fork workers from a warmed-up parent.
 
     Returns
     -------
@@ -171,12 +184,21 @@ def prebuild(verbose=True):
     from ._solver import _compiled
 
     _jit._state["notice"] = False  # this command says it compiles
+    runs = [(name, step, False) for name, step in STEPS.items()]
+    if fork_twins:
+        runs += [(f"{name}, serial twins", STEPS[name], True)
+                 for name in PARALLEL_STEPS]
     times = {}
-    for name, step in STEPS.items():
+    after_fork = _jit._state["serial_after_fork"]
+    for name, step, twins in runs:
         t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # tiny graphs
-            step()
+        _jit._state["serial_after_fork"] = twins or after_fork
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # tiny graphs
+                step()
+        finally:
+            _jit._state["serial_after_fork"] = after_fork
         times[name] = time.perf_counter() - t0
         if verbose:
             print(f"  {name}: {times[name]:.1f} s", flush=True)
@@ -197,12 +219,16 @@ def main(argv=None):
         description="Compile sklearn-falcon's Numba kernels into Numba's cache, "
                     "once per environment.")
     parser.add_argument("--quiet", action="store_true", help="print nothing")
+    parser.add_argument(
+        "--fork-twins", action="store_true",
+        help="also compile the serial twins of the parallel kernels, which "
+             "processes forked from a parent that ran parallel kernels use")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if not args.quiet:
         print("Compiling sklearn-falcon's kernels (once per environment)...",
               flush=True)
-    prebuild(verbose=not args.quiet)
+    prebuild(verbose=not args.quiet, fork_twins=args.fork_twins)
     if not args.quiet:
         print(f"Done in {time.perf_counter() - t0:.1f} s.")
 

@@ -301,6 +301,22 @@ def test_prebuild_runs(capsys):
     assert "sparse graphs" in out and "Done in" in out
 
 
+def test_prebuild_compiles_the_upsampling_and_the_serial_twins():
+    from sklearn_falcon import prebuild
+    from sklearn_falcon._backends._numba import _kernels as nk
+    from sklearn_falcon.image import _pamr, _upsample
+
+    prebuild.prebuild(verbose=False, fork_twins=True)
+    assert _jit._state["serial_after_fork"] is False  # back as it was
+    # the first segmentation of a large image compiled it (1.5 s) before
+    assert any(str(sig[0]).startswith("array(uint8")
+               for sig in _upsample._joint_bilateral_labels.signatures)
+    for kernel in (nk._cluster_weights_csr_par, _pamr._affinities,
+                   _upsample._joint_bilateral_labels):
+        assert kernel.serial_twin.signatures
+        assert not kernel.serial_twin.options  # compiled without threads
+
+
 def test_parallel_kernels_take_turns_on_numbas_workqueue_layer():
     # the workqueue layer (Numba's fallback without TBB or OpenMP, as on
     # macOS without libomp) aborts the process when two Python threads
