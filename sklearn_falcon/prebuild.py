@@ -55,6 +55,8 @@ def _dense_fits():
             Xd = X.astype(dtype)
             est = FalconNCut(2, affinity=affinity, gamma=0.1, random_state=0).fit(Xd)
             est.predict(Xd[:5])
+        # a precomputed dense affinity (its own input checks)
+        FalconNCut(2, affinity="precomputed", random_state=0).fit(est.affinity_matrix_)
 
 
 def _batches():
@@ -148,7 +150,7 @@ def _images():
 
 STEPS = {
     "sparse graphs (kNN; every init; float64, float32)": _sparse_fits,
-    "dense graphs (rbf, cosine; float64, float32)": _dense_fits,
+    "dense graphs (rbf, cosine, precomputed; float64, float32)": _dense_fits,
     "batches of graphs": _batches,
     "kernels of large graphs": _parallel_kernels,
     "images (PAMR, upsampling)": _images,
