@@ -146,6 +146,8 @@ def _images():
     lab[:, 7:] = 1
     pamr(img, lab, n_iter=2)
     upsample_labels(lab[::2, ::2], img, img[::2, ::2])
+    img.setflags(write=False)  # an image read from a file often is
+    upsample_labels(lab[::2, ::2], img, img[::2, ::2])
 
 
 STEPS = {

@@ -35,11 +35,11 @@ print("JSON:" + json.dumps({
 """
 
 
-def _run(env_extra, code=CHILD):
+def _run(env_extra, code=CHILD, cwd=ROOT):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CACHE")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(env_extra)
-    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     line = [x for x in p.stdout.splitlines() if x.startswith("JSON:")][-1]
@@ -373,3 +373,44 @@ print("JSON:" + json.dumps({"layer": numba.threading_layer(),
     if out["layer"] != "omp":
         pytest.skip(f"Numba's threading layer is {out['layer']}, which is fork-safe")
     assert out["exitcode"] == 0 and out["same"]
+
+
+def test_after_prebuild_the_common_paths_compile_nothing(tmp_path):
+    # a copy of the package without its cache: prebuild, then the paths a
+    # user takes first load every kernel from the cache
+    import shutil
+
+    shutil.copytree(ROOT / "sklearn_falcon", tmp_path / "sklearn_falcon",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PYTHONPATH": str(tmp_path)}
+    code = "from sklearn_falcon import prebuild; prebuild.prebuild(verbose=False)"
+    _run(env, code + "\nprint('JSON:{}')", cwd=tmp_path)
+    paths = r"""
+import gc, json, warnings
+warnings.simplefilter("ignore")
+import numpy as np, scipy.sparse as sp
+import sklearn_falcon
+from sklearn_falcon import FalconNCut, ImageSegmenter, normalized_cut
+from sklearn_falcon._jit import Kernel
+assert sklearn_falcon.__file__.startswith(%r)
+rng = np.random.default_rng(0)
+X = np.r_[rng.normal(0, 1, (150, 3)), rng.normal(5, 1, (150, 3))]
+for affinity in ("nearest_neighbors", "rbf", "cosine"):
+    for init in ("multilevel", "kmeans", "spectral", "random"):
+        est = FalconNCut(3, affinity=affinity, init=init, gamma=0.1,
+                         random_state=0).fit(X)
+        est.predict(X[:5]), est.score(X[:50])
+W = est.affinity_matrix_
+for A in (W, W.astype(np.float32), sp.csr_matrix(W)):
+    normalized_cut(A, FalconNCut(3, affinity="precomputed").fit_predict(A))
+img = np.zeros((300, 400, 3), np.uint8)
+img[:, 200:] = 200
+img[150:] += 40
+for k in (3, "auto"):
+    ImageSegmenter(n_segments=k, max_tokens=256, random_state=0).segment(img)
+compiled = sorted(k.py_func.__qualname__ for k in gc.get_objects()
+                  if isinstance(k, Kernel) and k._dispatcher is not None
+                  and k._dispatcher.stats.cache_misses)
+print("JSON:" + json.dumps(compiled))
+""" % str(tmp_path)
+    assert _run(env, paths, cwd=tmp_path) == []

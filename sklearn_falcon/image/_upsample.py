@@ -238,6 +238,13 @@ def upsample_labels(labels, image, small_image, *, device=None):
     uniq = uniq.astype(np.int64)
     if device is not None:
         return _upsample_labels_on_device(inv, img, small, uniq, device)
+    # one layout for the kernel (each layout, and read-only arrays, are a
+    # compile of their own): the working image is small, so it is copied
+    # where it is not a writable C array; the full image only where it is
+    # not C-contiguous (``prebuild`` compiles both of its flags)
+    if not (small.flags.c_contiguous and small.flags.writeable):
+        small = np.array(small, order="C")
+    img = np.ascontiguousarray(img)
     out = np.empty(img.shape[:2], dtype=np.int64)
     return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
                                    _JBU_SIGMA_C, _JBU_FLOOR, out)
