@@ -31,6 +31,28 @@ def test_nan_inf_in_features_and_affinity(bad):
         _fit_pre(sp.csr_matrix(W))
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf", "cosine",
+                                      "precomputed"])
+def test_nan_inf_under_assume_finite_are_named_not_called_overflow(bad, affinity):
+    # scikit-learn skips its check under assume_finite=True; the range checks
+    # after it said "can overflow ... its values reach nan. Scale X"
+    import sklearn
+
+    X = _W() if affinity == "precomputed" else np.random.default_rng(0).random((30, 3))
+    good = X.copy()
+    X[2, 1] = X[1, 2] = bad
+    est = FalconNCut(3, affinity=affinity, random_state=0)
+    with sklearn.config_context(assume_finite=True):
+        with pytest.raises(ValueError, match="Input X contains NaN or infinity"):
+            est.fit(X)
+        est.fit(good)
+        Y = good[:4].copy()
+        Y[0, 0] = bad
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            est.predict(Y)
+
+
 def test_negative_affinity():
     W = _W()
     W[0, 1] = W[1, 0] = -0.5

@@ -14,8 +14,8 @@ from .._log import warn_user
 from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
-           "check_finite_degrees", "check_nonnegative", "clean_csr", "symmetric_part",
-           "warn_if_disconnected", "active_subgraph"]
+           "check_finite_degrees", "check_finite_top", "check_nonnegative",
+           "clean_csr", "symmetric_part", "warn_if_disconnected", "active_subgraph"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -275,6 +275,18 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None):
     return clean_csr(W) if sp.issparse(W) else np.ascontiguousarray(W)
 
 
+def check_finite_top(top, name):
+    """Raise ValueError if ``top``, the largest (absolute) value of the
+    input ``name``, is NaN or infinite: scikit-learn's own check, which
+    says so, is skipped under ``sklearn.set_config(assume_finite=True)``,
+    and the range checks after it would call the value an overflow."""
+    if not np.isfinite(top):
+        raise ValueError(
+            f"Input {name} contains NaN or infinity (scikit-learn's check for them "
+            "is skipped under sklearn.set_config(assume_finite=True))."
+        )
+
+
 def check_finite_degrees(W, name):
     """Raise ValueError, naming ``name``, if the degrees (row sums) of a
     nonnegative ``W`` (or of a cross-affinity), or their total, overflow its
@@ -285,6 +297,7 @@ def check_finite_degrees(W, name):
     if not data.size:
         return
     top = float(data.max())
+    check_finite_top(top, name)
     limit = float(np.finfo(W.dtype).max)
     if top * data.size < limit:  # no partial sum can overflow
         return

@@ -27,7 +27,13 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
 from .._threads import effective_n_threads
-from ._check import check_affinity, check_cross_affinity, check_dtype_kind, clean_csr
+from ._check import (
+    check_affinity,
+    check_cross_affinity,
+    check_dtype_kind,
+    check_finite_top,
+    clean_csr,
+)
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range",
@@ -294,6 +300,7 @@ def _check_distance_range(X, of="distances", name="X"):
     if not data.size:
         return
     top = float(np.abs(data).max())
+    check_finite_top(top, name)
     bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
     if bound < np.finfo(np.float64).max:
         return
