@@ -44,7 +44,6 @@ of a first fit's compile time) and resumes when the outermost compile ends.
 paths ahead (for Docker images and clusters).
 """
 
-import contextlib
 import functools
 import gc
 import hashlib

@@ -3,7 +3,6 @@ it, and a forked child fits whatever the parent's threads were doing (the
 BLAS limit and Numba's workqueue layer are tested in ``test_init.py`` and
 ``test_jit.py``, the serial kernels after a fork there too)."""
 
-import logging
 import multiprocessing
 import sys
 import threading

@@ -313,8 +313,9 @@ def test_prebuild_compiles_the_upsampling_and_the_serial_twins():
                for sig in _upsample._joint_bilateral_labels.signatures)
     for kernel in (nk._cluster_weights_csr_par, _pamr._affinities,
                    _upsample._joint_bilateral_labels):
-        assert kernel.serial_twin.signatures
-        assert not kernel.serial_twin.options  # compiled without threads
+        twin = kernel.serial_twin.dispatcher
+        assert twin.signatures and not twin.targetoptions.get("parallel")
+        assert kernel.dispatcher.targetoptions.get("parallel")
 
 
 def test_parallel_kernels_take_turns_on_numbas_workqueue_layer():
