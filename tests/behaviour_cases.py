@@ -26,7 +26,7 @@ from pathlib import Path
 # dense eigensolves of spectral starts) depend on the kernels OpenBLAS picks
 # for the CPU, which round differently: NumPy's and SciPy's OpenBLAS 0.3.30
 # and 0.3.31 take their SkylakeX (AVX-512) kernels on Intel Xeons and their
-# Haswell (AVX2) kernels on AMD EPYCs, and 6 of the 51 pins differ between
+# Haswell (AVX2) kernels on AMD EPYCs, and 6 of the 50 pins differ between
 # the two.  The pins are made, and checked, with the Haswell kernels, which
 # every x86-64 CPU of the last decade runs; OpenBLAS reads the variable when
 # it loads, so this module is imported before NumPy (tests/conftest.py).
