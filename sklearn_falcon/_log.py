@@ -96,10 +96,16 @@ def verbose_logging(verbose):
         with _verbose_lock:
             _verbose["blocks"] -= 1
             if _verbose["blocks"] == 0:
-                if _verbose["handler"] is not None:
-                    logger.removeHandler(_verbose["handler"])
-                    _verbose["handler"] = None
-                logger.setLevel(_verbose["level"])
+                _undo_verbose_setup()
+
+
+def _undo_verbose_setup():
+    """Remove the stderr handler that :func:`verbose_logging` attached, if
+    any, and put the logger's level back."""
+    if _verbose["handler"] is not None:
+        logger.removeHandler(_verbose["handler"])
+        _verbose["handler"] = None
+    logger.setLevel(_verbose["level"])
 
 
 def logs_progress(func):
@@ -165,11 +171,8 @@ def _after_fork_in_child():
     _ignoring_lock = threading.RLock()
     _verbose_lock = threading.Lock()
     if _verbose["blocks"]:
-        if _verbose["handler"] is not None:
-            logger.removeHandler(_verbose["handler"])
-            _verbose["handler"] = None
-        logger.setLevel(_verbose["level"])
         _verbose["blocks"] = 0
+        _undo_verbose_setup()
 
 
 if hasattr(os, "register_at_fork"):
