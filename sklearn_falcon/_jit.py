@@ -28,12 +28,14 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
 
 Parallel kernels launched from several Python threads at once take turns
 on Numba's workqueue threading layer, which is not thread-safe (it aborts
-the process); the OpenMP and TBB layers run them at once.  In a process
-forked from one that ran parallel kernels on OpenMP (``multiprocessing``'s
-default start on Linux, PyTorch's data loader workers), which Numba would
-terminate at its first parallel loop, every parallel kernel runs as its
-:attr:`ParallelKernel.serial_twin`.  Parallel kernels are called from Python only
-(never from another kernel), so that these rules see every launch.
+the process); the OpenMP and TBB layers run them at once.  In a forked
+process (``multiprocessing``'s default start on Linux, PyTorch's data
+loader workers), every parallel kernel runs as its
+:attr:`ParallelKernel.serial_twin` unless the layer is known to be
+fork-safe: a child of a process that used GNU OpenMP (Numba's parallel
+kernels, torch's CPU operations) is terminated by Numba, or hangs, at its
+first parallel loop.  Parallel kernels are called from Python only (never
+from another kernel), so that these rules see every launch.
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
@@ -186,14 +188,18 @@ def _threading_layer():
 
 def _after_fork_in_child():
     """In a child forked from this process: new locks (another thread of
-    the parent may have held one), and, when the parent ran parallel
-    kernels on GNU OpenMP, serial kernels from now on: that runtime is not
-    fork-safe, and Numba terminates a child that launches a parallel loop
-    after it ("fork() called from a process already using GNU OpenMP")."""
+    the parent may have held one), and serial kernels from now on unless
+    Numba's threading layer is known to be fork-safe (TBB, workqueue).  GNU
+    OpenMP is not: once the parent has used it, through Numba's parallel
+    kernels (Numba then terminates the child: "fork() called from a process
+    already using GNU OpenMP") or through anything else, such as torch's
+    CPU operations (the child's first parallel loop then hangs), the child
+    cannot run an OpenMP parallel loop, and whether the parent used it
+    cannot be read."""
     global _lock, _launch_lock
     _lock = threading.RLock()
     _launch_lock = threading.Lock()
-    if _layer["name"] == "omp":
+    if _layer["name"] not in ("tbb", "workqueue"):
         _state["serial_after_fork"] = True
 
 

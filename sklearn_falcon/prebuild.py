@@ -11,8 +11,8 @@ It runs small fits that cover the common paths (sparse kNN graphs and dense
 rbf / cosine affinities, float32 and float64, every initialization,
 ``predict``, batches, PAMR and upsampling, the Dask backend's block tasks)
 and calls the parallel kernels that large graphs use; with
-``--fork-twins`` it also compiles their serial twins, which workers forked
-from a warmed-up parent run.  The cache is written for the CPU of the
+``--fork-twins`` it also compiles their serial twins, which forked workers
+run.  The cache is written for the CPU of the
 machine that runs it: to the package's ``__pycache__`` directories when
 they are writable (a read-only install built this way is then read from),
 else to ``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
@@ -173,9 +173,9 @@ def prebuild(verbose=True, fork_twins=False):
         Print each step, its time and where the cache is.
     fork_twins : bool, default=False
         Also compile the serial twins of the parallel kernels, which a
-        process forked after its parent ran parallel kernels on Numba's
-        OpenMP layer runs instead (see :mod:`sklearn_falcon._jit`): for
-        servers and data loaders that fork workers from a warmed-up parent.
+        forked process runs instead on Numba's OpenMP layer (see
+        :mod:`sklearn_falcon._jit`): for servers and data loaders that fork
+        workers.
 
     Returns
     -------
@@ -226,7 +226,7 @@ def main(argv=None):
     parser.add_argument(
         "--fork-twins", action="store_true",
         help="also compile the serial twins of the parallel kernels, which "
-             "processes forked from a parent that ran parallel kernels use")
+             "forked processes run")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     if not args.quiet:

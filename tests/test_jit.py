@@ -348,28 +348,40 @@ print("JSON:" + json.dumps({"layer": numba.threading_layer(), "same": same}))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
-def test_a_child_forked_after_openmp_runs_parallel_kernels_serially():
-    # GNU OpenMP is not fork-safe: Numba terminates a forked child at its
-    # first parallel loop once the parent has run one (multiprocessing's
-    # default start on Linux, PyTorch's data loader workers)
+@pytest.mark.parametrize("parent", ["numba", "torch"])
+def test_a_child_forked_after_openmp_runs_parallel_kernels_serially(parent):
+    # GNU OpenMP is not fork-safe: once the parent has used it, Numba
+    # terminates a forked child at its first parallel loop (the parent ran
+    # one) or the loop hangs (torch's CPU operations used it)
+    if parent == "torch":
+        pytest.importorskip("torch")
     code = r"""
 import json, multiprocessing
 import numba, numpy as np, scipy.sparse as sp
 from sklearn_falcon._backends._numba import _kernels as nk
 W = sp.random(3000, 3000, density=0.004, format="csr", random_state=0)
 args = (W.indptr, W.indices, W.data, (np.arange(3000) % 5).astype(np.int64), 5)
-ref = nk._cluster_weights_csr_par(*args)
+ref = np.asarray(W.sum(1)).ravel()
+if PARENT == "numba":
+    nk._cluster_weights_csr_par(*args)
+else:
+    import torch
+    a = torch.randn(1500, 1500, dtype=torch.float64)
+    float(torch.softmax(a @ a, 1).sum())
 def child(queue):
-    queue.put(bool(np.array_equal(nk._cluster_weights_csr_par(*args), ref)))
+    queue.put(bool(np.allclose(nk._cluster_weights_csr_par(*args).sum(1), ref)))
 ctx = multiprocessing.get_context("fork")
 queue = ctx.Queue()
 p = ctx.Process(target=child, args=(queue,))
 p.start()
-p.join(300)
+p.join(120)
+if p.is_alive():
+    p.kill()
+nk._cluster_weights_csr_par(*args)  # the parent's layer, for the skip
 print("JSON:" + json.dumps({"layer": numba.threading_layer(),
                             "exitcode": p.exitcode,
                             "same": queue.get(timeout=5) if p.exitcode == 0 else None}))
-"""
+""".replace("PARENT", repr(parent))
     out = _run({}, code)
     if out["layer"] != "omp":
         pytest.skip(f"Numba's threading layer is {out['layer']}, which is fork-safe")
