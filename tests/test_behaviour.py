@@ -13,6 +13,7 @@ import pytest
 import behaviour_cases as bc
 
 PINNED = json.loads(bc.DATA.read_text())
+PINNED_ENV = json.loads(bc.ENV_DATA.read_text())
 CASES = bc.cases()
 
 
@@ -42,6 +43,9 @@ def test_pinned_result(name):
         pytest.skip(f"the pins were made with OpenBLAS's {bc.BLAS_CORE} kernels; "
                     f"this process runs {sorted(bc.blas_cores())} (on x86-64, "
                     f"OPENBLAS_CORETYPE={bc.BLAS_CORE} before NumPy loads)")
+    if bc.uses_blas(name) and (env := bc.environment()) != PINNED_ENV:
+        pytest.skip(f"a BLAS/LAPACK-based case, pinned with {PINNED_ENV}; "
+                    f"this process has {env}")
     got = CASES[name]()
     want = PINNED[name]
     assert _close(got, want), f"{name}: got {got}, pinned {want}"

@@ -244,6 +244,7 @@ def test_timm_token_smoothing():
 
 
 def test_timm_keys_match_manual_computation():
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures
@@ -263,6 +264,7 @@ def test_timm_keys_match_manual_computation():
 
 
 def test_timm_by_name_and_preprocessing_config():
+    pytest.importorskip("timm")
     from sklearn_falcon.image import TimmFeatures
 
     ext = TimmFeatures("vit_tiny_patch16_224", resolution=32)
@@ -280,6 +282,7 @@ def test_timm_random_weights_are_seeded_and_leave_the_global_state():
     """Without pretrained weights a model by name gets timm's random
     initialization from a generator of its own, seeded: the same features
     whatever torch's global state, which the creation leaves as it was."""
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures
@@ -298,6 +301,7 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
         monkeypatch):
     # each creation forks torch's random state and seeds it: two at once
     # saved and restored each other's seeded state
+    pytest.importorskip("timm")
     import threading
     import time
 
@@ -337,6 +341,7 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
 
 @pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
 def test_checkpoint_loading(tmp_path, fmt):
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures
@@ -362,6 +367,7 @@ def test_checkpoint_loading(tmp_path, fmt):
 
 
 def test_checkpoint_errors(tmp_path):
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures

@@ -54,11 +54,18 @@ def test_import_does_not_import_numba_or_torch():
 
 def test_without_a_writable_cache_location_kernels_compile_with_one_warning(tmp_path):
     # Numba's only locator here needs NUMBA_CACHE_DIR, which is a file: no
-    # cache can be written anywhere ("no locator available" from Numba)
+    # cache can be written anywhere ("no locator available" from Numba).
+    # The child keeps that one locator itself (NUMBA_CACHE_LOCATOR_CLASSES
+    # says the same from Numba 0.60 on, and earlier ones ignore it).
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    out = _run({"NUMBA_CACHE_DIR": str(blocker / "cache"),
-                "NUMBA_CACHE_LOCATOR_CLASSES": "UserProvidedCacheLocator"})
+    only_user_provided = (
+        "import numba.core.caching as caching\n"
+        "caching.CompileResultCacheImpl._locator_classes = [\n"
+        "    c for c in caching.CompileResultCacheImpl._locator_classes\n"
+        "    if c.__name__.lstrip('_') == 'UserProvidedCacheLocator']\n")
+    out = _run({"NUMBA_CACHE_DIR": str(blocker / "cache")},
+               only_user_provided + CHILD)
     assert out["ncut"] == pytest.approx([8 / 9, 8 / 9])
     assert len(out["warnings"]) == 1
     assert "no writable location for Numba's cache" in out["warnings"][0]
@@ -88,8 +95,10 @@ import numba.core.caching as caching
 if sys.argv[1] == "read-only":
     def refuse(self):
         raise OSError("read-only file system")
-    caching.InTreeCacheLocator.ensure_cache_path = refuse
-    caching.UserWideCacheLocator.ensure_cache_path = refuse
+    for name in ("InTreeCacheLocator", "UserWideCacheLocator"):
+        # public from Numba 0.60, with a leading underscore before
+        cls = getattr(caching, name, None) or getattr(caching, "_" + name)
+        cls.ensure_cache_path = refuse
 import numpy as np
 from sklearn_falcon._backends._numba import _kernels as nk
 f = nk.objective(np.array([2.0, 4.0]), np.array([1.0, 1.0]))

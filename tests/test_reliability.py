@@ -141,6 +141,7 @@ def test_matrix_free_cosine_zero_norm_rows_agree_with_dense(dtype, n_tiny, posit
     np.testing.assert_allclose(W[:n_tiny], w0, atol=tol)
 
 
+@needs_torch
 def test_matrix_free_cosine_keeps_the_features_zero_norm_threshold():
     """float32 rows of norm 1e-9: zero rows by float32's threshold (1.2e-6),
     not by float64's (2.2e-15), on the device and in the affinity_matrix_
