@@ -97,3 +97,21 @@ def test_readme_test_command_is_the_one_ci_runs():
     assert command + " && python -m pytest" in readme
     assert command + " && python -m pytest" in ci.read_text(encoding="utf-8")
     assert "pip install -e . && python -m sklearn_falcon" in readme
+
+
+def test_ci_oldest_versions_are_pyprojects_lower_bounds():
+    """``.ci/run`` tests the core on ``.ci/oldest.txt``: the lower bounds of
+    pyproject.toml's dependencies, each pinned, and no other package."""
+    text = (ROOT / "pyproject.toml").read_text()
+    deps = re.search(r"^dependencies = \[(.*?)\]", text, re.S | re.M).group(1)
+    bounds = dict(re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)"', deps))
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([0-9.]+)$",
+                           (ROOT / ".ci" / "oldest.txt").read_text(), re.M))
+    assert len(bounds) == deps.count('"') // 2 == 5  # every dependency has one
+    assert pins.keys() == bounds.keys()
+    for name, low in bounds.items():
+        # the oldest release of the bound's series: 1.24 admits 1.24.0, and
+        # the pin may be its latest patch, never a later minor version
+        assert pins[name].split(".")[:len(low.split("."))] == low.split("."), name
+    python = re.search(r'^requires-python = ">=([0-9.]+)"', text, re.M).group(1)
+    assert f"python{python}" in (ROOT / ".ci" / "run").read_text()

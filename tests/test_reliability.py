@@ -224,7 +224,7 @@ def test_disconnected_knn_graph_warns_with_the_number_of_components():
 
 
 def test_disconnected_precomputed_graph_warns():
-    W = sp.block_diag([np.ones((5, 5)), np.ones((5, 5))], format="csr")
+    W = sp.block_diag([sp.csr_matrix(np.ones((5, 5)))] * 2, format="csr")
     with pytest.warns(UserWarning, match="2 connected components"):
         FalconNCut(2, affinity="precomputed").fit(W)
 
