@@ -23,7 +23,7 @@ from ._affinity import (
     check_dtype_kind,
     make_affinity,
 )
-from ._backends import BACKENDS, resolve_backend
+from ._backends import BACKENDS, host_array, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
@@ -76,6 +76,7 @@ class BatchResult:
 
 
 def _check_graphs(graphs, affinity):
+    graphs = host_array(graphs)  # a 3-D torch tensor: on the host
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
@@ -87,6 +88,7 @@ def _check_graphs(graphs, affinity):
     out = []
     for b, G in enumerate(graphs):
         name = f"graphs[{b}]"
+        G = host_array(G)
         check_dtype_kind(G, name=name)
         G = check_array(G, accept_sparse=("csr", "csc", "coo"),
                         dtype=(np.float64, np.float32), input_name=name,
@@ -113,7 +115,7 @@ def _check_init_arrays(init, sizes, n_clusters):
         )
     out = []
     for b, (y, n) in enumerate(zip(init, sizes)):
-        y = np.asarray(y)
+        y = np.asarray(host_array(y))
         if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer) or (
             n and (y.min() < 0 or y.max() >= n_clusters)
         ):
@@ -201,7 +203,8 @@ def falcon_batch(
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
-        precomputed affinity.
+        precomputed affinity.  Torch tensors (on any device) are read on the
+        host.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"

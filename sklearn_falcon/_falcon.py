@@ -16,7 +16,7 @@ from ._affinity import (
     check_dtype_kind,
     make_affinity,
 )
-from ._backends import BACKENDS, resolve_backend
+from ._backends import BACKENDS, host_array, resolve_backend
 from ._inits import INITS, InitContext, fill_empty, make_starts, warm_labels
 from ._log import log_stage, logs_progress
 from ._memory import row_chunks
@@ -321,6 +321,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                              gamma=self.gamma, power=self.power, n_jobs=self.n_jobs)
 
     def _validate_X(self, X, reset):
+        X = host_array(X)  # a torch tensor, on any device: on the host
         check_dtype_kind(X, name="X")
         return validate_data(
             self, X, accept_sparse="csr",
@@ -335,11 +336,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix, dask.array.Array} of shape \
+        X : {array-like, sparse matrix, torch.Tensor, dask.array.Array} of shape \
                 (n_samples, n_features) or (n_samples, n_samples)
             Features, or an affinity / distance matrix when ``affinity`` is
             ``"precomputed"`` / ``"precomputed_nearest_neighbors"``; a Dask
-            array of row blocks of ``W`` with ``affinity="precomputed"``.
+            array of row blocks of ``W`` with ``affinity="precomputed"``.  A
+            torch tensor (dense or sparse, on any device) is read on the host.
         y : Ignored
             Not used, present for API consistency.
 
@@ -354,9 +356,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         n_samples = X.shape[0]
         K = self.n_clusters
         if K > n_samples:
-            raise ValueError(
-                f"n_clusters={K} must be <= n_samples={n_samples}."
-            )
+            raise ValueError(f"n_clusters={K} must be <= n_samples={n_samples}.")
         backend, device = resolve_backend(self.backend, self.device)
         init = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init)
                 if self.warm_start else None)
@@ -495,7 +495,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         return W
 
     def _check_init_labels(self, init, n_samples):
-        y0 = np.asarray(init)
+        y0 = np.asarray(host_array(init))
         names = ", ".join(repr(name) for name in INITS)
         if y0.shape != (n_samples,):
             raise ValueError(
@@ -529,8 +529,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_new, n_features) or \
-                (n_new, n_train)
+        X : {array-like, sparse matrix, torch.Tensor} of shape \
+                (n_new, n_features) or (n_new, n_train)
             New features, or the cross-affinity (distances for
             ``"precomputed_nearest_neighbors"``) to the training samples.
 
@@ -568,8 +568,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : {array-like, sparse matrix} of shape (n_samples, n_features) or \
-                (n_samples, n_train)
+        X : {array-like, sparse matrix, torch.Tensor} of shape \
+                (n_samples, n_features) or (n_samples, n_train)
             Features, or the cross-affinity (distances for
             ``"precomputed_nearest_neighbors"``) to the training samples.
         y : Ignored

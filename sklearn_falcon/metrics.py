@@ -6,6 +6,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
 from ._affinity import check_affinity, check_dtype_kind
+from ._backends import host_array
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
 
@@ -13,6 +14,7 @@ __all__ = ["normalized_cut", "normalized_association", "miou"]
 
 
 def _cluster_terms(W, labels):
+    W, labels = host_array(W), host_array(labels)  # torch tensors: on the host
     check_dtype_kind(W, name="W")
     W = check_array(
         W, accept_sparse=("csr", "csc", "coo"), dtype=(np.float64, np.float32),
@@ -60,7 +62,7 @@ def normalized_cut(W, labels):
 
     Parameters
     ----------
-    W : {array-like, sparse matrix} of shape (n_samples, n_samples)
+    W : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_samples)
         Symmetric nonnegative affinity matrix (of an asymmetric one, the
         symmetric part ``(W + W.T) / 2`` counts, with a warning, as in
         :class:`~sklearn_falcon.FalconNCut`).
@@ -105,7 +107,7 @@ def normalized_association(W, labels):
 
     Parameters
     ----------
-    W : {array-like, sparse matrix} of shape (n_samples, n_samples)
+    W : {array-like, sparse matrix, torch.Tensor} of shape (n_samples, n_samples)
         Symmetric nonnegative affinity matrix (see :func:`normalized_cut`).
     labels : array-like of shape (n_samples,)
         Cluster labels (any integer or string values).

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 
@@ -454,3 +455,49 @@ def test_estimator_matrix_free_matches_numba(affinity, init):
     else:
         assert est.ncut_ == pytest.approx(ref.ncut_, abs=1e-9)
         assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
+
+
+# ------------------------------------------------------ torch tensors as input
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
+    """Every entry point read a tensor's ``dtype`` as a NumPy dtype and said
+    "Cannot interpret 'torch.float64' as a data type": features, precomputed
+    graphs (dense and sparse), init labels, predict, score, the metric and
+    falcon_batch.  Tensors now give the NumPy input's results, unchanged."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(120, centers=3, random_state=0)
+    W = np.exp(-((X[:, None] - X[None]) ** 2).sum(-1))
+    Xt, Wt = torch.asarray(X), torch.asarray(W)
+    kw = dict(random_state=0, backend=backend, device="cpu")
+    ref = FalconNCut(3, **kw).fit(X)
+    est = FalconNCut(3, **kw).fit(Xt.clone().requires_grad_())
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(Xt[:30]), ref.predict(X[:30]))
+    assert est.score(Xt[:30]) == ref.score(X[:30])
+    warm = FalconNCut(3, init=torch.asarray(ref.labels_), **kw).fit(Xt)
+    np.testing.assert_array_equal(
+        warm.labels_, FalconNCut(3, init=ref.labels_, **kw).fit(X).labels_)
+    pre = dict(affinity="precomputed", **kw)
+    dense = FalconNCut(3, **pre).fit(W).labels_
+    np.testing.assert_array_equal(FalconNCut(3, **pre).fit(Wt).labels_, dense)
+    sparse = FalconNCut(3, **pre).fit(sp.csr_matrix(W)).labels_
+    for layout in (Wt.to_sparse_csr(), Wt.to_sparse_coo(), Wt.to_sparse_csc()):
+        np.testing.assert_array_equal(FalconNCut(3, **pre).fit(layout).labels_, sparse)
+    assert normalized_cut(Wt, torch.asarray(y)) == normalized_cut(W, y)
+    batch = falcon_batch(torch.stack([Xt, Xt]), 3, random_state=0)
+    np.testing.assert_array_equal(
+        batch.labels[1], falcon_batch(np.stack([X, X]), 3, random_state=0).labels[1])
+    assert torch.equal(Xt, torch.asarray(X)) and torch.equal(Wt, torch.asarray(W))
+
+
+def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
+    X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))
+    with pytest.raises(TypeError, match="X has dtype=bool"):
+        FalconNCut(2).fit(X > 0)
+    with pytest.raises(ValueError, match="X has dtype=complex128"):
+        FalconNCut(2).fit(X.to(torch.complex128))
+    with pytest.raises(ValueError, match="Input X contains NaN"):
+        FalconNCut(2).fit(torch.full((10, 2), float("nan")))
+    # bfloat16, which NumPy lacks, is read as float32
+    assert FalconNCut(2, random_state=0).fit(X.bfloat16()).labels_.shape == (20,)

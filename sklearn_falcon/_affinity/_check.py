@@ -33,6 +33,10 @@ def check_dtype_kind(X, name="X"):
     dtype = getattr(X, "dtype", None)
     if dtype is None:
         return
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # another array library's own dtype: check_array decides
+        return
     if dtype == np.bool_:
         raise TypeError(
             f"{name} has dtype=bool, which is not supported; pass a float32 or "

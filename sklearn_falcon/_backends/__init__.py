@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import _dask, _numba, _torch
+from ._boundary import host_array
 from ._device import check_device_string, cuda_present, torch_available
 
-__all__ = ["BACKENDS", "Backend", "make_problem", "make_problem_from_features",
-           "resolve_backend"]
+__all__ = ["BACKENDS", "Backend", "host_array", "make_problem",
+           "make_problem_from_features", "resolve_backend"]
 
 
 @dataclass(frozen=True)

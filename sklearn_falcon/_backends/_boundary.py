@@ -14,7 +14,9 @@ from ._device import check_cuda, check_device_string, import_torch
 __all__ = [
     "as_host_graph",
     "copy_into",
+    "host_array",
     "host_view",
+    "is_tensor",
     "to_numpy",
     "to_tensor",
     "torch_device",
@@ -82,21 +84,41 @@ def copy_into(tensor, array):
     tensor.copy_(torch.from_numpy(np.ascontiguousarray(array)))
 
 
+def is_tensor(obj):
+    """Whether ``obj`` is a torch tensor (told without importing torch)."""
+    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach")
+
+
+def host_array(X):
+    """``X`` itself, or a torch tensor (on any device, with or without
+    autograd) brought to the host: a NumPy array of its dtype (bfloat16,
+    which NumPy lacks, as float32), or a SciPy CSR matrix for a sparse one
+    (COO, CSR or CSC), so that the input checks see what the user passed.
+    A CPU tensor's array shares its memory, as ``tensor.numpy()`` does."""
+    if not is_tensor(X):
+        return X
+    torch = import_torch()
+    X = X.detach()
+    if X.dtype == torch.bfloat16:
+        X = X.float()
+    if X.layout == torch.strided:
+        return X.resolve_conj().resolve_neg().cpu().numpy()
+    if X.layout != torch.sparse_csr:
+        X = X.to_sparse_csr() if X.layout != torch.sparse_coo else X.coalesce()
+    X = X.cpu()
+    if X.layout == torch.sparse_coo:
+        rows, cols = X.indices().numpy()
+        return sp.csr_matrix((X.values().numpy(), (rows, cols)), shape=tuple(X.shape))
+    return sp.csr_matrix(
+        (X.values().numpy(), X.col_indices().numpy(), X.crow_indices().numpy()),
+        shape=tuple(X.shape),
+    )
+
+
 def as_host_graph(W):
     """A graph as a scipy CSR matrix or a C-contiguous ndarray: torch input
-    (dense or sparse CSR) is brought to the host with its dtype."""
+    (dense or sparse) is brought to the host with its dtype."""
+    W = host_array(W)
     if sp.issparse(W):
         return W.tocsr()
-    if type(W).__module__.startswith("torch"):
-        torch = import_torch()
-        W = W.detach()
-        if W.layout == torch.sparse_csr:
-            W = W.cpu()
-            return sp.csr_matrix(
-                (W.values().numpy(), W.col_indices().numpy(), W.crow_indices().numpy()),
-                shape=tuple(W.shape),
-            )
-        if W.layout != torch.strided:
-            W = W.to_dense()
-        return np.ascontiguousarray(W.cpu().numpy())
     return np.ascontiguousarray(W)
