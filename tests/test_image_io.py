@@ -107,3 +107,29 @@ def test_torch_tensor():
     assert load_image(torch.zeros(1, 5, 6)).shape == (5, 6, 3)
     with pytest.raises(ValueError, match="exactly one image"):
         load_image(torch.zeros(2, 3, 5, 6))
+
+
+@pytest.mark.parametrize("orientation, turn", [
+    (1, lambda a: a),
+    (2, lambda a: a[:, ::-1]),
+    (3, lambda a: np.rot90(a, 2)),
+    (6, lambda a: np.rot90(a, -1)),  # a portrait phone photo: 90 degrees clockwise
+    (8, lambda a: np.rot90(a, 1)),
+])
+def test_a_file_is_read_in_its_exif_orientation(tmp_path, orientation, turn):
+    """A phone photo's pixels are stored as the sensor saw them, with an EXIF
+    tag that tells viewers how to turn them; they were read unturned, so the
+    label map of a portrait photo came out on its side."""
+    from sklearn_falcon.image import ImageSegmenter
+
+    a = np.random.default_rng(0).integers(0, 256, (24, 40, 3), dtype=np.uint8)
+    img = Image.fromarray(a)
+    exif = img.getexif()
+    exif[0x0112] = orientation
+    path = tmp_path / "photo.png"
+    img.save(path, exif=exif.tobytes())
+    before = path.read_bytes()
+    np.testing.assert_array_equal(load_image(path), turn(a))
+    assert ImageSegmenter(n_segments=2, random_state=0).segment(path).shape == \
+        turn(a).shape[:2]
+    assert path.read_bytes() == before

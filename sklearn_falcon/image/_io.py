@@ -105,6 +105,9 @@ def _pil_to_rgb(img, *, source):
     return _array_to_rgb(arr, source=source)
 
 
+_EXIF_ORIENTATION = 0x0112
+
+
 def load_image(image):
     """Load an image as an ``(H, W, 3)`` ``uint8`` RGB array.
 
@@ -113,7 +116,8 @@ def load_image(image):
     image : str, os.PathLike, PIL.Image.Image, ndarray or torch.Tensor
         The image. Accepted forms:
 
-        - a path to any file Pillow can read;
+        - a path to any file Pillow can read, turned as its EXIF orientation
+          tag says (as image viewers show phone photos);
         - a PIL image in any mode;
         - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
           ``(H, W, 4)``;
@@ -164,6 +168,11 @@ def load_image(image):
         try:
             with Image.open(path) as img:
                 img.load()
+                if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+                    # a phone photo: its pixels as a viewer shows them
+                    from PIL import ImageOps
+
+                    img = ImageOps.exif_transpose(img)
                 return _pil_to_rgb(img, source=f"image '{path}'")
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
             raise ValueError(f"Cannot read image '{path}': {exc}") from None
