@@ -179,11 +179,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
     n_jobs : int, default=None
         Parallelism of the fit and of ``predict``: the jobs of the
         nearest-neighbour search, and the threads of the Numba kernels for
-        the duration of the call (restored afterwards).  ``None`` keeps
-        Numba's setting (all cores unless ``NUMBA_NUM_THREADS`` says
-        otherwise), ``-1`` uses all cores, ``-2`` all but one; at most
-        Numba's thread count.  While the Numba backend solves, BLAS runs on
-        one thread (it would compete with the kernels for the same cores).
+        the duration of the call (restored afterwards), at most the CPUs
+        the process may use (a container's CPU quota counts, unless
+        ``NUMBA_NUM_THREADS`` is set): ``None`` keeps Numba's setting,
+        ``-1`` uses them all, ``-2`` all but one.  BLAS runs on one thread
+        while the Numba backend solves (it would compete for the cores).
 
     random_state : int, RandomState instance or None, default=None
         Seed of the initialization: the same labels on one machine (BLAS's

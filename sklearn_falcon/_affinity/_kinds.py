@@ -14,7 +14,6 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 """
 
 import inspect
-import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,7 +25,7 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
-from .._threads import effective_n_threads
+from .._threads import effective_n_threads, usable_cpus
 from ._check import (
     check_affinity,
     check_cross_affinity,
@@ -340,7 +339,7 @@ class _TreeNeighbors:
         self.tree = cKDTree(X)
         self.k = k
         self.workers = (1 if n_jobs is None else
-                        effective_n_threads(n_jobs, os.cpu_count() or 1))
+                        effective_n_threads(n_jobs, usable_cpus()))
 
     def kneighbors_graph(self, X, mode="connectivity"):
         """CSR ``(n_queries, n_train)``: a 1 at each query's ``k`` nearest
