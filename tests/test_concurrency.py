@@ -116,3 +116,42 @@ def test_a_child_forked_while_another_thread_fits_does_not_hang(monkeypatch):
         release.set()
         t.join(10)
     assert _log.logger.handlers == handlers and _log.logger.level == level
+
+
+@pytest.mark.parametrize("call", ["pamr", "upsample_labels", "normalized_cut"])
+def test_parallel_kernels_outside_a_fit_stay_within_the_usable_cpus(monkeypatch,
+                                                                     call):
+    """The image refinements and the metric launch Numba's parallel loops
+    outside any fit; they too keep to joblib's count of usable CPUs (a
+    container's CPU quota, here LOKY_MAX_CPU_COUNT=1)."""
+    import numba
+    import numpy as np
+
+    from sklearn_falcon import metrics
+    from sklearn_falcon.image import _pamr, _upsample, pamr, upsample_labels
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: nothing to limit")
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "1")
+    module, name = {"pamr": (_pamr, "_propagate"),
+                    "upsample_labels": (_upsample, "_joint_bilateral_labels"),
+                    "normalized_cut": (metrics, "cluster_statistics")}[call]
+    seen, real = [], getattr(module, name)
+
+    def spy(*args):
+        seen.append(numba.get_num_threads())
+        return real(*args)
+
+    monkeypatch.setattr(module, name, spy)
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    labels = np.repeat(np.arange(2), 128).reshape(16, 16)
+    before = numba.get_num_threads()
+    if call == "pamr":
+        pamr(img, labels, n_iter=2)
+    elif call == "upsample_labels":
+        upsample_labels(labels[::2, ::2], img, img[::2, ::2])
+    else:
+        metrics.normalized_cut(np.ones((6, 6)), [0, 0, 0, 1, 1, 1])
+    assert seen == [1] and numba.get_num_threads() == before
