@@ -244,6 +244,16 @@ def _weights_unavailable(args, exc):
     )
 
 
+def _check_header(Image, path):
+    """Refuse a file Pillow cannot identify, reading its header only (the
+    pixels are decoded when its turn comes)."""
+    try:
+        with Image.open(path):
+            pass
+    except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
+        raise ValueError(f"Cannot read image '{path}': {exc}") from None
+
+
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
@@ -254,7 +264,7 @@ def _run_segment(args):
             raise FileNotFoundError(f"Image file not found: '{p}'.")
         if not p.is_file():
             raise ValueError(f"Not a file: '{p}'.")
-    images = [load_image(p) for p in paths]
+        _check_header(Image, p)
     seg = ImageSegmenter(
         model=args.model,
         n_segments=args.segments,
@@ -284,7 +294,8 @@ def _run_segment(args):
     out.mkdir(parents=True, exist_ok=True)
 
     used = set()
-    for p, rgb in zip(paths, images):
+    for p in paths:  # one image decoded at a time: a folder of photos fits
+        rgb = load_image(p)
         try:
             labels = seg.segment(rgb)
         except MemoryError as exc:

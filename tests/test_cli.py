@@ -328,3 +328,26 @@ def test_cli_position_weight(tmp_path, capsys, monkeypatch):
     rc = _segment(tmp_path, "--position-weight", "-1")
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 1 and "position_weight" in line
+
+
+def test_cli_decodes_one_image_at_a_time(tmp_path, monkeypatch):
+    """Every image was decoded before the first was segmented: a folder of
+    500 12-megapixel photos (36 MB each) held 18 GB at once.  Unreadable
+    files are still refused before any is segmented (their header only)."""
+    from sklearn_falcon import image as image_module
+    from sklearn_falcon.image import ImageSegmenter
+
+    paths = [_write(tmp_path, f"img{i}.png")[0] for i in range(3)]
+    events = []
+    real_load, real_segment = image_module.load_image, ImageSegmenter.segment
+    monkeypatch.setattr(image_module, "load_image",
+                        lambda p: events.append("load") or real_load(p))
+    monkeypatch.setattr(ImageSegmenter, "segment",
+                        lambda self, im: events.append("segment") or real_segment(self, im))
+    rc = main(["segment", *map(str, paths), "-k", "3", "-q", "--out", str(tmp_path / "o")])
+    assert rc == 0 and events == ["load", "segment"] * 3
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG not really")
+    events.clear()
+    rc = main(["segment", str(paths[0]), str(bad), "--out", str(tmp_path / "o2")])
+    assert rc == 1 and events == [] and not (tmp_path / "o2").exists()
