@@ -111,8 +111,8 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     >>> from sklearn_falcon.image import knn_cosine_power_affinity
     >>> F = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]])
     >>> W = knn_cosine_power_affinity(F, power=1.0, n_neighbors=2)
-    >>> W.nnz, bool(W[0, 1] > 0.9), W[0, 2]
-    (8, True, np.float32(0.0))
+    >>> W.nnz, bool(W[0, 1] > 0.9), float(W[0, 2])
+    (8, True, 0.0)
     """
     from sklearn.utils import check_random_state
 
