@@ -480,9 +480,8 @@ class ImageSegmenter(BaseEstimator):
         ...     f[:, 30 + shift:] = (200, 30, 30)
         ...     frames.append(f)
         >>> maps = list(ImageSegmenter(n_segments=2, refine=None).segment_video(frames))
-        >>> left, right = maps[0][0, 0], maps[0][0, -1]
-        >>> same = all(m[0, 0] == left and m[0, -1] == right for m in maps)
-        >>> same, bool(left != right)
+        >>> left, right = int(maps[0][0, 0]), int(maps[0][0, -1])
+        >>> all(m[0, 0] == left and m[0, -1] == right for m in maps), left != right
         (True, True)
         """
         self._check_params()
