@@ -5,6 +5,8 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+from pathlib import Path  # noqa: E402
+
 import numpy as np
 import pytest
 
@@ -276,6 +278,10 @@ def test_segment_video_auto_and_errors():
     assert len(maps) == 2
     with pytest.raises(ValueError, match="n_segments"):
         ImageSegmenter(n_segments=0).segment_video(frames)  # raised at once
+    # a video file's path was iterated: "Image file not found: 'c'"
+    for path in ("clip.mp4", Path("clip.mp4"), b"clip.mp4"):
+        with pytest.raises(TypeError, match="got the path 'clip.mp4'. Decode"):
+            ImageSegmenter(n_segments=2).segment_video(path)  # raised at once
 
 
 # --------------------------------------------------- batched device path

@@ -1,5 +1,7 @@
 """Segment ids kept from frame to frame (ImageSegmenter.segment_video)."""
 
+import os
+
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -73,8 +75,20 @@ def progress_bar(total):
 
 
 def segment_frames(seg, frames):
-    """Generator of :meth:`ImageSegmenter.segment_video` (``seg``, its
-    parameters checked): one label map per frame, ids kept across frames."""
+    """The generator of :meth:`ImageSegmenter.segment_video` (``seg``, its
+    parameters checked): one label map per frame, ids kept across frames.
+    A path is refused at once: iterated, a file name gave its characters as
+    frames ("Image file not found: 'c'" for ``"clip.mp4"``)."""
+    if isinstance(frames, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"frames must be an iterable of frames (arrays, PIL images, tensors "
+            f"or image paths); got the path {os.fsdecode(frames)!r}. Decode a "
+            "video file's frames first, e.g. with imageio.v3.imiter(path) or "
+            "torchvision.io.read_video(path).")
+    return _segment_frames(seg, frames)
+
+
+def _segment_frames(seg, frames):
     est, prev, next_id = None, None, 0
     for frame in frames:
         rgb = load_image(frame)
