@@ -247,11 +247,14 @@ def _weights_unavailable(args, exc):
 def _check_header(Image, path):
     """Refuse a file Pillow cannot identify, reading its header only (the
     pixels are decoded when its turn comes)."""
+    from .image._io import _register_plugin, cannot_read
+
+    _register_plugin(path)
     try:
         with Image.open(path):
             pass
     except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
-        raise ValueError(f"Cannot read image '{path}': {exc}") from None
+        raise ValueError(cannot_read(path, exc)) from None
 
 
 def _run_segment(args):

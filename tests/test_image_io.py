@@ -133,3 +133,28 @@ def test_a_file_is_read_in_its_exif_orientation(tmp_path, orientation, turn):
     assert ImageSegmenter(n_segments=2, random_state=0).segment(path).shape == \
         turn(a).shape[:2]
     assert path.read_bytes() == before
+
+
+def test_heic_photos_need_the_plugin_and_say_so(tmp_path, monkeypatch):
+    """iPhones save HEIC, which Pillow reads only through pillow-heif: the
+    message said "cannot identify image file"; it now names the plugin, and
+    an installed plugin is registered before the file is opened."""
+    import sys
+    import types
+
+    path = tmp_path / "IMG_0001.HEIC"
+    path.write_bytes(b"\x00\x00\x00\x18ftypheic not really")
+    monkeypatch.setitem(sys.modules, "pillow_heif", None)  # not installed
+    with pytest.raises(ValueError, match=r"IMG_0001.HEIC'.*pip install pillow-heif"):
+        load_image(path)
+    calls = []
+    fake = types.SimpleNamespace(register_heif_opener=lambda: calls.append(1))
+    monkeypatch.setitem(sys.modules, "pillow_heif", fake)
+    with pytest.raises(ValueError) as info:  # registered, and still unreadable
+        load_image(path)
+    assert calls and "pip install" not in str(info.value)
+    png = tmp_path / "a.png"
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(png)
+    calls.clear()
+    load_image(png)
+    assert not calls  # other formats leave the plugin alone

@@ -106,6 +106,31 @@ def _pil_to_rgb(img, *, source):
 
 
 _EXIF_ORIENTATION = 0x0112
+# formats that Pillow reads only through a plugin (iPhones save HEIC)
+_PLUGINS = {".heic": "pillow-heif", ".heif": "pillow-heif"}
+
+
+def _register_plugin(path):
+    """Register the plugin that reads ``path``'s format, where it is
+    installed; return whether it is (True for formats that need none)."""
+    if Path(path).suffix.lower() not in _PLUGINS:
+        return True
+    try:
+        import pillow_heif
+    except ImportError:
+        return False
+    pillow_heif.register_heif_opener()
+    return True
+
+
+def cannot_read(path, exc):
+    """The message for an image file that Pillow cannot read."""
+    msg = f"Cannot read image '{path}': {exc}"
+    if not _register_plugin(path):
+        plugin = _PLUGINS[Path(path).suffix.lower()]
+        msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
+                f"plugin: pip install {plugin}")
+    return msg
 
 
 def load_image(image):
@@ -116,8 +141,9 @@ def load_image(image):
     image : str, os.PathLike, PIL.Image.Image, ndarray or torch.Tensor
         The image. Accepted forms:
 
-        - a path to any file Pillow can read, turned as its EXIF orientation
-          tag says (as image viewers show phone photos);
+        - a path to any file Pillow can read (HEIC through the pillow-heif
+          plugin, where installed), turned as its EXIF orientation tag says
+          (as image viewers show phone photos);
         - a PIL image in any mode;
         - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
           ``(H, W, 4)``;
@@ -165,6 +191,7 @@ def load_image(image):
                 "Reading image files needs Pillow, which is not installed: pip "
                 "install 'sklearn-falcon[cli]' (or pip install pillow)."
             ) from exc
+        _register_plugin(path)
         try:
             with Image.open(path) as img:
                 img.load()
@@ -175,7 +202,7 @@ def load_image(image):
                     img = ImageOps.exif_transpose(img)
                 return _pil_to_rgb(img, source=f"image '{path}'")
         except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise ValueError(f"Cannot read image '{path}': {exc}") from None
+            raise ValueError(cannot_read(path, exc)) from None
     if _is_pil_image(image):
         return _pil_to_rgb(image, source="PIL image")
     if _is_torch_tensor(image):
