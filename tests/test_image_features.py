@@ -259,7 +259,7 @@ def test_timm_keys_match_manual_computation():
         t = model.norm_pre(model._pos_embed(model.patch_embed(x)))
         t = model.blocks[0](t)
         qkv = model.blocks[1].attn.qkv(model.blocks[1].norm1(t))
-    manual = qkv[0, model.num_prefix_tokens:, 32:64].reshape(2, 3, 32).numpy()
+    manual = qkv[0, model.num_prefix_tokens:, 32:64].reshape(2, 3, 32).detach().numpy()
     np.testing.assert_allclose(key, manual, atol=1e-5)
 
 
@@ -378,3 +378,35 @@ def test_checkpoint_errors(tmp_path):
     torch.save(_vit(16, depth=1).state_dict(), path)
     with pytest.raises(ValueError, match="does not match"):
         TimmFeatures(_vit(8), checkpoint_path=path)
+
+
+def test_timm_eva02_tokens_and_keys():
+    """EVA-02 (rotary position embeddings in every block, a fused qkv weight
+    applied with separate biases): tokens raised "'NoneType' object is not
+    callable" (its patch_drop is None) and keys a KeyError (the attention
+    never calls its qkv layer).  Tokens now come from the model's own
+    forward_intermediates, keys from the attention's input."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.eva import Eva
+
+    from sklearn_falcon.image import TimmFeatures
+
+    torch.manual_seed(0)
+    model = Eva(img_size=28, patch_size=14, embed_dim=32, depth=2, num_heads=2,
+                num_classes=0, qkv_bias=True, use_rot_pos_emb=True,
+                ref_feat_shape=(2, 2), dynamic_img_size=True).eval()
+    img = _img(28, 42)
+    tokens = TimmFeatures(model, resolution=(28, 42)).extract(img)
+    assert tokens.shape == (2, 3, 32) and np.isfinite(tokens).all()
+    ext = TimmFeatures(model, resolution=(28, 42), feature="key")
+    keys = ext.extract(img)
+    attn, seen = model.blocks[1].attn, {}
+    hook = attn.register_forward_pre_hook(lambda _m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model.forward_intermediates(ext.preprocess(img), indices=[1])
+    hook.remove()
+    bias = torch.cat((attn.q_bias, attn.k_bias, attn.v_bias))
+    qkv = torch.nn.functional.linear(seen["x"], attn.qkv.weight, bias)
+    manual = qkv[0, model.num_prefix_tokens:, 32:64].reshape(2, 3, 32).detach().numpy()
+    np.testing.assert_allclose(keys, manual, atol=1e-5)

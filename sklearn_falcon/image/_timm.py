@@ -370,6 +370,32 @@ class TimmFeatures:
         x = np.ascontiguousarray(x.transpose(2, 0, 1)[None])
         return self._torch.from_numpy(x).to(self.device)
 
+    def _keys(self, captured, name, mod, attn):
+        """The keys of block ``layer``'s patch tokens from what its hooks
+        caught: the key layer's output, or, where the attention applies the
+        layer's weight without calling it (EVA's fused ``qkv`` with separate
+        biases), the projection of the attention's input."""
+        if "out" in captured:
+            k = captured["out"]
+            if name == "qkv":
+                dim = k.shape[-1] // 3
+                k = k[..., dim: 2 * dim]
+        elif "in" in captured:
+            weight, bias = mod.weight, mod.bias
+            if name == "qkv":
+                dim = weight.shape[0] // 3
+                weight = weight[dim: 2 * dim]
+                bias = None if bias is None else bias[dim: 2 * dim]
+            extra = getattr(attn, "k_bias", None)
+            if extra is not None:
+                bias = extra if bias is None else bias + extra
+            k = self._torch.nn.functional.linear(captured["in"], weight, bias)
+        else:
+            raise RuntimeError(
+                f"feature='key': block {self.layer}'s attention of "
+                f"{type(self.model).__name__} was not run; use feature='token'.")
+        return k[:, self.num_prefix_tokens:]
+
     def _key_module(self):
         attn = getattr(self.model.blocks[self.layer], "attn", None)
         for name in ("qkv", "k_proj", "k"):
@@ -389,7 +415,11 @@ class TimmFeatures:
             and getattr(m, "dynamic_img_size", False)
             and isinstance(getattr(m, "pos_embed", None), self._torch.Tensor)
             and hasattr(m.patch_embed, "grid_size")
-            and all(hasattr(m, a) for a in ("pos_drop", "patch_drop", "norm_pre"))
+            and all(callable(getattr(m, a, None))
+                    for a in ("pos_drop", "patch_drop", "norm_pre"))
+            # rotary embeddings (EVA-02) go into every block: the model's own
+            # forward_intermediates runs them
+            and getattr(m, "rope", None) is None
         )
 
     def _pos_embed_for(self, gh, gw):
@@ -471,27 +501,27 @@ class TimmFeatures:
         torch = self._torch
         x = x.to(self.device)
         gh, gw = x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1]
-        captured = {}
-        handle = None
+        captured, handles = {}, []
         if self.feature == "key":
             name, mod = self._key_module()
+            attn = self.model.blocks[self.layer].attn
 
             def hook(_module, _inp, out):
                 captured["out"] = out
 
-            handle = mod.register_forward_hook(hook)
+            def attn_input(_module, args):
+                captured["in"] = args[0]
+
+            handles = [mod.register_forward_hook(hook),
+                       attn.register_forward_pre_hook(attn_input)]
         try:
             with torch.inference_mode():
                 out = self._run_blocks(x)
+                if self.feature == "key":
+                    out = self._keys(captured, name, mod, attn)
         finally:
-            if handle is not None:
+            for handle in handles:
                 handle.remove()
-        if self.feature == "key":
-            qkv = captured["out"]
-            if name == "qkv":
-                dim = qkv.shape[-1] // 3
-                qkv = qkv[..., dim: 2 * dim]
-            out = qkv[:, self.num_prefix_tokens:]
         out = out.reshape(out.shape[0], -1, out.shape[-1])
         if out.shape[1] != gh * gw:
             raise RuntimeError(
