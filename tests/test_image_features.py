@@ -410,3 +410,34 @@ def test_timm_eva02_tokens_and_keys():
     qkv = torch.nn.functional.linear(seen["x"], attn.qkv.weight, bias)
     manual = qkv[0, model.num_prefix_tokens:, 32:64].reshape(2, 3, 32).detach().numpy()
     np.testing.assert_allclose(keys, manual, atol=1e-5)
+
+
+def test_timm_cait_sam_and_hybrid_vits():
+    """Three timm ViT families that failed: CaiT's patch blocks hold no class
+    token (its keys came out one token short), ViT-SAM gives its
+    intermediates as NCHW only (an AssertionError), and a hybrid ResNet-ViT
+    strides its tokens by the backbone's reduction times its patch (the grid
+    was computed from the patch alone: 70 tokens where 1,176 were expected)."""
+    pytest.importorskip("timm")
+    import timm
+    import torch
+    from timm.models.cait import Cait
+    from timm.models.vision_transformer_sam import VisionTransformerSAM
+
+    from sklearn_falcon.image import TimmFeatures
+
+    torch.manual_seed(0)
+    img = _img(64, 64)
+    cait = Cait(img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=2,
+                depth_token_only=1, num_classes=0).eval()
+    sam = VisionTransformerSAM(img_size=64, patch_size=16, embed_dim=32, depth=2,
+                               num_heads=2, window_size=2, global_attn_indexes=(1,),
+                               num_classes=0, use_rel_pos=False).eval()
+    for model in (cait, sam):
+        for feature in ("token", "key"):
+            out = TimmFeatures(model, resolution=64, feature=feature).extract(img)
+            assert out.shape[:2] == (4, 4) and np.isfinite(out).all()
+    hybrid = timm.create_model("vit_tiny_r_s16_p8_224", pretrained=False)
+    ext = TimmFeatures(hybrid, resolution=64)
+    assert ext.patch_size == (32, 32)  # ResNet stem and stages, then 1x1 patches
+    assert ext.extract(img).shape == (7, 7, 192)  # 224 / 32 (fixed size)

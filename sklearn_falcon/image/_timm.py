@@ -302,7 +302,13 @@ class TimmFeatures:
         self.model = net.eval().to(self.device)
         self.layer = int(layer) % n_blocks
         self.feature = feature
-        ps = net.patch_embed.patch_size
+        # the stride of a token: a hybrid's backbone times its patch (feat_ratio)
+        pe = net.patch_embed
+        ps = (pe.feat_ratio(as_scalar=False) if hasattr(pe, "feat_ratio")
+              else getattr(pe, "patch_size", None))
+        if ps is None:
+            raise ValueError(f"Model {type(net).__name__} is not a timm-style Vision "
+                             "Transformer (its patch_embed has no patch size).")
         self.patch_size = (int(ps[0]), int(ps[1])) if not np.isscalar(ps) else (int(ps),) * 2
         self.num_prefix_tokens = int(getattr(net, "num_prefix_tokens", 1))
         self.dynamic = bool(getattr(net, "dynamic_img_size", False)) or bool(
@@ -370,13 +376,14 @@ class TimmFeatures:
         x = np.ascontiguousarray(x.transpose(2, 0, 1)[None])
         return self._torch.from_numpy(x).to(self.device)
 
-    def _keys(self, captured, name, mod, attn):
+    def _keys(self, captured, name, mod, attn, n_patches):
         """The keys of block ``layer``'s patch tokens from what its hooks
         caught: the key layer's output, or, where the attention applies the
         layer's weight without calling it (EVA's fused ``qkv`` with separate
         biases), the projection of the attention's input."""
         if "out" in captured:
             k = captured["out"]
+            k = k.reshape(k.shape[0], -1, k.shape[-1])  # SAM's (B, H, W, 3C)
             if name == "qkv":
                 dim = k.shape[-1] // 3
                 k = k[..., dim: 2 * dim]
@@ -394,7 +401,9 @@ class TimmFeatures:
             raise RuntimeError(
                 f"feature='key': block {self.layer}'s attention of "
                 f"{type(self.model).__name__} was not run; use feature='token'.")
-        return k[:, self.num_prefix_tokens:]
+        # the prefix tokens come first, where the block holds them (CaiT's
+        # and XCiT's patch blocks do not: their class token joins later)
+        return k[:, k.shape[1] - n_patches:] if k.shape[1] >= n_patches else k
 
     def _key_module(self):
         attn = getattr(self.model.blocks[self.layer], "attn", None)
@@ -466,15 +475,13 @@ class TimmFeatures:
                 t = m.norm(t)
             return t[:, self.num_prefix_tokens:]
         if hasattr(m, "forward_intermediates"):
-            last = self.layer == len(m.blocks) - 1
-            return m.forward_intermediates(
-                x,
-                indices=[self.layer],
-                norm=last,
-                stop_early=True,
-                output_fmt="NLC",
-                intermediates_only=True,
-            )[0]
+            kwargs = dict(indices=[self.layer], norm=self.layer == len(m.blocks) - 1,
+                          stop_early=True, intermediates_only=True)
+            try:
+                return m.forward_intermediates(x, output_fmt="NLC", **kwargs)[0]
+            except AssertionError:  # ViT-SAM's are NCHW only
+                out = m.forward_intermediates(x, output_fmt="NCHW", **kwargs)[0]
+                return out.flatten(2).transpose(1, 2)
         # generic timm-style ViT: run the blocks by hand
         t = m.patch_embed(x)
         if hasattr(m, "_pos_embed"):
@@ -518,7 +525,7 @@ class TimmFeatures:
             with torch.inference_mode():
                 out = self._run_blocks(x)
                 if self.feature == "key":
-                    out = self._keys(captured, name, mod, attn)
+                    out = self._keys(captured, name, mod, attn, gh * gw)
         finally:
             for handle in handles:
                 handle.remove()
