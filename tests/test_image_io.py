@@ -158,3 +158,21 @@ def test_heic_photos_need_the_plugin_and_say_so(tmp_path, monkeypatch):
     calls.clear()
     load_image(png)
     assert not calls  # other formats leave the plugin alone
+
+
+def test_a_datasets_items_are_named_not_taken_for_arrays():
+    """A torchvision dataset's (image, target) pairs passed as images said
+    "setting an array element with a sequence"; a Hugging Face record
+    (a dict) said only "got dict"."""
+    from sklearn_falcon import ImageSegmenter
+
+    img = Image.fromarray(np.zeros((16, 16, 3), np.uint8))
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    with pytest.raises(TypeError, match=r"first item is an image \(Image\).*"
+                                        r"image for image, _ in dataset"):
+        seg.segment_dataset([(img, 0), (img, 1)])
+    with pytest.raises(TypeError, match=r"got dict \(a dataset's record\? pass "
+                                        r"its image, e.g. record\['image'\]\)"):
+        load_image({"image": img, "label": 0})
+    # nested lists of numbers are still an array
+    assert load_image([[0, 255], [255, 0]]).shape == (2, 2, 3)

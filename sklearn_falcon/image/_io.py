@@ -222,12 +222,26 @@ def load_image(image):
                 )
             arr = np.moveaxis(arr, 0, -1)
         return _array_to_rgb(arr, source="tensor")
+    if isinstance(image, (list, tuple)) and image and _is_image(image[0]):
+        # a dataset's item: torchvision's (image, target) pair
+        raise TypeError(
+            f"image must be one image; got a {type(image).__name__} whose first item "
+            f"is an image ({type(image[0]).__name__}), as in a dataset's (image, "
+            "target) pairs: pass the images, e.g. (image for image, _ in dataset).")
     if isinstance(image, np.ndarray) or isinstance(image, (list, tuple)):
         return _array_to_rgb(np.asarray(image), source="image array")
+    hint = (" (a dataset's record? pass its image, e.g. record['image'])"
+            if isinstance(image, dict) else "")
     raise TypeError(
         "image must be a file path, a PIL image, a numpy array or a torch tensor; "
-        f"got {type(image).__name__}."
+        f"got {type(image).__name__}{hint}."
     )
+
+
+def _is_image(obj):
+    """Whether ``obj`` is an image on its own (not a row of an array)."""
+    return (isinstance(obj, (str, os.PathLike)) or _is_pil_image(obj)
+            or _is_torch_tensor(obj) or (isinstance(obj, np.ndarray) and obj.ndim >= 2))
 
 
 def check_image_size(rgb, patch_size):
