@@ -176,3 +176,20 @@ def test_a_datasets_items_are_named_not_taken_for_arrays():
         load_image({"image": img, "label": 0})
     # nested lists of numbers are still an array
     assert load_image([[0, 255], [255, 0]]).shape == (2, 2, 3)
+
+
+def test_a_video_decoders_hwc_frames_are_read():
+    """torchvision.io.read_video gives (T, H, W, C) uint8 tensors: each frame
+    (H, W, C) was refused ("A 3-D tensor must have shape (C, H, W)"), so
+    segment_video could not take a decoded video as it comes."""
+    torch = pytest.importorskip("torch")
+    from sklearn_falcon import ImageSegmenter
+
+    a = np.random.default_rng(0).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(load_image(torch.from_numpy(a)), a)
+    np.testing.assert_array_equal(load_image(torch.from_numpy(a).permute(2, 0, 1)), a)
+    video = torch.from_numpy(np.stack([a, a[::-1]]))  # (T, H, W, C)
+    maps = list(ImageSegmenter(n_segments=2, refine=None).segment_video(video))
+    assert [m.shape for m in maps] == [(20, 30)] * 2
+    with pytest.raises(ValueError, match=r"\(C, H, W\) or \(H, W, C\)"):
+        load_image(torch.zeros(5, 6, 7))

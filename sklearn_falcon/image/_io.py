@@ -148,7 +148,8 @@ def load_image(image):
         - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
           ``(H, W, 4)``;
         - a torch tensor of shape ``(C, H, W)`` or ``(1, C, H, W)`` with
-          ``C`` in 1, 3 or 4 (the torchvision convention), or ``(H, W)``.
+          ``C`` in 1, 3 or 4 (the torchvision convention), ``(H, W, C)`` (a
+          frame of ``torchvision.io.read_video``), or ``(H, W)``.
 
         Conversions: greyscale is replicated to three channels; an alpha
         channel is discarded; 16-bit data is mapped linearly from 0..65535 to
@@ -215,12 +216,13 @@ def load_image(image):
                 )
             arr = arr[0]
         if arr.ndim == 3:
-            if arr.shape[0] not in (1, 3, 4):
+            if arr.shape[0] in (1, 3, 4):
+                arr = np.moveaxis(arr, 0, -1)
+            elif arr.shape[2] not in (1, 3, 4):  # (H, W, C): a video decoder's frame
                 raise ValueError(
-                    "A 3-D tensor must have shape (C, H, W) with C in (1, 3, 4); "
-                    f"got shape {tuple(arr.shape)}."
+                    "A 3-D tensor must have shape (C, H, W) or (H, W, C) with C in "
+                    f"(1, 3, 4); got shape {tuple(arr.shape)}."
                 )
-            arr = np.moveaxis(arr, 0, -1)
         return _array_to_rgb(arr, source="tensor")
     if isinstance(image, (list, tuple)) and image and _is_image(image[0]):
         # a dataset's item: torchvision's (image, target) pair
