@@ -34,8 +34,13 @@ loader workers), every parallel kernel runs as its
 :attr:`ParallelKernel.serial_twin` unless the layer is known to be
 fork-safe: a child of a process that used GNU OpenMP (Numba's parallel
 kernels, torch's CPU operations) is terminated by Numba, or hangs, at its
-first parallel loop.  Parallel kernels are called from Python only (never
-from another kernel), so that these rules see every launch.
+first parallel loop.  A launch runs on at most the CPUs that joblib counts
+(Numba's count, the affinity's CPUs, leaves out a container's CPU quota:
+64 threads throttled on 2 CPUs) unless ``NUMBA_NUM_THREADS`` sets it, as
+``OMP_NUM_THREADS`` does for scikit-learn; only a launch reads Numba's count,
+which starts its threads (a fork hazard, above).  Parallel kernels are
+called from Python only (never from another kernel), so that these rules
+see every launch.
 
 When compiling takes more than a second, the ``"sklearn_falcon"`` logger
 says so, once per process.  Python's cyclic garbage collector is paused
@@ -46,6 +51,7 @@ of a first fit's compile time) and resumes when the outermost compile ends.
 paths ahead (for Docker images and clusters).
 """
 
+import contextlib
 import functools
 import gc
 import hashlib
@@ -59,14 +65,10 @@ import warnings
 from pathlib import Path
 
 __all__ = ["CACHE", "PARALLEL_MIN", "Kernel", "ParallelKernel", "inlined", "jit",
-           "pjit", "prange"]
+           "pjit", "prange", "usable_cpus"]
 
 CACHE = os.environ.get("SKLEARN_FALCON_NUMBA_CACHE", "1").lower() not in (
-    "0",
-    "false",
-    "no",
-    "off",
-)
+    "0", "false", "no", "off")
 
 # Below this much work (array entries or nonzeros) a kernel runs serially:
 # waking the thread pool costs more than it saves on tiny (coarse) graphs.
@@ -95,8 +97,7 @@ class Kernel:
     Calling it calls the Numba dispatcher (built, and loaded from the cache
     or compiled, the first time); inside another kernel it is typed as that
     dispatcher.  ``py_func`` is the plain Python function; other attributes
-    (``signatures``, ``stats``, ...) are the dispatcher's.
-    """
+    (``signatures``, ``stats``, ...) are the dispatcher's."""
 
     def __init__(self, py_func, options):
         self.py_func = py_func
@@ -144,12 +145,13 @@ class ParallelKernel(Kernel):
             return self.serial_twin(*args)
         layer = _layer["name"]
         if layer is None or layer == "workqueue":
-            with _launch_lock:
+            with _launch_lock, _within_usable_cpus():
                 out = self.dispatcher(*args)
                 if layer is None:
                     _layer["name"] = _threading_layer()
             return out
-        return self.dispatcher(*args)
+        with _within_usable_cpus():
+            return self.dispatcher(*args)
 
     @property
     def serial_twin(self):
@@ -165,6 +167,32 @@ class ParallelKernel(Kernel):
             g.__module__, g.__doc__ = f.__module__, f.__doc__
             twin = self.__dict__["_twin"] = Kernel(g, {})
         return twin
+
+
+def usable_cpus():
+    """The CPUs this process may use (its affinity, a container's CPU quota,
+    ``LOKY_MAX_CPU_COUNT``), as joblib counts them."""
+    from joblib import cpu_count
+
+    return cpu_count()
+
+
+@contextlib.contextmanager
+def _within_usable_cpus():
+    """A parallel launch on at most :func:`usable_cpus` threads, unless
+    ``NUMBA_NUM_THREADS`` sets the count (the module docstring says why)."""
+    import numba
+
+    threads = numba.get_num_threads()  # starts Numba's threads: a launch only
+    cap = threads if "NUMBA_NUM_THREADS" in os.environ else usable_cpus()
+    if threads <= cap:
+        yield
+        return
+    numba.set_num_threads(cap)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(threads)
 
 
 # Numba's workqueue threading layer (its fallback where neither TBB nor
@@ -190,12 +218,9 @@ def _after_fork_in_child():
     """In a child forked from this process: new locks (another thread of
     the parent may have held one), and serial kernels from now on unless
     Numba's threading layer is known to be fork-safe (TBB, workqueue).  GNU
-    OpenMP is not: once the parent has used it, through Numba's parallel
-    kernels (Numba then terminates the child: "fork() called from a process
-    already using GNU OpenMP") or through anything else, such as torch's
-    CPU operations (the child's first parallel loop then hangs), the child
-    cannot run an OpenMP parallel loop, and whether the parent used it
-    cannot be read."""
+    OpenMP is not: once the parent has used it (Numba's kernels, or torch's
+    CPU operations: that cannot be read), a child's OpenMP loop is
+    terminated by Numba or hangs."""
     global _lock, _launch_lock
     _lock = threading.RLock()
     _launch_lock = threading.Lock()
@@ -297,11 +322,8 @@ def _tolerant_cache_class():
     """Numba's per-function cache, made tolerant of unreadable entries, tied
     to the sources of every kernel module, and able to read a prebuilt cache
     from a read-only install (see the module docstring)."""
-    from numba.core.caching import (
-        CompileResultCacheImpl,
-        FunctionCache,
-        IndexDataCacheFile,
-    )
+    from numba.core.caching import (CompileResultCacheImpl, FunctionCache,
+                                    IndexDataCacheFile)
     from numba.core.runtime import rtsys
 
     # Numba's locators accept a cache directory only where they can write;
@@ -517,8 +539,8 @@ def _sources_stamp():
 class _GcPause:
     """Pauses Python's cyclic garbage collector from the start of the
     outermost compile of a kernel of the package to its end (a Numba event
-    listener; compiles are serialized by Numba's compiler lock).  The
-    collector is resumed only if it was enabled before."""
+    listener; compiles are serialized by Numba's compiler lock), and resumes
+    it if it was enabled."""
 
     def __init__(self):
         self.depth = 0

@@ -15,7 +15,7 @@ import functools
 import os
 import threading
 
-__all__ = ["effective_n_threads", "fit_threads", "usable_cpus"]
+__all__ = ["effective_n_threads", "fit_threads"]
 
 
 @functools.cache
@@ -39,27 +39,6 @@ def effective_n_threads(n_jobs, maximum):
                          "integer.")
     n = n_jobs if n_jobs > 0 else maximum + 1 + n_jobs
     return max(1, min(int(n), maximum))
-
-
-def usable_cpus():
-    """The CPUs this process may use, as joblib counts them: its affinity
-    and a container's CPU quota (Linux cgroups) included, which Numba's
-    default thread count (the affinity's CPUs) leaves out."""
-    from joblib import cpu_count
-
-    return cpu_count()
-
-
-def _numba_threads(numba, n_jobs):
-    """Numba's threads for ``n_jobs``: at most the usable CPUs, unless
-    ``NUMBA_NUM_THREADS`` sets the count (as ``OMP_NUM_THREADS`` does for
-    scikit-learn's OpenMP loops)."""
-    maximum = numba.config.NUMBA_NUM_THREADS
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        maximum = min(maximum, usable_cpus())
-    if n_jobs is None:  # Numba's setting (set_num_threads), within the maximum
-        return min(numba.get_num_threads(), maximum)
-    return effective_n_threads(n_jobs, maximum)
 
 
 _blas_lock = threading.Lock()
@@ -104,18 +83,16 @@ def _one_blas_thread():
 @contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
-    Numba's setting), at most the usable CPUs (a container's CPU quota: 64
-    threads spinning on a 2-CPU quota would be throttled), and BLAS on one
-    thread when ``limit_blas``."""
-    import numba
-
+    Numba's setting), and BLAS on one thread when ``limit_blas``."""
     with contextlib.ExitStack() as stack:
         if limit_blas:
             stack.enter_context(_one_blas_thread())
-        previous = numba.get_num_threads()
-        threads = _numba_threads(numba, n_jobs)
-        if threads != previous:
-            numba.set_num_threads(threads)
+        if n_jobs is not None:
+            import numba
+
+            previous = numba.get_num_threads()
+            numba.set_num_threads(effective_n_threads(n_jobs,
+                                                      numba.config.NUMBA_NUM_THREADS))
             stack.callback(numba.set_num_threads, previous)
         yield
 

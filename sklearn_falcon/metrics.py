@@ -9,7 +9,6 @@ from ._affinity import check_affinity, check_dtype_kind
 from ._backends import host_array
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
-from ._threads import fit_threads
 
 __all__ = ["normalized_cut", "normalized_association", "miou"]
 
@@ -35,13 +34,12 @@ def _cluster_terms(W, labels):
     elif labels.dtype.kind not in "biuUS":
         raise ValueError(
             f"labels must be integers or strings; got dtype={labels.dtype}.")
-    with fit_threads(None, limit_blas=False):  # within the usable CPUs
-        # the estimator's checks: nonnegative, degrees in range, and the
-        # symmetric part of an asymmetric W (with a warning); no dense copy
-        W = check_affinity(W, name="W", copy=False)
-        _, y = np.unique(labels, return_inverse=True)
-        K = int(y.max()) + 1 if y.size else 0
-        return cluster_statistics(W, y, K)
+    # the estimator's checks: nonnegative, degrees in range, and the
+    # symmetric part of an asymmetric W (with a warning); no dense copy
+    W = check_affinity(W, name="W", copy=False)
+    _, y = np.unique(labels, return_inverse=True)
+    K = int(y.max()) + 1 if y.size else 0
+    return cluster_statistics(W, y, K)
 
 
 @validate_params(

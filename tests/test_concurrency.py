@@ -118,40 +118,66 @@ def test_a_child_forked_while_another_thread_fits_does_not_hang(monkeypatch):
     assert _log.logger.handlers == handlers and _log.logger.level == level
 
 
-@pytest.mark.parametrize("call", ["pamr", "upsample_labels", "normalized_cut"])
-def test_parallel_kernels_outside_a_fit_stay_within_the_usable_cpus(monkeypatch,
-                                                                     call):
-    """The image refinements and the metric launch Numba's parallel loops
-    outside any fit; they too keep to joblib's count of usable CPUs (a
-    container's CPU quota, here LOKY_MAX_CPU_COUNT=1)."""
+@pytest.mark.parametrize("call", ["pamr", "upsample_labels"])
+@pytest.mark.parametrize("env_threads", [False, True])
+def test_parallel_launches_stay_within_the_usable_cpus(monkeypatch, call, env_threads):
+    """Numba starts a thread per CPU of the process's affinity, which a
+    container's CPU quota leaves as it is (a pod limited to 2 CPUs on a
+    64-core node: 64 threads, throttled).  Each parallel launch keeps to
+    joblib's count of usable CPUs (LOKY_MAX_CPU_COUNT stands in for the
+    quota here), unless NUMBA_NUM_THREADS sets the count, and restores
+    Numba's setting after it."""
     import numba
     import numpy as np
 
-    from sklearn_falcon import metrics
-    from sklearn_falcon.image import _pamr, _upsample, pamr, upsample_labels
+    from sklearn_falcon.image import pamr, upsample_labels
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one Numba thread: nothing to limit")
-    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
     monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "1")
-    module, name = {"pamr": (_pamr, "_propagate"),
-                    "upsample_labels": (_upsample, "_joint_bilateral_labels"),
-                    "normalized_cut": (metrics, "cluster_statistics")}[call]
-    seen, real = [], getattr(module, name)
-
-    def spy(*args):
-        seen.append(numba.get_num_threads())
-        return real(*args)
-
-    monkeypatch.setattr(module, name, spy)
-    rng = np.random.default_rng(0)
-    img = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    if env_threads:
+        monkeypatch.setenv("NUMBA_NUM_THREADS", str(numba.config.NUMBA_NUM_THREADS))
+    else:
+        monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    calls, real = [], numba.set_num_threads
+    monkeypatch.setattr(numba, "set_num_threads", lambda n: calls.append(n) or real(n))
+    img = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
     labels = np.repeat(np.arange(2), 128).reshape(16, 16)
     before = numba.get_num_threads()
     if call == "pamr":
-        pamr(img, labels, n_iter=2)
-    elif call == "upsample_labels":
-        upsample_labels(labels[::2, ::2], img, img[::2, ::2])
+        out = pamr(img, labels, n_iter=2)  # two parallel kernels
     else:
-        metrics.normalized_cut(np.ones((6, 6)), [0, 0, 0, 1, 1, 1])
-    assert seen == [1] and numba.get_num_threads() == before
+        out = upsample_labels(labels[::2, ::2], img, img[::2, ::2])
+    assert numba.get_num_threads() == before
+    if env_threads:
+        assert calls == []
+    else:
+        assert calls and calls[::2] == [1] * (len(calls) // 2)  # each launch...
+        assert calls[1::2] == [before] * (len(calls) // 2)  # ...then restored
+    monkeypatch.setattr(numba, "set_num_threads", real)
+    monkeypatch.delenv("LOKY_MAX_CPU_COUNT")
+    again = pamr(img, labels, n_iter=2) if call == "pamr" else upsample_labels(
+        labels[::2, ::2], img, img[::2, ::2])
+    np.testing.assert_array_equal(out, again)  # the thread count changes nothing
+
+
+def test_a_fit_without_parallel_kernels_starts_no_numba_threads():
+    """Numba's thread pool (GNU OpenMP on Linux) starts at the first parallel
+    launch, and a process that has started it cannot safely fork a child
+    that runs OpenMP loops (torch's data loader workers).  Fits below the
+    parallel kernels' sizes must not start it: reading Numba's thread count
+    does, which the usable-CPU limit does only at a launch."""
+    import subprocess
+
+    code = (
+        "import numpy as np\n"
+        "from numba.np.ufunc import parallel\n"
+        "from sklearn_falcon import FalconNCut, normalized_cut\n"
+        "X = np.random.default_rng(0).normal(size=(300, 3))\n"
+        "est = FalconNCut(4, random_state=0).fit(X)\n"
+        "est.predict(X[:10]); est.score(X[:10])\n"
+        "print(parallel._is_initialized)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

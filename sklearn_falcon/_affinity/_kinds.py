@@ -25,7 +25,8 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
-from .._threads import effective_n_threads, usable_cpus
+from .. import _jit  # not `from .._jit import`, which marks a kernel module
+from .._threads import effective_n_threads
 from ._check import (
     check_affinity,
     check_cross_affinity,
@@ -339,7 +340,7 @@ class _TreeNeighbors:
         self.tree = cKDTree(X)
         self.k = k
         self.workers = (1 if n_jobs is None else
-                        effective_n_threads(n_jobs, usable_cpus()))
+                        effective_n_threads(n_jobs, _jit.usable_cpus()))
 
     def kneighbors_graph(self, X, mode="connectivity"):
         """CSR ``(n_queries, n_train)``: a 1 at each query's ``k`` nearest

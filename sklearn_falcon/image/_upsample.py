@@ -5,7 +5,6 @@ import numpy as np
 from numba import prange
 
 from .._jit import pjit
-from .._threads import fit_threads
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
@@ -247,9 +246,8 @@ def upsample_labels(labels, image, small_image, *, device=None):
         small = np.array(small, order="C")
     img = np.ascontiguousarray(img)
     out = np.empty(img.shape[:2], dtype=np.int64)
-    with fit_threads(None, limit_blas=False):  # within the usable CPUs
-        return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS,
-                                       _JBU_SIGMA_S, _JBU_SIGMA_C, _JBU_FLOOR, out)
+    return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
+                                   _JBU_SIGMA_C, _JBU_FLOOR, out)
 
 
 def _prototype_on_device(features, inv, n_labels, out_shape, device):
