@@ -23,9 +23,9 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 # sklearn.neighbors and sklearn.metrics (0.2 s of import time) are imported
 # by the functions that use them (a small kNN fit uses neither)
 
+from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
-from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._threads import effective_n_threads
 from ._check import (
     check_affinity,
