@@ -244,6 +244,16 @@ def _weights_unavailable(args, exc):
     )
 
 
+def _say(text, file=None):
+    """``print``, with what the stream's encoding cannot write escaped: a
+    file name in another script on a console or log of a narrow code page
+    (``cp1252``, ``ascii``) raised UnicodeEncodeError after the image was
+    segmented, and stopped the run."""
+    stream = sys.stdout if file is None else file
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream)
+
+
 def _check_header(Image, path):
     """Refuse a file Pillow cannot identify, reading its header only (the
     pixels are decoded when its turn comes)."""
@@ -317,7 +327,7 @@ def _run_segment(args):
         ov = Image.fromarray(overlay(rgb, labels))
         _write_replacing(ov_path, lambda tmp: ov.save(tmp, format="PNG"))
         if not args.quiet:
-            print(f"{p}: {int(labels.max()) + 1} segments -> {lab_path}, {ov_path}")
+            _say(f"{p}: {int(labels.max()) + 1} segments -> {lab_path}, {ov_path}")
 
 
 # the errors whose message is meaningful on its own; any other error is
@@ -355,7 +365,7 @@ def main(argv=None, *, prog="sklearn-falcon"):
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # every failure: one line and a non-zero exit
-        print(f"sklearn-falcon: error: {_one_line(exc)}", file=sys.stderr)
+        _say(f"sklearn-falcon: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

@@ -351,3 +351,21 @@ def test_cli_decodes_one_image_at_a_time(tmp_path, monkeypatch):
     events.clear()
     rc = main(["segment", str(paths[0]), str(bad), "--out", str(tmp_path / "o2")])
     assert rc == 1 and events == [] and not (tmp_path / "o2").exists()
+
+
+def test_cli_names_in_another_script_on_a_narrow_console(tmp_path, monkeypatch):
+    """A file name in another script, printed to a console or log of a
+    narrow code page (Windows' cp1252 when redirected, PYTHONIOENCODING=
+    ascii), raised UnicodeEncodeError after the first image was segmented
+    and stopped the run with exit status 1."""
+    import io
+
+    paths = [_write(tmp_path, name)[0] for name in ("фото.png", "写真.png")]
+    for stream in ("stdout", "stderr"):
+        monkeypatch.setattr(sys, stream, io.TextIOWrapper(io.BytesIO(), encoding="ascii"))
+    rc = main(["segment", *map(str, paths), "-k", "3", "--out", str(tmp_path / "o")])
+    sys.stdout.seek(0)
+    out = sys.stdout.buffer.read().decode("ascii")
+    assert rc == 0 and out.count("3 segments") == 2
+    assert "\\u0444\\u043e\\u0442\\u043e.png" in out  # фото, escaped
+    assert (tmp_path / "o" / "写真_labels.png").exists()
