@@ -343,8 +343,10 @@ def test_cli_decodes_one_image_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(image_module, "load_image",
                         lambda p: events.append("load") or real_load(p))
     monkeypatch.setattr(ImageSegmenter, "segment",
-                        lambda self, im: events.append("segment") or real_segment(self, im))
-    rc = main(["segment", *map(str, paths), "-k", "3", "-q", "--out", str(tmp_path / "o")])
+                        lambda self, im: events.append("segment")
+                        or real_segment(self, im))
+    rc = main(["segment", *map(str, paths), "-k", "3", "-q",
+               "--out", str(tmp_path / "o")])
     assert rc == 0 and events == ["load", "segment"] * 3
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"\x89PNG not really")
@@ -362,7 +364,8 @@ def test_cli_names_in_another_script_on_a_narrow_console(tmp_path, monkeypatch):
 
     paths = [_write(tmp_path, name)[0] for name in ("фото.png", "写真.png")]
     for stream in ("stdout", "stderr"):
-        monkeypatch.setattr(sys, stream, io.TextIOWrapper(io.BytesIO(), encoding="ascii"))
+        narrow = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+        monkeypatch.setattr(sys, stream, narrow)
     rc = main(["segment", *map(str, paths), "-k", "3", "--out", str(tmp_path / "o")])
     sys.stdout.seek(0)
     out = sys.stdout.buffer.read().decode("ascii")
