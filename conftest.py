@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 _PACKAGE = Path(__file__).resolve().parent / "sklearn_falcon"
-_MISSING = [name for name in ("torch", "timm") if importlib.util.find_spec(name) is None]
+_MISSING = [name for name in ("torch", "timm")
+            if importlib.util.find_spec(name) is None]
 # examples in modules that do not import torch themselves
 _EXAMPLES_NEEDING_TORCH = {"sklearn_falcon._backends.make_problem_from_features"}
 
