@@ -275,8 +275,8 @@ def blas_cores():
 # graphs of images) or SciPy's eigensolvers (ARPACK's restarts) are pinned
 # with the NumPy, SciPy and OpenBLAS versions of ENV_DATA and skipped under
 # others: pyproject.toml's oldest versions give other labels on 3 of these
-# 19 cases, and the other 31, whose sums are the package's own, keep their
-# pinned results there too.
+# 19 cases, and the other 27 that run there (the torch ones do not), whose
+# sums are the package's own, keep their pinned results.
 ENV_DATA = DATA.with_name("behaviour_env.json")
 
 

@@ -107,7 +107,7 @@ def test_ci_oldest_versions_are_pyprojects_lower_bounds():
     bounds = dict(re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)"', deps))
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([0-9.]+)$",
                            (ROOT / ".ci" / "oldest.txt").read_text(), re.M))
-    assert len(bounds) == deps.count('"') // 2 == 5  # every dependency has one
+    assert len(bounds) == deps.count('"') // 2  # every dependency has one
     assert pins.keys() == bounds.keys()
     for name, low in bounds.items():
         # the oldest release of the bound's series: 1.24 admits 1.24.0, and
