@@ -254,22 +254,10 @@ def _say(text, file=None):
     print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream)
 
 
-def _check_header(Image, path):
-    """Refuse a file Pillow cannot identify, reading its header only (the
-    pixels are decoded when its turn comes)."""
-    from .image._io import _register_plugin, cannot_read
-
-    _register_plugin(path)
-    try:
-        with Image.open(path):
-            pass
-    except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
-        raise ValueError(cannot_read(path, exc)) from None
-
-
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
+    from .image._io import opened_image
 
     paths = [Path(p) for p in args.images]
     for p in paths:  # fail fast, before any model is built
@@ -277,7 +265,8 @@ def _run_segment(args):
             raise FileNotFoundError(f"Image file not found: '{p}'.")
         if not p.is_file():
             raise ValueError(f"Not a file: '{p}'.")
-        _check_header(Image, p)
+        with opened_image(p):  # its header only: the pixels when its turn comes
+            pass
     seg = ImageSegmenter(
         model=args.model,
         n_segments=args.segments,

@@ -1,20 +1,18 @@
 """Image loading and conversion to ``(H, W, 3)`` ``uint8`` RGB arrays.
 
-Only numpy and Pillow are needed here; torch tensors are recognised without
-importing torch.
+Only numpy and Pillow are needed here; torch tensors are recognised, and
+brought to the host, by the boundary module, without importing torch.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["as_image_list", "load_image", "check_image_size"]
+from .._backends._boundary import host_array, is_tensor
 
-
-def _is_torch_tensor(obj):
-    mod = type(obj).__module__ or ""
-    return mod.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "cpu")
+__all__ = ["as_image_list", "load_image", "check_image_size", "opened_image"]
 
 
 def _is_pil_image(obj):
@@ -123,14 +121,25 @@ def _register_plugin(path):
     return True
 
 
-def cannot_read(path, exc):
-    """The message for an image file that Pillow cannot read."""
-    msg = f"Cannot read image '{path}': {exc}"
-    if not _register_plugin(path):
-        plugin = _PLUGINS[Path(path).suffix.lower()]
-        msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
-                f"plugin: pip install {plugin}")
-    return msg
+@contextlib.contextmanager
+def opened_image(path):
+    """The PIL image of the file ``path``, its header read and its pixels
+    not yet, with the plugin its format needs registered where installed.
+    A failure to read it, on opening or in the block, is a ValueError that
+    names the file (and the plugin to install, where one is missing)."""
+    from PIL import Image
+
+    registered = _register_plugin(path)
+    try:
+        with Image.open(path) as img:
+            yield img
+    except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
+        msg = f"Cannot read image '{path}': {exc}"
+        if not registered:
+            plugin = _PLUGINS[Path(path).suffix.lower()]
+            msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
+                    f"plugin: pip install {plugin}")
+        raise ValueError(msg) from None
 
 
 def load_image(image):
@@ -186,28 +195,22 @@ def load_image(image):
         if path.is_dir():
             raise ValueError(f"Expected an image file, got a directory: '{path}'.")
         try:
-            from PIL import Image, UnidentifiedImageError
+            from PIL import ImageOps
         except ImportError as exc:
             raise ImportError(
                 "Reading image files needs Pillow, which is not installed: pip "
                 "install 'sklearn-falcon[cli]' (or pip install pillow)."
             ) from exc
-        _register_plugin(path)
-        try:
-            with Image.open(path) as img:
-                img.load()
-                if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:
-                    # a phone photo: its pixels as a viewer shows them
-                    from PIL import ImageOps
-
-                    img = ImageOps.exif_transpose(img)
-                return _pil_to_rgb(img, source=f"image '{path}'")
-        except (UnidentifiedImageError, OSError, SyntaxError) as exc:
-            raise ValueError(cannot_read(path, exc)) from None
+        with opened_image(path) as img:
+            img.load()
+            if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+                # a phone photo: its pixels as a viewer shows them
+                img = ImageOps.exif_transpose(img)
+            return _pil_to_rgb(img, source=f"image '{path}'")
     if _is_pil_image(image):
         return _pil_to_rgb(image, source="PIL image")
-    if _is_torch_tensor(image):
-        arr = image.detach().cpu().numpy()
+    if is_tensor(image):
+        arr = host_array(image)
         if arr.ndim == 4:
             if arr.shape[0] != 1:
                 raise ValueError(
@@ -243,7 +246,7 @@ def load_image(image):
 def _is_image(obj):
     """Whether ``obj`` is an image on its own (not a row of an array)."""
     return (isinstance(obj, (str, os.PathLike)) or _is_pil_image(obj)
-            or _is_torch_tensor(obj) or (isinstance(obj, np.ndarray) and obj.ndim >= 2))
+            or is_tensor(obj) or (isinstance(obj, np.ndarray) and obj.ndim >= 2))
 
 
 def check_image_size(rgb, patch_size):
@@ -279,7 +282,7 @@ def as_image_list(images):
     """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
     if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
         return [images]
-    if _is_torch_tensor(images):
+    if is_tensor(images):
         return [images] if images.ndim in (2, 3) else list(images)
     if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
         return [images]
