@@ -34,6 +34,12 @@ by side with the default, with METIS in the same run.  The studies:
     its finer neighbour (the rule before).  The fit's peak memory is
     measured in fresh processes by ``python -m benchmarks.bandwidth
     --child-memory sbm 1000000``.  Writes ``hierarchy.md`` / ``.json``.
+``fast``
+    ``init="multilevel_fast"`` (``Effort`` ``SPARSE_FAST``: one pass down
+    and up, fewer coarse starts, no pair re-bisections, spectral candidate,
+    V-cycles or flows) against the default, on any graphs of the peer
+    benchmark (``--graphs``): unlike the studies above, it differs on
+    graphs of every size.  Writes ``fast_init.md`` / ``.json``.
 ``metis``
     No variant: the default alone against METIS's best configuration, in
     one run, on any graphs of the peer benchmark (``--graphs``; for
@@ -47,6 +53,8 @@ Usage::
     python -m benchmarks.bench_large --study fm-gate --graphs '200x300'
     python -m benchmarks.bench_large --study metis --repeats 3 \
         --graphs '^(pixel|grid[23]d|rgg[23]d|circles|moons|digits|lfr|sbm)-'
+    python -m benchmarks.bench_large --study fast --repeats 3 \
+        --graphs '^(pixel|grid[23]d|rgg[23]d|circles|moons|digits|lfr|sbm|scale)-'
 
 The graphs: those of the peer benchmark (``benchmarks/families.py``) with
 over ``Effort.large_entries`` stored entries, where the variants differ
@@ -154,6 +162,17 @@ STUDIES = {
                  "the one below it, up to 1.5x the input's entries kept). "
                  "The graphs of fewer entries take the same path in both.",
     },
+    "fast": {
+        "file": "fast_init",
+        "title": "init=\"multilevel_fast\" against the default, with METIS",
+        "variants": {"multilevel_fast": "SPARSE_FAST"},
+        "about": "`default` (`init=\"multilevel\"`); `multilevel_fast` "
+                 "(`init=\"multilevel_fast\"`, the `Effort` `SPARSE_FAST`: one "
+                 "pass down and up with FM searches, max(4, 16 // K) random "
+                 "and as many region-growing coarse starts, no "
+                 "pair re-bisections below the coarsest graph, no spectral "
+                 "candidate, V-cycles or flows).",
+    },
     "metis": {
         "file": "metis_time",
         "title": "The default against METIS, in one run",
@@ -171,7 +190,9 @@ def _variants(study):
     base = ML.SPARSE
     out = {"default": base}
     for name, change in STUDIES[study]["variants"].items():
-        out[name] = dataclasses.replace(base, **change)
+        # a name: one of the module's own efforts (what an init name selects)
+        out[name] = (getattr(ML, change) if isinstance(change, str)
+                     else dataclasses.replace(base, **change))
     return ML, out
 
 

@@ -491,7 +491,7 @@ def segment_section(bench, models, resolutions, cuda, n_images=3, budget=120.0):
                         t3 = time.perf_counter()
                         lab = prototype_upsample(feats, tok.reshape(feats.shape[:2]),
                                                  rgb.shape[:2])
-                        pamr(rgb, lab, n_iter=seg.pamr_iter, device=seg._pamr_device())
+                        pamr(rgb, lab, n_iter=seg.pamr_iter, device=seg._torch_device())
                         bench.sync(dev)
                         t4 = time.perf_counter()
                         if i == 0:

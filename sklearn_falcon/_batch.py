@@ -223,12 +223,10 @@ def falcon_batch(
     n_neighbors : int, default=10
         Neighbours of the kNN affinities, and of the kNN graph on which the
         graph initializations start a matrix-free graph.
-    init : {"multilevel", "kmeans", "spectral", "random"} or list of \
-            array-like, default="random"
+    init : {"multilevel", "multilevel_fast", "kmeans", "spectral", "random"} \
+            or list of array-like, default="random"
         Initial labels of each graph, as in
-        :class:`~sklearn_falcon.FalconNCut` (of the candidates of
-        ``"multilevel"``, the one of highest ``f`` is the start), or one
-        label array per graph.
+        :class:`~sklearn_falcon.FalconNCut`, or one label array per graph.
     random_state : int, RandomState instance or None, default=None
         Seed of the initialization.
     max_iter, tol, tau, gamma_backtrack, delta, polish, verbose

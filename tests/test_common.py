@@ -3,7 +3,7 @@
 Every backend (Numba; torch on the CPU when it is installed), every affinity
 (each kind of ``AFFINITIES``, and a callable) and every initialization of
 ``INITS`` runs through :func:`~sklearn.utils.estimator_checks.check_estimator`
-at least once, without running the full product: 14 configurations, about
+at least once, without running the full product: 15 configurations, about
 a minute on two cores.
 """
 
@@ -46,6 +46,7 @@ NUMBA = [
     FalconNCut(init="kmeans", n_clusters=3),
     FalconNCut(init="spectral", n_clusters=3),
     FalconNCut(init="random", n_init=2, n_clusters=3),
+    FalconNCut(init="multilevel_fast", n_clusters=3),
 ]
 TORCH = [
     FalconNCut(backend="torch", device="cpu", n_clusters=3),

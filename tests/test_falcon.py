@@ -47,7 +47,8 @@ def test_readme_quickstart_five_clusters():
     assert len(np.unique(labels)) == 5
 
 
-@pytest.mark.parametrize("init", ["multilevel", "kmeans", "spectral", "random"])
+@pytest.mark.parametrize("init", ["multilevel", "multilevel_fast", "kmeans", "spectral",
+                                  "random"])
 @pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf", "cosine"])
 def test_objective_path_is_monotone(blobs, init, affinity):
     X, _ = blobs

@@ -118,7 +118,8 @@ def test_fuzz_precomputed_affinities(backend, data, init, seed):
 @FUZZ
 @given(data=features(),
        affinity=st.sampled_from(["nearest_neighbors", "rbf", "cosine"]),
-       init=st.sampled_from(["multilevel", "kmeans", "spectral", "random"]),
+       init=st.sampled_from(["multilevel", "multilevel_fast", "kmeans", "spectral",
+                             "random"]),
        n_neighbors=st.integers(1, 8), power=st.sampled_from([1.0, 3.0]),
        seed=st.integers(0, 2**16))
 def test_fuzz_features(backend, data, affinity, init, n_neighbors, power, seed):

@@ -824,3 +824,50 @@ def test_dijkstra_matches_scipy():
     reach = np.isfinite(ref.min(0))
     np.testing.assert_array_equal(dist[reach], ref[owner[reach], np.flatnonzero(reach)])
     assert np.all(owner[~reach] == -1)
+
+
+def _fit_labels(W, **kw):
+    est = FalconNCut(4, affinity="precomputed", random_state=0, **kw).fit(W)
+    return est.labels_, est.ncut_
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_multilevel_fast_is_the_default_with_the_fast_effort(monkeypatch, dense):
+    # what benchmarks/bench_large.py --study fast measures (the default fit
+    # with SPARSE replaced by SPARSE_FAST) is what init="multilevel_fast" fits
+    W = grid_graph((30, 30), weighted=True)
+    W = W.toarray() if dense else W.tocsr()
+    fast, _ = _fit_labels(W, init="multilevel_fast")
+    name = "DENSE" if dense else "SPARSE"
+    monkeypatch.setattr(_multilevel, name, getattr(_multilevel, name + "_FAST"))
+    np.testing.assert_array_equal(fast, _fit_labels(W)[0])
+
+
+def test_multilevel_fast_skips_the_extra_candidates_vcycles_and_flows(monkeypatch):
+    W = grid_graph((30, 30), weighted=True).tocsr()
+    calls = {name: spy_on(monkeypatch, _multilevel, name) for name in
+             ("_vcycle", "flow_refine", "spectral_embedding_labels",
+              "pair_rebisection", "coarse_starts")}
+    _fit_labels(W)
+    assert all(calls[name] for name in calls)  # the default runs each of them
+    for found in calls.values():
+        found.clear()
+    labels, ncut = _fit_labels(W, init="multilevel_fast")
+    assert not calls["_vcycle"] and not calls["flow_refine"]
+    assert not calls["spectral_embedding_labels"]
+    assert len(calls["pair_rebisection"]) == 1  # the coarsest graph's only
+    assert len(calls["coarse_starts"]) == 1
+    assert set(np.unique(labels)) == set(range(4))
+    # fewer coarse starts: 16 // K = 4 random and 4 region-growing ones
+    calls = spy_on(monkeypatch, _multilevel, "coarse_starts",
+                   record=lambda a, k: k)
+    _fit_labels(W, init="multilevel_fast")
+    assert calls[0]["n_random"] == calls[0]["n_grow"] == 4
+
+
+def test_multilevel_fast_restarts_and_seeds():
+    W = grid_graph((30, 30), weighted=True).tocsr()
+    one, ncut1 = _fit_labels(W, init="multilevel_fast")
+    np.testing.assert_array_equal(one, _fit_labels(W, init="multilevel_fast")[0])
+    _, ncut3 = _fit_labels(W, init="multilevel_fast", n_init=3)
+    assert ncut3 <= ncut1  # the first restart is the n_init=1 fit

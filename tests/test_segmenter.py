@@ -316,7 +316,7 @@ def test_caller_module_is_not_modified(tmp_path):
 
 
 def test_pamr_runs_where_falcon_runs():
-    assert ImageSegmenter(device="cpu")._pamr_device() is None  # Numba
+    assert ImageSegmenter(device="cpu")._torch_device() is None  # Numba
     torch = pytest.importorskip("torch")
     expected = "cuda" if torch.cuda.is_available() else None
-    assert ImageSegmenter(device="auto")._pamr_device() == expected
+    assert ImageSegmenter(device="auto")._torch_device() == expected

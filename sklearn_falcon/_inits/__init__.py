@@ -17,15 +17,16 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import scipy.sparse as sp
 
 from .._solver import SolverOptions
 from ._hierarchy import Hierarchy
-from ._multilevel import multilevel_labels
+from ._multilevel import DENSE_FAST, SPARSE_FAST, multilevel_labels
 from ._simple import fill_empty, kmeans_labels, random_labels, warm_labels
 from ._spectral import spectral_embedding_labels
 
-__all__ = ["INITS", "Init", "InitContext", "fill_empty", "make_starts",
-           "random_labels", "warm_labels"]
+__all__ = ["INITS", "Init", "InitContext", "check_init_labels", "fill_empty",
+           "make_starts", "random_labels", "warm_labels"]
 
 
 @dataclass
@@ -89,12 +90,16 @@ class Init:
     needs_features: bool = False
 
 
-def _start_multilevel(ctx):
+def _start_multilevel(ctx, effort=None):
     # each restart draws its own matchings and coarse starts from the seed
     labels, _ = multilevel_labels(ctx.W, ctx.degrees, ctx.n_clusters, ctx.rng,
-                                  options=ctx.options.quieter(),
+                                  options=ctx.options.quieter(), effort=effort,
                                   verbose=ctx.options.verbose)
     return [labels]
+
+
+def _start_multilevel_fast(ctx):
+    return _start_multilevel(ctx, SPARSE_FAST if sp.issparse(ctx.W) else DENSE_FAST)
 
 
 def _start_spectral(ctx):
@@ -113,11 +118,32 @@ INITS = {
     spec.name: spec
     for spec in (
         Init("multilevel", _start_multilevel, needs_graph=True),
+        Init("multilevel_fast", _start_multilevel_fast, needs_graph=True),
         Init("kmeans", _start_kmeans, needs_features=True),
         Init("spectral", _start_spectral, needs_graph=True),
         Init("random", _start_random),
     )
 }
+
+
+def check_init_labels(init, n_samples, n_clusters):
+    """``init`` given as labels, as int64; a ValueError names what is wrong
+    (the shape, or values outside ``[0, n_clusters)``)."""
+    y0 = np.asarray(init)
+    names = ", ".join(repr(name) for name in INITS)
+    if y0.shape != (n_samples,):
+        raise ValueError(
+            f"init must be one of {names} or an array of shape "
+            f"(n_samples,)=({n_samples},); got an array of shape {y0.shape}."
+        )
+    if not np.issubdtype(y0.dtype, np.integer) or (
+        y0.size and (y0.min() < 0 or y0.max() >= n_clusters)
+    ):
+        raise ValueError(
+            f"init labels must be integers in [0, n_clusters={n_clusters}); "
+            f"got values in [{y0.min()}, {y0.max()}] of dtype {y0.dtype}."
+        )
+    return y0.astype(np.int64)
 
 
 def make_starts(init, context, n_init=1):

@@ -7,8 +7,8 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from .._affinity import check_active_count, check_dtype_kind, make_affinity
-from .._backends import BACKENDS
-from .._inits import INITS, warm_labels
+from .._backends import BACKENDS, host_array
+from .._inits import INITS, check_init_labels, warm_labels
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
 
@@ -59,7 +59,7 @@ def _check_init(est, init, n):
             )
         return init
     if not is_dask_array(init):
-        return est._check_init_labels(init, n)
+        return check_init_labels(host_array(init), n, est.n_clusters)
     names = ", ".join(repr(name) for name in INITS)
     if init.shape != (n,):
         raise ValueError(

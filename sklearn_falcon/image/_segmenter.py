@@ -119,7 +119,8 @@ class ImageSegmenter(BaseEstimator):
         0) and checked on other seeds and on photo mosaics; None disables.
     n_init : int, default=1
         Falcon initializations per image.
-    init : {"multilevel", "kmeans", "spectral", "random"}, default="multilevel"
+    init : {"multilevel", "multilevel_fast", "kmeans", "spectral", "random"}, \
+            default="multilevel"
         Falcon's initialization on the token graph (``"kmeans"``: features).
     device : str, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
@@ -275,8 +276,6 @@ class ImageSegmenter(BaseEstimator):
 
         backend, device = resolve_backend("auto", str(self.device))
         return device if backend == "torch" else None
-
-    _pamr_device = _torch_device  # the name gpu_check and older code use
 
     def _power(self):
         if self.power is not None:
