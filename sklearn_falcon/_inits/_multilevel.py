@@ -236,7 +236,7 @@ SPARSE = Effort()
 # and the spectral candidate (meant for meshes) is a dense eigensolve.
 DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0, flow_rounds=0)
 # init="multilevel_fast": one pass down and up, the FM searches kept; on the
-# peer suite's 71 graphs of 1e3-1e5 nodes a median 2.6x METIS's time (the
+# peer suite's 71 graphs of 1e3-1e5 nodes a median 2.5x METIS's time (the
 # default 18x) for a median 2.5 % more NCut than the default's
 # (benchmarks/results/fast_init.md)
 FAST = dict(n_keep=1, n_starts=4, starts_times_k=16, pair_per_cluster=0,
