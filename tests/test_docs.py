@@ -122,6 +122,69 @@ def test_numpydoc_sections(qualname, obj):
     assert not missing, f"{qualname}: the docstring lacks {', '.join(missing)}"
 
 
+def _documented(parsed):
+    """``{name: type line}`` of a numpydoc Parameters section (a line may
+    document several names, ``a, b : int``)."""
+    out = {}
+    for param in parsed["Parameters"]:
+        for name in param.name.split(","):
+            out[name.strip().lstrip("*")] = param.type
+    return out
+
+
+def _callables(qualname, obj):
+    """``(name, function, parsed docstring)``: a function, or a class's
+    ``__init__`` (documented on the class) and its own public methods."""
+    if not inspect.isclass(obj):
+        yield qualname, obj, numpydoc_docscrape.FunctionDoc(obj)
+        return
+    yield qualname, obj.__init__, numpydoc_docscrape.ClassDoc(
+        obj, config={"show_class_members": False})
+    for name, meth in inspect.getmembers(obj, inspect.isfunction):
+        if not name.startswith("_") and meth.__qualname__.split(".")[0] == obj.__name__:
+            yield f"{qualname}.{name}", meth, numpydoc_docscrape.FunctionDoc(meth)
+
+
+def _same_default(stated, value):
+    stated = stated.strip().strip("`").strip("'\"")
+    if stated in (repr(value).strip("'\""), str(value)):
+        return True
+    try:  # 1e-6 for 1e-06
+        return float(stated) == float(value)
+    except (TypeError, ValueError):
+        return False
+
+
+@pytest.mark.parametrize(
+    "qualname, obj", public_objects(), ids=[q for q, _ in public_objects()]
+)
+def test_every_parameter_is_documented_with_its_default(qualname, obj):
+    # the signature and the Parameters section name the same parameters, and
+    # a stated default is the signature's (public methods included)
+    wrong = []
+    for name, func, parsed in _callables(qualname, obj):
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            continue
+        documented = _documented(parsed)
+        named = {p.name: p for p in params.values() if p.name not in ("self", "cls")
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        for pname, p in named.items():
+            if pname not in documented:
+                wrong.append(f"{name}: {pname} is not documented")
+                continue
+            stated = re.search(r"default\s*[=:]\s*(.+)$", documented[pname])
+            if (stated and p.default is not p.empty
+                    and not _same_default(stated.group(1), p.default)):
+                wrong.append(f"{name}: {pname} documented with default="
+                             f"{stated.group(1)}, but it is {p.default!r}")
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            wrong += [f"{name}: {d} is documented but not a parameter"
+                      for d in documented if d not in named]
+    assert not wrong, "\n".join(wrong)
+
+
 # ------------------------------------------------------ narrative doctests
 @pytest.mark.parametrize("page", ["getting_started.rst", "user_guide.rst",
                                   "dask.rst"])

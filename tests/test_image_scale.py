@@ -20,6 +20,7 @@ from sklearn_falcon.image import (
     upsample_labels,
 )
 from sklearn_falcon.image import _budget
+from sklearn_falcon.image._dataset import segment_batch_on_device
 from sklearn_falcon.image._video import match_ids, resize_labels
 
 
@@ -290,7 +291,7 @@ def test_segment_dataset_batched_solve_on_cpu_torch():
     images = [_blocks(64, 96, seed=s)[0] for s in range(3)]
     masks = [_blocks(64, 96, seed=s)[1] for s in range(3)]
     seg = ImageSegmenter(n_segments=3, random_state=0)
-    out = seg._segment_batch_on_device(images, torch.device("cpu"))
+    out = segment_batch_on_device(seg, images, torch.device("cpu"))
     assert [o.shape for o in out] == [(64, 96)] * 3
     assert miou(out, masks) > 0.75  # the batched solve starts from a kNN graph
     assert all(len(np.unique(o)) <= 3 for o in out)

@@ -12,10 +12,11 @@ from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
 from ._auto import conductance_sweep
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
 from ._extractors import make_extractor
+from ._dataset import segment_dataset
 from ._io import as_image_list, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
-from ._video import progress_bar, segment_frames
+from ._video import segment_frames
 
 __all__ = ["ImageSegmenter"]
 
@@ -414,8 +415,19 @@ class ImageSegmenter(BaseEstimator):
 
     # -- public API -------------------------------------------------------
     def extract_features(self, image):
-        """Token feature grid ``(gh, gw, C)`` of an image (at its working
-        resolution)."""
+        """Token feature grid of an image, at its working resolution.
+
+        Parameters
+        ----------
+        image : str, path-like, PIL image, ndarray or torch tensor
+            See :func:`load_image`.
+
+        Returns
+        -------
+        features : ndarray of shape (gh, gw, C), float32
+            The features Falcon clusters: one row per token of the
+            ``gh x gw`` grid.
+        """
         self._check_params()
         rgb = load_image(image)
         _, work = self._prepare(rgb)
@@ -506,7 +518,20 @@ class ImageSegmenter(BaseEstimator):
         return self
 
     def fit_predict(self, images, y=None):
-        """Segment every image; returns the list of label maps."""
+        """Segment every image of ``images``; returns their label maps.
+
+        Parameters
+        ----------
+        images : sequence of images
+            As in :meth:`fit`.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        labels : list of ndarray of shape (H, W), int64
+            ``labels_``: one map per image.
+        """
         return self.fit(images).labels_
 
     def segment_dataset(self, images, *, n_jobs=None, batch_size=4, progress=True):
@@ -537,63 +562,5 @@ class ImageSegmenter(BaseEstimator):
         labels : list of ndarray
             One label map per image, in input order.
         """
-        from joblib import Parallel, delayed
-
         self._check_params()
-        if not isinstance(batch_size, Integral) or batch_size < 1:
-            raise ValueError(
-                f"batch_size must be a positive integer; got {batch_size!r}.")
-        items = as_image_list(images)
-        batches = [items[i: i + batch_size] for i in range(len(items))[::batch_size]]
-        dev = self._torch_device()
-        results = []
-        bar = progress_bar(len(items)) if progress else None
-        try:
-            if dev is not None and self.n_segments != "auto":
-                out = (self._segment_batch_on_device(batch, dev) for batch in batches)
-            else:
-                params = self.get_params(deep=False)
-                out = Parallel(n_jobs=n_jobs, return_as="generator")(
-                    delayed(_segment_batch)(params, batch) for batch in batches
-                )
-            for batch_labels in out:
-                results.extend(batch_labels)
-                if bar is not None:
-                    bar.update(len(batch_labels))
-        finally:
-            if bar is not None:
-                bar.close()
-        return results
-
-    def _segment_batch_on_device(self, batch, device):
-        """Label maps of a batch of images, the token graphs solved together
-        by one batched, matrix-free Falcon call on ``device``."""
-        from .._batch import falcon_batch
-
-        k = int(self.n_segments)
-        rgbs = [load_image(im) for im in batch]
-        prepared = [self._prepare(rgb) for rgb in rgbs]
-        ext = self._get_extractor()
-        feats = [ext.extract(work) for _, work in prepared]
-        for f in feats:
-            if f.shape[0] * f.shape[1] < k:
-                raise ValueError(
-                    f"An image yields only {f.shape[0] * f.shape[1]} patch tokens, "
-                    f"fewer than n_segments={k}.")
-        if k == 1:
-            toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
-        else:
-            toks = falcon_batch(
-                [f.reshape(-1, f.shape[-1]) for f in feats], k, affinity="cosine",
-                power=self._power(), init=self.init, random_state=self.random_state,
-                backend="torch", device=str(device)).labels
-        out = []
-        for rgb, (_, work), f, tok in zip(rgbs, prepared, feats, toks):
-            labels = self._finish_work(work, f, tok.reshape(f.shape[:2]), device)
-            out.append(self._full(rgb, work, labels))
-        return out
-
-
-def _segment_batch(params, batch):
-    seg = ImageSegmenter(**params)
-    return [seg.segment(im) for im in batch]
+        return segment_dataset(self, images, n_jobs, batch_size, progress)

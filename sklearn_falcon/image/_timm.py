@@ -343,7 +343,19 @@ class TimmFeatures:
         self.smoothing = float(smoothing)
 
     def input_size(self, height, width):
-        """Network input size ``(H', W')`` used for an image of ``(height, width)``."""
+        """Network input size used for an image of ``(height, width)``.
+
+        Parameters
+        ----------
+        height, width : int
+            The image's size in pixels.
+
+        Returns
+        -------
+        size : (int, int)
+            ``(H', W')``, multiples of the patch size (the model's fixed
+            size when it takes no other), at most ``max_tokens`` patches.
+        """
         ph, pw = self.patch_size
         if not self.dynamic:
             return self.fixed_size
@@ -360,7 +372,18 @@ class TimmFeatures:
         return max(ph, int(round(th / ph)) * ph), max(pw, int(round(tw / pw)) * pw)
 
     def preprocess(self, rgb):
-        """Resize and normalize an ``(H, W, 3)`` uint8 image into a (1, 3, H', W') tensor."""
+        """Resize and normalize an image into the network's input tensor.
+
+        Parameters
+        ----------
+        rgb : ndarray of shape (H, W, 3), uint8
+
+        Returns
+        -------
+        x : torch.Tensor of shape (1, 3, H', W')
+            Resized to :meth:`input_size` and normalized with the model's
+            mean and standard deviation, on ``device``.
+        """
         from PIL import Image
 
         check_image_size(rgb, self.patch_size)
@@ -538,10 +561,20 @@ class TimmFeatures:
         return out.reshape(out.shape[0], gh, gw, -1)
 
     def extract(self, rgb):
-        """Token grid ``(gh, gw, C)`` float32 with prefix/register tokens
-        removed; with a ``smoothing``, unit-norm tokens filtered over the
-        grid; with a ``position_weight``, unit-norm tokens followed by the
-        position term (``C`` then counts its features too)."""
+        """Token grid of an image, prefix and register tokens removed.
+
+        With a ``smoothing``, unit-norm tokens filtered over the grid; with
+        a ``position_weight``, unit-norm tokens followed by the position
+        term (``C`` then counts its features too).
+
+        Parameters
+        ----------
+        rgb : ndarray of shape (H, W, 3), uint8
+
+        Returns
+        -------
+        tokens : ndarray of shape (gh, gw, C), float32
+        """
         out = self.tokens(self.preprocess(rgb))
         z = out[0].float().cpu().numpy().astype(np.float32)
         if self.smoothing > 0:
