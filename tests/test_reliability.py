@@ -261,3 +261,57 @@ def test_torch_cosine_range_is_the_dense_one():
         assert (float(A.lo[0]) == float(A.hi[0])) == (lo == hi)
         assert float(A.lo[0]) == pytest.approx(lo, abs=1e-12)
         assert float(A.hi[0]) == pytest.approx(hi, abs=1e-12)
+
+
+# ------------------------------------- weights across more than float64's range
+# An 18-node graph of weights 1e-12, 1 and 1e6 (found by a random search):
+# 1e6 + 1e-12 == 1e6 in float64, so once a heavy node joined a cluster of
+# 1e-12-degree nodes and left it, the cluster's running volume was exactly 0
+# and the exact-move sweep divided by it: ZeroDivisionError from the compiled
+# loop, in the multilevel start's refinements.
+_SPAN_EDGES = [
+    (0, 1, 1e6), (0, 2, 1.0), (0, 4, 1e-12), (0, 6, 1.0), (0, 8, 1e6),
+    (1, 2, 1.0), (2, 2, 2e6), (2, 8, 1e-12), (2, 12, 1.0), (2, 16, 1e-12),
+    (3, 9, 1e-12), (4, 9, 1e-12), (4, 12, 1e6), (5, 13, 1e6), (6, 9, 1e6),
+    (6, 13, 1.0), (7, 10, 1e-12), (7, 13, 1.0), (7, 14, 1e6), (7, 15, 1.0),
+    (8, 11, 1e-12), (11, 12, 1e6), (11, 13, 1e-12), (12, 12, 2.0),
+    (13, 14, 1.0), (13, 16, 1e-12), (14, 15, 1e6), (14, 16, 1e-12),
+    (15, 15, 2e6), (17, 17, 2e-12),
+]
+
+
+def _span_graph():
+    i, j, w = (np.array(v) for v in zip(*_SPAN_EDGES))
+    U = sp.coo_matrix((w, (i, j)), shape=(18, 18)).tocsr()
+    return (U + sp.triu(U, 1).T).tocsr()  # each off-diagonal edge both ways
+
+
+@pytest.mark.parametrize("init", ["multilevel", "multilevel_fast"])
+def test_weights_spanning_18_orders_of_magnitude_fit(init):
+    W = _span_graph()
+    assert abs(W - W.T).max() == 0
+    est = FalconNCut(11, affinity="precomputed", init=init, random_state=387).fit(W)
+    assert np.unique(est.labels_).size == 11
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), rel=1e-9)
+    assert np.all(np.diff(est.objective_path_) >= 0)
+
+
+def test_move_kernels_take_a_running_volume_rounded_to_zero():
+    # cluster 1 holds node 2 (degree 1e-12) but its running volume is 0.0,
+    # as rounding leaves it: the sweeps and the FM round must not divide by it
+    from sklearn_falcon._backends._numba import fm_round_csr, local_move_sweep_csr
+    from sklearn_falcon._backends._numba import _kernels, _polish
+
+    W = sp.csr_matrix(np.array([[0, 1e6, 0, 1.0], [1e6, 0, 1e-12, 1.0],
+                                [0, 1e-12, 0, 0], [1.0, 1.0, 0, 0]]))
+    d = np.asarray(W.sum(1)).ravel()
+    y = np.array([0, 0, 1, 2], dtype=np.int64)
+    vol = np.array([d[0] + d[1], 0.0, d[3]])
+    assoc = np.array([2e6, 0.0, 0.0])
+    args = (W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data, d)
+    local_move_sweep_csr(*args, y.copy(), vol.copy(), assoc.copy())
+    Wd = W.toarray()
+    WX = _kernels.cluster_weights_dense(Wd, y, 3)
+    _polish.local_move_sweep_dense(Wd, d, y.copy(), WX, vol.copy(), assoc.copy())
+    fm_round_csr(*args, y.copy(), vol.copy(), assoc.copy(), np.arange(4), 10, 3.0,
+                 10 ** 9)

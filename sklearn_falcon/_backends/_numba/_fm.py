@@ -146,6 +146,8 @@ def _best_target(i, indptr, indices, data, degrees, labels, vol, assoc, wx, seen
             b = seen[t]
             if b == a:
                 continue
+            if vol[b] <= 0.0:  # a running volume that rounded to zero
+                continue
             g = (base + _assoc_with(assoc[b], wx[b], wii) / (vol[b] + di)
                  - assoc[b] / vol[b])
             if g > best_g:

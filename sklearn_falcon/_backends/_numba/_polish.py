@@ -36,7 +36,7 @@ def _best_move(a, di, wii, wx, vol, assoc):
     exact change of ``f`` (weighted kernel k-means gain)."""
     va = vol[a] - di
     aa = _assoc_without(assoc[a], wx[a], wii)
-    base_a = assoc[a] / vol[a]
+    base_a = assoc[a] / vol[a] if vol[a] > 0.0 else 0.0
     new_a = aa / va if va > 0.0 else 0.0
     best_gain = 1e-12 * (base_a + 1e-300)  # ignore gains at rounding level
     best_b = -1
@@ -45,7 +45,8 @@ def _best_move(a, di, wii, wx, vol, assoc):
             continue
         ab = _assoc_with(assoc[b], wx[b], wii)
         old_b = assoc[b] / vol[b] if vol[b] > 0.0 else 0.0
-        gain = new_a - base_a + ab / (vol[b] + di) - old_b
+        vb = vol[b] + di
+        gain = new_a - base_a + (ab / vb if vb > 0.0 else 0.0) - old_b
         if gain > best_gain:
             best_gain = gain
             best_b = b
