@@ -36,10 +36,11 @@ by side with the default, with METIS in the same run.  The studies:
     --child-memory sbm 1000000``.  Writes ``hierarchy.md`` / ``.json``.
 ``fast``
     ``init="multilevel_fast"`` (``Effort`` ``SPARSE_FAST``: one pass down
-    and up, fewer coarse starts, no pair re-bisections, spectral candidate,
-    V-cycles or flows) against the default, on any graphs of the peer
-    benchmark (``--graphs``): unlike the studies above, it differs on
-    graphs of every size.  Writes ``fast_init.md`` / ``.json``.
+    and up, fewer coarse starts, no pair re-bisections below the coarsest
+    graph, no spectral candidate, V-cycles or flows) against the default,
+    on any graphs of the peer benchmark (``--graphs``): unlike the studies
+    above, it differs on graphs of every size.  Writes ``fast_init.md`` /
+    ``.json``.
 ``metis``
     No variant: the default alone against METIS's best configuration, in
     one run, on any graphs of the peer benchmark (``--graphs``; for

@@ -46,9 +46,10 @@ The FM searches also refine the spectral candidate and the levels of step
    searches; a minimum cut moves the whole region at once.
 
 How much of 2-6 is done is an :class:`Effort`: ``SPARSE`` for sparse
-graphs, the lighter ``DENSE`` for dense (feature) graphs; ``init=
-"multilevel_fast"`` takes ``SPARSE_FAST`` and ``DENSE_FAST``, one pass down
-and up (steps 1-3, with fewer coarse starts and no pair re-bisections).
+graphs, the lighter ``DENSE`` for dense (feature) graphs.  The init
+``"multilevel_fast"`` takes ``SPARSE_FAST`` and ``DENSE_FAST``: one pass
+down and up (steps 1-3, with fewer coarse starts and no pair
+re-bisections below the coarsest graph).
 
 Every step only accepts what raises ``f``, so the labels it returns are at
 least as good as any start it refined.

@@ -11,8 +11,8 @@ from .._inits import INITS
 from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
 from ._auto import conductance_sweep
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
-from ._extractors import make_extractor
 from ._dataset import segment_dataset
+from ._extractors import make_extractor
 from ._io import as_image_list, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
@@ -425,7 +425,7 @@ class ImageSegmenter(BaseEstimator):
         Returns
         -------
         features : ndarray of shape (gh, gw, C), float32
-            The features Falcon clusters: one row per token of the
+            The features Falcon clusters: ``C`` per token of the
             ``gh x gw`` grid.
         """
         self._check_params()
