@@ -245,3 +245,17 @@ def test_bench_large_writes_its_tables(tmp_path, study, name):
         assert row.split(" | ")[6] == "1.0000000"
     assert "Rows: 1." in md and (tmp_path / f"{name}.json").exists()
     assert "time/METIS, median [min, max]: default " in md
+
+
+def test_bench_large_fast_study_fits_the_fast_init(tmp_path):
+    pytest.importorskip("pymetis")
+    from benchmarks import bench_large
+
+    ML, variants = bench_large._variants("fast")
+    assert variants["multilevel_fast"] is ML.SPARSE_FAST  # the init's own effort
+    bench_large.main(["--study", "fast", "--graphs", "^karate-K2$", "--out",
+                      str(tmp_path)])
+    md = (tmp_path / "fast_init.md").read_text()
+    assert "multilevel_fast: NCut ratio" in md and "Rows: 1." in md
+    assert "time/METIS, median [min, max]: default " in md
+    assert (tmp_path / "fast_init.json").exists()
