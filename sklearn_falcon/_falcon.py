@@ -178,7 +178,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``"cosine"`` and ``"rbf"`` affinities are matrix-free: ``W`` is
         computed in row blocks and never stored, so memory is
         ``O(n (p + K))``; the graph initializations (``"multilevel"``,
-        ``"spectral"``) then run on the kNN graph of ``X``.  With Dask,
+        ``"multilevel_fast"``, ``"spectral"``) then run on the kNN graph of
+        ``X``.  With Dask,
         ``X`` is a ``dask.array.Array`` of row blocks of a precomputed ``W``
         (CSR or dense chunks), clustered on the current
         ``distributed.Client`` without gathering it (see
