@@ -24,7 +24,7 @@ from ._affinity import (
     make_affinity,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
-from ._inits import INITS, InitContext, fill_empty, make_starts
+from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
@@ -113,18 +113,8 @@ def _check_init_arrays(init, sizes, n_clusters):
             f"init must hold one label array per graph ({len(sizes)}); got "
             f"{len(init)}."
         )
-    out = []
-    for b, (y, n) in enumerate(zip(init, sizes)):
-        y = np.asarray(host_array(y))
-        if y.shape != (n,) or not np.issubdtype(y.dtype, np.integer) or (
-            n and (y.min() < 0 or y.max() >= n_clusters)
-        ):
-            raise ValueError(
-                f"init[{b}] must be integer labels in [0, n_clusters={n_clusters}) of "
-                f"shape ({n},); got shape={y.shape}, dtype={y.dtype}."
-            )
-        out.append(y.astype(np.int64))
-    return out
+    return [check_init_labels(host_array(y), n, n_clusters, name=f"init[{b}]")
+            for b, (y, n) in enumerate(zip(init, sizes))]
 
 
 def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):

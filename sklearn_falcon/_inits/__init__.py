@@ -126,21 +126,24 @@ INITS = {
 }
 
 
-def check_init_labels(init, n_samples, n_clusters):
-    """``init`` given as labels, as int64; a ValueError names what is wrong
-    (the shape, or values outside ``[0, n_clusters)``)."""
+def check_init_labels(init, n_samples, n_clusters, name="init"):
+    """``init`` given as labels, as int64; a ValueError names ``name`` and
+    what is wrong (the shape, or values outside ``[0, n_clusters)``).  The
+    estimator's ``init`` may also be a strategy's name; ``falcon_batch``
+    checks each of its arrays as ``init[b]``."""
     y0 = np.asarray(init)
-    names = ", ".join(repr(name) for name in INITS)
     if y0.shape != (n_samples,):
+        what = ("one of " + ", ".join(repr(s) for s in INITS) + " or an array"
+                if name == "init" else "an array")
         raise ValueError(
-            f"init must be one of {names} or an array of shape "
-            f"(n_samples,)=({n_samples},); got an array of shape {y0.shape}."
+            f"{name} must be {what} of shape (n_samples,)=({n_samples},); got an "
+            f"array of shape {y0.shape}."
         )
     if not np.issubdtype(y0.dtype, np.integer) or (
         y0.size and (y0.min() < 0 or y0.max() >= n_clusters)
     ):
         raise ValueError(
-            f"init labels must be integers in [0, n_clusters={n_clusters}); "
+            f"{name} labels must be integers in [0, n_clusters={n_clusters}); "
             f"got values in [{y0.min()}, {y0.max()}] of dtype {y0.dtype}."
         )
     return y0.astype(np.int64)
