@@ -280,3 +280,16 @@ def test_as_many_neighbours_as_samples_warns_of_a_complete_graph(affinity):
         warnings.simplefilter("error")
         est.set_params(n_neighbors=39).fit(X)
     assert est.ncut_ < 2.0
+
+
+@pytest.mark.parametrize("fmt", [sp.csr_matrix, sp.csr_array, sp.coo_array])
+def test_predict_takes_sparse_samples_after_a_dense_knn_fit(fmt):
+    """A dense fit of a few features searches SciPy's k-d tree, which takes
+    no sparse queries: predict and score of sparse samples raised "setting
+    an array element with a sequence"; they are those of the dense ones."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(size=(40, 3)), rng.normal(size=(40, 3)) + 2]
+    est = FalconNCut(2, random_state=0).fit(X)
+    Q = np.where(np.abs(X[::3]) > 0.3, X[::3], 0.0)
+    np.testing.assert_array_equal(est.predict(fmt(Q)), est.predict(Q))
+    assert est.score(fmt(Q)) == est.score(Q)

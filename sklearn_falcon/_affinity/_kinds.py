@@ -344,10 +344,14 @@ class _TreeNeighbors:
 
     def kneighbors_graph(self, X, mode="connectivity"):
         """CSR ``(n_queries, n_train)``: a 1 at each query's ``k`` nearest
-        training samples (a query that is a training sample finds itself)."""
+        training samples (a query that is a training sample finds itself).
+        A sparse ``X`` (``predict``'s rows, of at most 15 features) is read
+        dense: the tree takes no sparse queries."""
         if mode != "connectivity":
             raise ValueError(f"mode={mode!r} is not supported here; only "
                              "'connectivity'.")
+        if sp.issparse(X):
+            X = X.toarray()
         _, idx = self.tree.query(X, k=self.k, workers=self.workers)
         idx = idx.reshape(X.shape[0], self.k)
         if np.any(idx == self.tree.n):  # an infinite distance: not an index
