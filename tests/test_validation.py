@@ -255,6 +255,23 @@ def test_init_array_errors():
         _fit_pre(_W(), init="kmeans")
 
 
+@pytest.mark.parametrize("init", [
+    np.array(["0", "1"] * 15),  # labels read from a text file
+    np.array([0, 1] * 14 + [None, 1], dtype=object),
+])
+def test_init_array_of_strings_or_objects_is_named(init):
+    """An init of string (or mixed object) labels raised numpy's
+    UFuncTypeError from the message's ``min()``; it is refused by name."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match=r"init labels must be integers in "
+                       rf"\[0, n_clusters=2\); got dtype {init.dtype}"):
+        FalconNCut(2, init=init).fit(X)
+    with pytest.raises(ValueError, match=r"init\[0\] labels must be integers"):
+        falcon_batch([X], 2, init=[init], backend="numba")
+
+
 def test_predict_negative_cross_affinity():
     est = _fit_pre(_W())
     with pytest.raises(ValueError, match="nonnegative"):

@@ -142,9 +142,12 @@ def check_init_labels(init, n_samples, n_clusters, name="init"):
     if not np.issubdtype(y0.dtype, np.integer) or (
         y0.size and (y0.min() < 0 or y0.max() >= n_clusters)
     ):
+        # the range of numbers only: strings or objects have none to show
+        got = (f"values in [{y0.min()}, {y0.max()}] of " if y0.size
+               and y0.dtype.kind in "biuf" else "")
         raise ValueError(
             f"{name} labels must be integers in [0, n_clusters={n_clusters}); "
-            f"got values in [{y0.min()}, {y0.max()}] of dtype {y0.dtype}."
+            f"got {got}dtype {y0.dtype}."
         )
     return y0.astype(np.int64)
 
