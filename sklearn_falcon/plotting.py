@@ -5,6 +5,8 @@ segment`` command; they need only NumPy (draw the results with matplotlib,
 or save them with Pillow).
 """
 
+import operator
+
 import numpy as np
 
 __all__ = ["label_colors", "overlay"]
@@ -46,7 +48,13 @@ def label_colors(n_labels):
     >>> label_colors(30).shape
     (30, 3)
     """
-    n_labels = int(n_labels)
+    try:
+        n_labels = operator.index(n_labels)  # an integer, NumPy's included
+    except TypeError:
+        raise TypeError(
+            f"n_labels must be an integer; got n_labels={n_labels!r}.") from None
+    if n_labels < 0:
+        raise ValueError(f"n_labels must be >= 0; got n_labels={n_labels}.")
     extra = np.random.default_rng(0).integers(
         0, 256, (max(0, n_labels - len(_PALETTE)), 3))
     return np.concatenate([_PALETTE, extra.astype(np.uint8)])[:n_labels]

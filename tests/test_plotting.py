@@ -52,3 +52,17 @@ def test_overlay_names_what_is_wrong():
         overlay(image / 255.0, labels)
     with pytest.raises(ValueError, match="alpha must be in"):
         overlay(image, labels, alpha=1.5)
+
+
+def test_label_colors_refuses_a_negative_or_fractional_count():
+    """``label_colors(-1)`` returned 19 colours (a slice ``[:-1]`` of the
+    palette) and ``label_colors(2.5)`` two; both are refused by name.
+    NumPy integers (a label map's ``max() + 1``) are counts."""
+    with pytest.raises(ValueError, match="n_labels must be >= 0; got n_labels=-1"):
+        label_colors(-1)
+    with pytest.raises(TypeError, match="n_labels must be an integer; got "
+                       "n_labels=2.5"):
+        label_colors(2.5)
+    assert label_colors(np.int64(3)).shape == (3, 3)
+    assert label_colors(np.array(25)).shape == (25, 3)
+    assert label_colors(0).shape == (0, 3)
