@@ -1,6 +1,8 @@
 """Clustering metrics: the normalized cut of a labelling, and mIoU for
 segmentation."""
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
@@ -22,7 +24,7 @@ def _cluster_terms(W, labels):
     )
     if W.shape[0] != W.shape[1]:
         raise ValueError(f"W must be a square affinity matrix; got shape={W.shape}.")
-    labels = np.asarray(labels)
+    labels = _homogeneous(np.asarray(labels))
     if labels.ndim != 1 or labels.shape[0] != W.shape[0]:
         raise ValueError(
             f"labels must have shape (n_samples,) = ({W.shape[0]},); got "
@@ -40,6 +42,20 @@ def _cluster_terms(W, labels):
     _, y = np.unique(labels, return_inverse=True)
     K = int(y.max()) + 1 if y.size else 0
     return cluster_statistics(W, y, K)
+
+
+def _homogeneous(labels):
+    """An object array of only strings (a pandas column of text) or only
+    integers as a string or an int64 array; anything else unchanged (an
+    object array of other values is refused by the caller)."""
+    if labels.dtype != object or not labels.size:
+        return labels
+    values = labels.ravel().tolist()
+    if all(isinstance(v, str) for v in values):
+        return labels.astype(str)
+    if all(isinstance(v, Integral) for v in values):
+        return labels.astype(np.int64)
+    return labels
 
 
 @validate_params(

@@ -78,6 +78,20 @@ def test_normalized_cut_of_string_labels_is_that_of_their_partition():
     assert normalized_cut(W, names.tolist()) == normalized_cut(W, y)
 
 
+def test_normalized_cut_of_object_labels_of_one_kind():
+    """Labels in an object array (a pandas column of text, ``.to_numpy()``)
+    were refused as "got dtype=object"; only strings, or only integers, are
+    the partition they name.  Mixed objects are still refused."""
+    W, _ = random_graph(30, seed=2, density=0.3)
+    y = np.random.default_rng(0).integers(3, size=30)
+    names = np.array(["cat", "dog", "owl"], dtype=object)[y]
+    assert normalized_cut(W, names) == normalized_cut(W, y)
+    assert normalized_association(W, names) == normalized_association(W, y)
+    assert normalized_cut(W, y.astype(object)) == normalized_cut(W, y)
+    with pytest.raises(ValueError, match="got dtype=object"):
+        normalized_cut(W, np.where(y == 0, None, names))
+
+
 @pytest.mark.parametrize("fmt", ["dense", "csr", "coo"])
 @pytest.mark.parametrize("metric", [normalized_cut, normalized_association])
 def test_asymmetric_affinity_counts_its_symmetric_part_as_in_the_fit(fmt, metric):
