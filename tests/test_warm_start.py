@@ -73,3 +73,22 @@ def test_without_warm_start_fit_ignores_previous_labels():
     b.labels_ = np.zeros(W.shape[0], dtype=np.int64)  # would be a poor start
     b.fit(W)
     assert np.array_equal(a.labels_, b.labels_)
+
+
+def test_warm_start_with_more_clusters_runs_init(caplog):
+    """A warm fit after ``set_params(n_clusters=...)`` with more clusters
+    started from the previous labels plus single-node clusters, as the
+    docstring says it does not (same number of clusters only): an NCut
+    several times the cold fit's.  It now runs ``init``, saying why."""
+    from sklearn.datasets import make_blobs
+
+    caplog.set_level(logging.INFO, logger="sklearn_falcon")
+    X, _ = make_blobs(600, centers=6, cluster_std=1.5, random_state=3)
+    cold = FalconNCut(6, random_state=0).fit(X)
+    est = FalconNCut(3, warm_start=True, random_state=0, verbose=1).fit(X)
+    _messages(caplog)
+    est.set_params(n_clusters=6).fit(X)
+    assert "the previous fit had 3 clusters, n_clusters is now 6" in _messages(caplog)
+    np.testing.assert_array_equal(est.labels_, cold.labels_)
+    est.fit(X)  # the same number of clusters again: warm
+    assert "warm start from the previous labels_" in _messages(caplog)

@@ -41,16 +41,19 @@ def kmeans_labels(X, n_clusters, rng):
 
 def warm_labels(prev, n_samples, n_clusters, init):
     """Start labels of a ``warm_start`` fit: a copy of the previous
-    ``labels_`` when they fit ``n_samples`` and ``n_clusters``, else None
-    (the usual ``init`` runs); the choice and its reason are logged."""
+    ``labels_`` when the previous fit had ``n_samples`` samples and
+    ``n_clusters`` clusters (every cluster of ``labels_`` is non-empty), else
+    None (the usual ``init`` runs); the choice and its reason are logged.
+    Fewer previous clusters are no start: the new ones would be single
+    nodes, far from any optimum."""
     if prev is not None and prev.shape[0] == n_samples and \
-            int(prev.max()) < n_clusters:
+            int(prev.max()) + 1 == n_clusters:
         log_stage("init", "warm start from the previous labels_")
         return prev.copy()
     reason = ("no previous fit" if prev is None else
               f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
               if prev.shape[0] != n_samples else
-              f"the previous labels have ids up to {int(prev.max())}, "
+              f"the previous fit had {int(prev.max()) + 1} clusters, "
               f"n_clusters is now {n_clusters}")
     log_stage("init", "warm_start=True but %s: init=%r", reason, init)
     return None
