@@ -287,6 +287,13 @@ def test_invalid_calls_name_the_parameter(graph):
         FalconNCut(2000, affinity="precomputed").fit(X)
     with pytest.raises(ValueError, match="init labels must be integers"):
         _est(init=da.full(W.shape[0], 7, chunks=400)).fit(X)
+    # strings raised numpy's UFuncTypeError from their min(); floats are
+    # refused before any pass over them
+    for dtype in (str, float):
+        labels = da.zeros(W.shape[0], chunks=400).astype(dtype)
+        with pytest.raises(ValueError, match=r"integers in \[0, n_clusters=4\); got "
+                           f"dtype {labels.dtype}"):
+            _est(init=labels).fit(X)
     with pytest.raises(ValueError, match="init='kmeans' needs features"):
         _est(init="kmeans").fit(X)
     with pytest.raises(ValueError, match="device='cuda'"):

@@ -66,10 +66,15 @@ def _check_init(est, init, n):
             f"init must be one of {names} or an array of shape (n_samples,)=({n},); "
             f"got an array of shape {init.shape}."
         )
+    if not np.issubdtype(init.dtype, np.integer):  # strings have no range
+        raise ValueError(
+            f"init labels must be integers in [0, n_clusters={est.n_clusters}); got "
+            f"dtype {init.dtype}."
+        )
     import dask
 
     lo, hi = (int(v) for v in dask.compute(init.min(), init.max()))
-    if not np.issubdtype(init.dtype, np.integer) or lo < 0 or hi >= est.n_clusters:
+    if lo < 0 or hi >= est.n_clusters:
         raise ValueError(
             f"init labels must be integers in [0, n_clusters={est.n_clusters}); got "
             f"values in [{lo}, {hi}] of dtype {init.dtype}."
