@@ -333,6 +333,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                              gamma=self.gamma, power=self.power, n_jobs=self.n_jobs)
 
     def _validate_X(self, X, reset):
+        if is_dask_array(X):  # predict's rows: gathered (sparse blocks too)
+            X = X.compute()
         X = host_array(X)  # a torch tensor, on any device: on the host
         check_dtype_kind(X, name="X")
         return validate_data(

@@ -339,3 +339,15 @@ def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     np.testing.assert_array_equal(est.objective_path_, ref.objective_path_)
     assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
+
+
+def test_predict_and_score_gather_a_dask_array_of_sparse_blocks(graph):
+    """After a Dask fit, predict and score of rows of W held as Dask CSR
+    blocks raised scikit-learn's "Expected 2D array, got scalar array"
+    (dense blocks worked: NumPy gathers them); they are gathered too."""
+    W, _ = graph
+    est = _est().fit(shards(W, 3))
+    rows = sp.csr_matrix(W)[:7]
+    for X in (shards(W, 3)[:7], shards(W, 3, dense=True)[:7]):
+        np.testing.assert_array_equal(est.predict(X), est.predict(rows))
+        assert est.score(X) == pytest.approx(est.score(rows), rel=1e-12)
