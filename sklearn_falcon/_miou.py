@@ -17,20 +17,26 @@ __all__ = ["miou"]
 
 
 def _as_list(x, name):
-    if isinstance(x, np.ndarray) and x.ndim == 2:
-        return [x]
-    if isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim == 3):
+    """The label maps of ``x``: one 2-D map, or a sequence of them (a 3-D
+    array or tensor, or a list or tuple of 2-D maps).  A list of equally
+    long 1-D rows (nested lists) is one map."""
+    if isinstance(x, (list, tuple)):
         out = [np.asarray(a) for a in x]
-        for a in out:
-            if a.ndim != 2:
-                raise ValueError(f"Each map in {name} must be 2-D (H, W); got shape {a.shape}.")
-        return out
-    arr = np.asarray(x)
-    if arr.ndim == 2:
-        return [arr]
-    raise ValueError(
-        f"{name} must be a 2-D label map or a sequence of them; got shape {arr.shape}."
-    )
+        if out and all(a.ndim == 1 and a.shape == out[0].shape for a in out):
+            out = [np.stack(out)]  # the rows of one map
+    else:
+        arr = np.asarray(x)
+        if arr.ndim not in (2, 3):
+            raise ValueError(
+                f"{name} must be a 2-D label map or a sequence of them; got shape "
+                f"{arr.shape}."
+            )
+        out = [arr] if arr.ndim == 2 else list(arr)
+    for a in out:
+        if a.ndim != 2:
+            raise ValueError(
+                f"Each map in {name} must be 2-D (H, W); got shape {a.shape}.")
+    return out
 
 
 def _confusion(p, g):

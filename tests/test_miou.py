@@ -78,6 +78,27 @@ def test_validation():
         miou([a, a], [a])
 
 
+def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():
+    """A map given as nested lists (rows) was taken for a sequence of 1-D
+    maps ("Each map in pred must be 2-D"), and a 3-D tensor of maps, which
+    a 3-D array is, was refused; both are read as array-likes."""
+    gt = np.array([[0, 0, 1, 1], [0, 0, 1, 1]])
+    pred = np.array([[5, 5, 7, 7], [5, 5, 7, 5]])
+    want = miou(pred, gt)
+    assert miou(pred.tolist(), gt.tolist()) == want
+    assert miou(tuple(pred), tuple(gt)) == want
+    assert miou([[0, 0, 1]], [[2, 2, 3]]) == 1.0
+    assert miou([pred.tolist()] * 2, [gt.tolist()] * 2) == want
+    torch = pytest.importorskip("torch")
+    stack = np.stack([pred, pred])
+    assert miou(torch.as_tensor(stack), torch.as_tensor(np.stack([gt, gt]))) == want
+    with pytest.raises(ValueError, match=r"Each map in pred must be 2-D"):
+        miou([[0, 0, 1], [0, 1]], [[0, 0, 1], [0, 1]])  # ragged rows
+    with pytest.raises(ValueError, match=r"pred must be a 2-D label map or a "
+                       r"sequence of them; got shape \(3,\)"):
+        miou(np.zeros(3, int), np.zeros(3, int))
+
+
 def test_metrics_reexport():
     metrics = pytest.importorskip("sklearn_falcon.metrics")
     if not hasattr(metrics, "miou"):
