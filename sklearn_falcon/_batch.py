@@ -106,6 +106,23 @@ def _check_graphs(graphs, affinity):
     return out
 
 
+def _check_dtype(dtype):
+    """Refuse a ``dtype`` other than None or float32 / float64 by any name
+    (a string, a NumPy or a torch dtype), whichever the backend."""
+    if dtype is None:
+        return
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # a torch dtype: by its name
+        try:
+            name = np.dtype(str(dtype).removeprefix("torch.")).name
+        except TypeError:
+            name = None
+    if name not in ("float32", "float64"):
+        raise ValueError(
+            f"dtype must be None, 'float32' or 'float64'; got dtype={dtype!r}.")
+
+
 def _check_init_arrays(init, sizes, n_clusters):
     init = list(init)
     if len(init) != len(sizes):
@@ -257,6 +274,7 @@ def falcon_batch(
     >>> all(bool(np.all(np.diff(p) >= 0)) for p in res.objective_path)
     True
     """
+    _check_dtype(dtype)
     tau_arr = np.asarray(tau, dtype=np.float64)
     if not np.all(tau_arr > 0):
         raise ValueError(f"tau must be > 0; got tau={tau!r}.")

@@ -1,5 +1,7 @@
 """Bad input: clear errors that name the parameter, and inputs never mutated."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -303,3 +305,22 @@ def test_warnings_point_at_the_users_call():
         user = [w for w in rec if issubclass(w.category, UserWarning)]
         assert user and all(w.filename == __file__ for w in user), [
             (w.filename, str(w.message)[:40]) for w in rec]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):
+    """falcon_batch's ``dtype`` was never validated: the Numba backend
+    ignored "bogus", and the torch one raised NumPy's "data type 'bogus'
+    not understood"; float32 and float64 by any name are taken."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    X = np.random.default_rng(0).random((20, 2))
+    kw = dict(backend=backend, device="cpu", random_state=0)
+    with pytest.raises(ValueError, match=r"dtype must be None, 'float32' or "
+                       rf"'float64'; got dtype={re.escape(repr(dtype))}\."):
+        falcon_batch([X], 2, dtype=dtype, **kw)
+    for ok in (None, "float32", np.float64):
+        assert falcon_batch([X], 2, dtype=ok, **kw).labels[0].shape == (20,)
