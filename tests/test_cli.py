@@ -372,3 +372,25 @@ def test_cli_names_in_another_script_on_a_narrow_console(tmp_path, monkeypatch):
     assert rc == 0 and out.count("3 segments") == 2
     assert "\\u0444\\u043e\\u0442\\u043e.png" in out  # фото, escaped
     assert (tmp_path / "o" / "写真_labels.png").exists()
+
+
+def test_cli_refuses_an_output_that_is_an_input(tmp_path, capsys):
+    # `segment a.png a_labels.png -o DIR` wrote a.png's label map over the
+    # user's a_labels.png, then segmented that label map as the second image
+    a, _ = _write(tmp_path, "a.png")
+    other, _ = _write(tmp_path, "a_labels.png", shape=(32, 48))
+    before = other.read_bytes()
+    for order in ([a, other], [other, a]):
+        rc = main(["segment", *map(str, order), "-o", str(tmp_path), "-q"])
+        err = capsys.readouterr().err
+        assert rc == 1 and "would overwrite the input image" in err
+        assert "a_labels.png" in err and len(err.strip().splitlines()) == 1
+        assert other.read_bytes() == before
+        assert not (tmp_path / "a_overlay.png").exists()
+    # the same folder reached by another spelling of its path
+    rc = main(["segment", str(a), str(other), "-o", str(tmp_path / "." / "x" / ".."),
+               "-q"])
+    assert rc == 1 and other.read_bytes() == before
+    # no collision: both images are segmented into that folder
+    rc = main(["segment", str(a), "-o", str(tmp_path), "-q"])
+    assert rc == 0 and (tmp_path / "a_labels.png").read_bytes() != before
