@@ -262,6 +262,19 @@ def _entry(path):
     return os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
 
 
+def _check_out(out):
+    """Refuse an ``--out`` that is, or lies under, a file, before any work
+    (it failed after the model was built, with "[Errno 17] File exists")."""
+    for d in (out, *out.parents):
+        if d.exists():
+            if not d.is_dir():
+                what = "is" if d == out else f"lies under '{d}', which is"
+                raise ValueError(
+                    f"--out '{out}' {what} a file, not a directory; name a "
+                    "directory for the output PNGs.")
+            return
+
+
 def _output_paths(paths, out):
     """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
     repeated NAME takes a ``_``), refused where one is an input: it was
@@ -297,6 +310,7 @@ def _run_segment(args):
         with opened_image(p):  # its header only: the pixels when its turn comes
             pass
     out = Path(args.out)
+    _check_out(out)
     outputs = _output_paths(paths, out)
     seg = ImageSegmenter(
         model=args.model,

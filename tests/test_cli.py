@@ -394,3 +394,23 @@ def test_cli_refuses_an_output_that_is_an_input(tmp_path, capsys):
     # no collision: both images are segmented into that folder
     rc = main(["segment", str(a), "-o", str(tmp_path), "-q"])
     assert rc == 0 and (tmp_path / "a_labels.png").read_bytes() != before
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_cli_out_that_is_a_file_is_one_clear_line(tmp_path, capsys, monkeypatch,
+                                                  sub):
+    # --out naming a file said "[Errno 17] File exists: '...'" (or "[Errno 20]
+    # Not a directory"), and only after the model was built
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    target = tmp_path / "result.png"
+    target.write_bytes(b"precious")
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(target / sub)])
+    err = capsys.readouterr().err
+    assert rc == 1 and built == [] and target.read_bytes() == b"precious"
+    assert "is a file, not a directory" in err and "--out" in err
+    assert "Errno" not in err and len(err.strip().splitlines()) == 1
