@@ -166,6 +166,30 @@ def test_work_shape_and_plan():
     assert all(work[k] <= 1.01 * small.parts[k] for k in work)
 
 
+def test_thin_image_keeps_a_patch_at_the_working_resolution():
+    # a 12 x 40,000 strip under max_tokens=100 was worked on at 1 x 4,618,
+    # smaller than one 8 x 8 patch: "Image of size 1x4618 is smaller than one
+    # 8x8 patch", a size the caller never gave (max_tokens=1 did the same to
+    # a 480 x 640 photo)
+    assert _budget.work_shape(12, 40000, 100 * 64, (8, 8)) == (8, 800)
+    assert _budget.work_shape(40000, 12, 100 * 64, (8, 8)) == (800, 8)
+    assert _budget.work_shape(480, 640, 64, (8, 8)) == (8, 8)
+    assert _budget.work_shape(3000, 4000, 4096 * 64, (8, 8)) == \
+        _budget.work_shape(3000, 4000, 4096 * 64)
+    strip = np.zeros((12, 40000, 3), np.uint8)
+    strip[:, 20000:] = (200, 40, 40)
+    labels = ImageSegmenter(n_segments=2, refine=None, max_tokens=100).segment(strip)
+    assert labels.shape == (12, 40000)
+    assert len(np.unique(labels[:, :19900])) == 1
+    assert len(np.unique(labels[:, 20100:])) == 1
+    assert labels[0, 0] != labels[0, -1]
+    photo, _ = _blocks(48, 64)
+    assert ImageSegmenter(n_segments=1, max_tokens=1).segment(photo).shape == (48, 64)
+    # an image smaller than a patch is named at the size the caller gave
+    with pytest.raises(ValueError, match="size 4x100000"):
+        ImageSegmenter(n_segments=1).segment(np.zeros((4, 100000, 3), np.uint8))
+
+
 def test_check_memory_refuses_naming_max_tokens():
     p = _budget.make_plan((4000, 4000), max_tokens=100000, patch=8, n_features=112,
                           n_segments=6, refine=True)

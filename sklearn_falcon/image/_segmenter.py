@@ -13,7 +13,7 @@ from ._auto import conductance_sweep
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
 from ._dataset import segment_dataset
 from ._extractors import make_extractor
-from ._io import as_image_list, load_image
+from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
 from ._video import segment_frames
@@ -311,7 +311,8 @@ class ImageSegmenter(BaseEstimator):
             n_features=int(getattr(ext, "n_features", 384)), n_segments=k,
             refine=self.refine == "pamr" and self.pamr_iter > 0,
             vit_tokens=vit_tokens if vit else None,
-            matrix_free=self._torch_device() is not None)
+            matrix_free=self._torch_device() is not None,
+            min_size=tuple(ext.patch_size))
 
     def _graph(self, X, plan):
         """``(input, affinity)`` of Falcon for the token features ``X``."""
@@ -377,6 +378,7 @@ class ImageSegmenter(BaseEstimator):
     def _prepare(self, rgb):
         """``(plan, working image)``, after the memory check."""
         ext = self._get_extractor()
+        check_image_size(rgb, ext.patch_size)  # the size the caller gave
         plan = self._plan(rgb.shape[:2], ext)
         check_memory(plan, self.max_tokens)
         work = resize_rgb(rgb, plan.work_shape) if plan.resized else rgb
