@@ -178,6 +178,34 @@ def test_a_datasets_items_are_named_not_taken_for_arrays():
     assert load_image([[0, 255], [255, 0]]).shape == (2, 2, 3)
 
 
+def test_fit_and_segment_dataset_take_an_iterator_of_images(tmp_path):
+    """``segment_dataset(Path("photos").glob("*.png"))`` (and any generator,
+    as the hint above suggests for a dataset's pairs) said "image must be a
+    file path, ...; got generator": an object without ``len`` was taken
+    for one image."""
+    from pathlib import Path
+
+    from sklearn_falcon import ImageSegmenter
+
+    for i, shape in enumerate([(16, 24), (24, 16)]):
+        img = np.zeros(shape + (3,), np.uint8)
+        img[:, shape[1] // 2:] = 200
+        Image.fromarray(img).save(tmp_path / f"{i}.png")
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    expected = [seg.segment(p) for p in sorted(tmp_path.glob("*.png"))]
+    for images in (lambda: iter(sorted(Path(tmp_path).glob("*.png"))),
+                   lambda: (p for p in sorted(tmp_path.glob("*.png"))),
+                   lambda: ((load_image(p), 0)[0] for p in
+                            sorted(tmp_path.glob("*.png")))):
+        got = seg.segment_dataset(images(), n_jobs=1, progress=False)
+        assert len(got) == 2 and all(map(np.array_equal, got, expected))
+        got = seg.fit(images()).labels_
+        assert len(got) == 2 and all(map(np.array_equal, got, expected))
+    # a record is still one (refused, with its hint), not a list of its keys
+    with pytest.raises(TypeError, match="record"):
+        seg.fit({"image": expected[0], "label": 0})
+
+
 def test_a_video_decoders_hwc_frames_are_read():
     """torchvision.io.read_video gives (T, H, W, C) uint8 tensors: each frame
     (H, W, C) was refused ("A 3-D tensor must have shape (C, H, W)"), so

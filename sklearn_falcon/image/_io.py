@@ -279,13 +279,17 @@ def check_image_size(rgb, patch_size):
 
 
 def as_image_list(images):
-    """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
+    """A single image (path, PIL image, 2-D/3-D array or tensor) or a
+    sequence or iterator of images (``Path("photos").glob("*.jpg")``, a
+    generator: read once, into a list)."""
     if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
         return [images]
     if is_tensor(images):
         return [images] if images.ndim in (2, 3) else list(images)
-    if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
+    if isinstance(images, (str, bytes, os.PathLike, dict)):
         return [images]
     if type(images).__module__.startswith("PIL"):
+        return [images]
+    if not (hasattr(images, "__len__") or hasattr(images, "__iter__")):
         return [images]
     return list(images)

@@ -505,9 +505,9 @@ class ImageSegmenter(BaseEstimator):
 
         Parameters
         ----------
-        images : sequence of images
-            Paths, PIL images, arrays or tensors (a single image is also
-            accepted).
+        images : iterable of images
+            Paths, PIL images, arrays or tensors, in a list or any iterable
+            (a single image is also accepted).
         y : None
             Ignored.
 
@@ -550,8 +550,9 @@ class ImageSegmenter(BaseEstimator):
 
         Parameters
         ----------
-        images : sequence
-            Image paths (or any input accepted by :meth:`segment`).
+        images : iterable
+            Image paths (or any input accepted by :meth:`segment`), e.g.
+            a list or ``Path(folder).glob("*.jpg")``.
         n_jobs : int, default=None
             joblib workers (``None`` follows the active joblib config).
         batch_size : int, default=4
