@@ -206,6 +206,32 @@ def test_fit_and_segment_dataset_take_an_iterator_of_images(tmp_path):
         seg.fit({"image": expected[0], "label": 0})
 
 
+@pytest.mark.parametrize("transparency", ["bytes", "index"])
+def test_palette_image_with_transparency_loads_without_warning(tmp_path,
+                                                               transparency):
+    """A PNG-8 whose palette has alpha (pngquant, TinyPNG) printed Pillow's
+    "Palette images with Transparency expressed in bytes should be
+    converted to RGBA images" on every load, and on the command line."""
+    import warnings
+
+    p = Image.fromarray(_rgb(16, 20)).quantize(colors=64)
+    # alpha per palette entry (a tRNS chunk), or one transparent entry
+    p.info["transparency"] = (bytes([0] * 4 + [128] * 4 + [255] * 56)
+                              if transparency == "bytes" else 3)
+    path = tmp_path / "web.png"
+    p.save(path)
+    with Image.open(path) as im:
+        assert im.mode == "P" and "transparency" in im.info
+        expected = np.asarray(im.convert("RGBA"))[:, :, :3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = load_image(path)
+        with Image.open(path) as im:
+            out_pil = load_image(im)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out_pil, expected)
+
+
 def test_a_video_decoders_hwc_frames_are_read():
     """torchvision.io.read_video gives (T, H, W, C) uint8 tensors: each frame
     (H, W, C) was refused ("A 3-D tensor must have shape (C, H, W)"), so

@@ -96,7 +96,10 @@ def _pil_to_rgb(img, *, source):
         if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
             arr = arr / (255.0 if hi <= 255.0 else 65535.0)
         arr = np.clip(arr, 0.0, 1.0)
-    elif mode in ("RGBA", "LA", "RGBa", "La", "PA"):
+    elif mode in ("RGBA", "LA", "RGBa", "La", "PA") or (
+            mode == "P" and "transparency" in img.info):
+        # a palette with alpha (PNG-8 from pngquant, a GIF): through RGBA,
+        # or Pillow warns that it "should be converted to RGBA images"
         arr = np.asarray(img.convert("RGBA"))[:, :, :3]
     else:  # "1", "P", "CMYK", "YCbCr", "LAB", "HSV", ...
         arr = np.asarray(img.convert("RGB"))
