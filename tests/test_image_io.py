@@ -232,6 +232,30 @@ def test_palette_image_with_transparency_loads_without_warning(tmp_path,
     np.testing.assert_array_equal(out_pil, expected)
 
 
+def test_float_tiff_out_of_range_is_refused_not_clipped(tmp_path):
+    """A 32-bit float image (PIL mode "F", e.g. a TIFF of mean-subtracted or
+    elevation data) with negative values, or values above 65535, was
+    clipped without a word (its negative half black), where the same
+    values in an array are refused."""
+    ramp = np.linspace(0.0, 1.0, 12 * 10, dtype=np.float32).reshape(12, 10)
+    for scale in (1.0, 255.0, 65535.0):  # the three ranges: read as before
+        path = tmp_path / f"ok{int(scale)}.tif"
+        Image.fromarray(ramp * scale).save(path)
+        expected = np.round(ramp.astype(np.float64) * 255.0).astype(np.uint8)
+        np.testing.assert_array_equal(load_image(path)[..., 0], expected)
+    for bad, shown in ((ramp - 0.5, r"\[-0.5, 0.5\]"), (ramp * 1e6, r"1e\+06")):
+        path = tmp_path / "bad.tif"
+        Image.fromarray(bad).save(path)
+        with pytest.raises(ValueError, match=r"Floating-point image '.*bad.tif' "
+                                             r"has values in .*" + shown):
+            load_image(path)
+        with Image.open(path) as im:
+            with pytest.raises(ValueError, match="Floating-point PIL image"):
+                load_image(im)
+        with pytest.raises(ValueError, match="Floating-point image array"):
+            load_image(bad)
+
+
 def test_a_video_decoders_hwc_frames_are_read():
     """torchvision.io.read_video gives (T, H, W, C) uint8 tensors: each frame
     (H, W, C) was refused ("A 3-D tensor must have shape (C, H, W)"), so

@@ -92,10 +92,14 @@ def _pil_to_rgb(img, *, source):
         arr = np.asarray(img).astype(np.int64)
     elif mode == "F":
         arr = np.asarray(img).astype(np.float64)
-        hi = float(arr.max(initial=0.0))
+        lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
+        if lo < 0.0 or hi > 65535.0:  # they were clipped to black or white
+            raise ValueError(
+                f"Floating-point {source} has values in [{lo:.4g}, {hi:.4g}]; "
+                "expected intensities in 0..1, 0..255 or 0..65535. Scale it, or "
+                "pass it as an array in [0, 1].")
         if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
             arr = arr / (255.0 if hi <= 255.0 else 65535.0)
-        arr = np.clip(arr, 0.0, 1.0)
     elif mode in ("RGBA", "LA", "RGBa", "La", "PA") or (
             mode == "P" and "transparency" in img.info):
         # a palette with alpha (PNG-8 from pngquant, a GIF): through RGBA,
@@ -165,7 +169,8 @@ def load_image(image):
 
         Conversions: greyscale is replicated to three channels; an alpha
         channel is discarded; 16-bit data is mapped linearly from 0..65535 to
-        0..255; floating-point data must lie in [0, 1]; booleans map to 0/255.
+        0..255; floating-point data must lie in [0, 1] (a float PIL image or
+        file, in 0..1, 0..255 or 0..65535); booleans map to 0/255.
 
     Returns
     -------
