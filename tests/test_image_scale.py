@@ -309,6 +309,37 @@ def test_segment_video_auto_and_errors():
             ImageSegmenter(n_segments=2).segment_video(path)  # raised at once
 
 
+def test_segment_video_refuses_one_image():
+    """One image given as the video: an (H, W, 3) array was iterated into
+    frames of its rows ("Image of size 64x3 is smaller than one 8x8
+    patch"), a PIL image said "'Image' object is not iterable", and a
+    (3, H, W) tensor gave three label maps, one per colour channel."""
+    img = _moving_square(0, 64)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    from PIL import Image
+
+    ones = [img, img[..., 0], Image.fromarray(img)]
+    torch = None
+    try:
+        import torch
+    except ImportError:
+        pass
+    if torch is not None:
+        t = torch.from_numpy(img)
+        ones += [t, t.permute(2, 0, 1), t[..., 0]]
+    for one in ones:
+        with pytest.raises(TypeError, match=r"got one image \(.*\).*Pass \[image\]"):
+            seg.segment_video(one)  # raised at once
+    # videos as arrays and tensors are still read frame by frame
+    clip = np.stack([_moving_square(t, 64) for t in range(2)])
+    grey = clip[..., 0]
+    assert len(list(seg.segment_video(clip))) == 2
+    assert len(list(seg.segment_video(grey))) == 2  # (T, H, W)
+    assert len(list(seg.segment_video([img]))) == 1
+    if torch is not None:
+        assert len(list(seg.segment_video(torch.from_numpy(grey)))) == 2
+
+
 # --------------------------------------------------- batched device path
 def test_segment_dataset_batched_solve_on_cpu_torch():
     torch = pytest.importorskip("torch")

@@ -475,7 +475,9 @@ class ImageSegmenter(BaseEstimator):
         ----------
         frames : iterable of images
             Frames in order (paths, PIL images, arrays or tensors); read one
-            at a time, so a generator of frames works.
+            at a time, so a generator of frames works.  One image (a path,
+            a PIL image, an ``(H, W, C)`` array) is refused: pass
+            ``[image]``.
 
         Returns
         -------
