@@ -17,7 +17,8 @@ time.  ``segment`` writes, for each input ``NAME.ext``, two PNGs to
 at most 256 segments, else 16-bit) and ``NAME_overlay.png`` (the image
 blended with one colour per segment, boundaries drawn in white).  Files are
 written to a temporary name in ``DIR`` and renamed, so a symbolic link
-planted at an output name is replaced, never followed.
+planted at an output name is replaced, never followed; an output name
+that is one of the input images is refused before anything is written.
 
 Every failure ends the command with a one-line ``sklearn-falcon: error:``
 message on stderr and exit status 1 (130 on Ctrl-C).
@@ -254,6 +255,47 @@ def _say(text, file=None):
     print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream)
 
 
+def _entry(path):
+    """``path``'s directory entry: its folder resolved, its name kept (an
+    output replaces a link there, it does not follow it)."""
+    path = Path(path)
+    return os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
+
+
+def _check_out(out):
+    """Refuse an ``--out`` that is, or lies under, a file, before any work
+    (it failed after the model was built, with "[Errno 17] File exists")."""
+    for d in (out, *out.parents):
+        if d.exists():
+            if not d.is_dir():
+                what = "is" if d == out else f"lies under '{d}', which is"
+                raise ValueError(
+                    f"--out '{out}' {what} a file, not a directory; name a "
+                    "directory for the output PNGs.")
+            return
+
+
+def _output_paths(paths, out):
+    """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
+    repeated NAME takes a ``_``), refused where one is an input: it was
+    overwritten, and the image later read from it was an earlier output."""
+    inputs = {_entry(p): p for p in paths}
+    used, outputs = set(), []
+    for p in paths:
+        stem = p.stem
+        while stem in used:
+            stem += "_"
+        used.add(stem)
+        pair = (out / f"{stem}_labels.png", out / f"{stem}_overlay.png")
+        for o in pair:
+            if _entry(o) in inputs:
+                raise ValueError(
+                    f"The output '{o}' of '{p}' would overwrite the input image "
+                    f"'{inputs[_entry(o)]}'; choose another --out directory.")
+        outputs.append(pair)
+    return outputs
+
+
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
@@ -267,6 +309,9 @@ def _run_segment(args):
             raise ValueError(f"Not a file: '{p}'.")
         with opened_image(p):  # its header only: the pixels when its turn comes
             pass
+    out = Path(args.out)
+    _check_out(out)
+    outputs = _output_paths(paths, out)
     seg = ImageSegmenter(
         model=args.model,
         n_segments=args.segments,
@@ -292,11 +337,10 @@ def _run_segment(args):
         if args.pretrained and args.checkpoint is None:
             raise RuntimeError(_weights_unavailable(args, exc)) from exc
         raise
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    used = set()
-    for p in paths:  # one image decoded at a time: a folder of photos fits
+    for p, (lab_path, ov_path) in zip(paths, outputs):
+        # one image decoded at a time: a folder of photos fits
         rgb = load_image(p)
         try:
             labels = seg.segment(rgb)
@@ -306,12 +350,6 @@ def _run_segment(args):
                 "pixels): try a smaller --max-tokens, a smaller --resolution (ViTs), "
                 f"a larger --patch-size ('color'), or --refine none. {exc}"
             ) from exc
-        stem = p.stem
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        lab_path = out / f"{stem}_labels.png"
-        ov_path = out / f"{stem}_overlay.png"
         save_label_png(labels, lab_path)
         ov = Image.fromarray(overlay(rgb, labels))
         _write_replacing(ov_path, lambda tmp: ov.save(tmp, format="PNG"))

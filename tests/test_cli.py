@@ -372,3 +372,45 @@ def test_cli_names_in_another_script_on_a_narrow_console(tmp_path, monkeypatch):
     assert rc == 0 and out.count("3 segments") == 2
     assert "\\u0444\\u043e\\u0442\\u043e.png" in out  # фото, escaped
     assert (tmp_path / "o" / "写真_labels.png").exists()
+
+
+def test_cli_refuses_an_output_that_is_an_input(tmp_path, capsys):
+    # `segment a.png a_labels.png -o DIR` wrote a.png's label map over the
+    # user's a_labels.png, then segmented that label map as the second image
+    a, _ = _write(tmp_path, "a.png")
+    other, _ = _write(tmp_path, "a_labels.png", shape=(32, 48))
+    before = other.read_bytes()
+    for order in ([a, other], [other, a]):
+        rc = main(["segment", *map(str, order), "-o", str(tmp_path), "-q"])
+        err = capsys.readouterr().err
+        assert rc == 1 and "would overwrite the input image" in err
+        assert "a_labels.png" in err and len(err.strip().splitlines()) == 1
+        assert other.read_bytes() == before
+        assert not (tmp_path / "a_overlay.png").exists()
+    # the same folder reached by another spelling of its path
+    rc = main(["segment", str(a), str(other), "-o", str(tmp_path / "." / "x" / ".."),
+               "-q"])
+    assert rc == 1 and other.read_bytes() == before
+    # no collision: both images are segmented into that folder
+    rc = main(["segment", str(a), "-o", str(tmp_path), "-q"])
+    assert rc == 0 and (tmp_path / "a_labels.png").read_bytes() != before
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_cli_out_that_is_a_file_is_one_clear_line(tmp_path, capsys, monkeypatch,
+                                                  sub):
+    # --out naming a file said "[Errno 17] File exists: '...'" (or "[Errno 20]
+    # Not a directory"), and only after the model was built
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    target = tmp_path / "result.png"
+    target.write_bytes(b"precious")
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(target / sub)])
+    err = capsys.readouterr().err
+    assert rc == 1 and built == [] and target.read_bytes() == b"precious"
+    assert "is a file, not a directory" in err and "--out" in err
+    assert "Errno" not in err and len(err.strip().splitlines()) == 1

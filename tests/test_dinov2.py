@@ -80,6 +80,36 @@ def test_pos_interpolation_same_on_native_grid_and_keys():
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+def test_distilled_deit_has_two_prefix_tokens():
+    """DeiT's distilled ViTs (``deit_*_distilled_*``) have a distillation
+    token after the class token: the bicubic path (the default) left it out
+    and failed with "The size of tensor a (309) must match the size of
+    tensor b (310)"."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.deit import VisionTransformerDistilled
+
+    from sklearn_falcon import ImageSegmenter
+    from sklearn_falcon.image import TimmFeatures
+
+    torch.manual_seed(0)
+    model = VisionTransformerDistilled(
+        img_size=56, patch_size=14, embed_dim=32, depth=2, num_heads=2,
+        num_classes=0, dynamic_img_size=True).eval()
+    with torch.no_grad():
+        model.pos_embed.normal_()
+        model.dist_token.normal_()
+    img = _img(56, 56)
+    for feature, layer in (("token", -1), ("key", 1)):
+        kw = dict(resolution=56, feature=feature, layer=layer)
+        a = TimmFeatures(model, **kw).extract(img)
+        b = TimmFeatures(model, pos_interpolation="timm", **kw).extract(img)
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    labels = ImageSegmenter(model=model, n_segments=2, refine=None,
+                            resolution=(42, 70)).segment(_img(50, 80))
+    assert labels.shape == (50, 80)
+
+
 def test_pos_interpolation_validation():
     from sklearn_falcon import ImageSegmenter
     from sklearn_falcon.image import TimmFeatures

@@ -2,6 +2,7 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -58,6 +59,31 @@ def test_color_features_validation():
         ColorPositionFeatures(8).extract(_img(7, 40))
     with pytest.raises(ValueError, match="no pretrained"):
         make_extractor("color", checkpoint_path="x.pt")
+
+
+@pytest.mark.parametrize("model", ["color", "color-position"])
+def test_offline_models_refuse_the_vit_parameters(model):
+    """``ImageSegmenter(resolution=1024)`` (``--resolution 1024`` on the
+    command line), ``layer``, ``feature="key"`` and ``pos_interpolation``
+    were silently ignored by the offline extractors: the same labels as
+    without them, where ``smoothing`` and a checkpoint were refused."""
+    from sklearn_falcon import ImageSegmenter
+
+    img = _img(32, 40)
+    for kw, named in ((dict(resolution=1024), "resolution=1024 is a ViT"),
+                      (dict(resolution=(64, 80)), "resolution=(64, 80)"),
+                      (dict(layer=3, feature="key"),
+                       "layer=3, feature='key' are ViT parameters"),
+                      (dict(pos_interpolation="timm"), "pos_interpolation='timm'")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            make_extractor(model, **kw)
+        with pytest.raises(ValueError, match=re.escape(named)):
+            ImageSegmenter(model, n_segments=2, **kw).segment(img)
+    # their defaults, spelled out, are the offline extractor's
+    explicit = ImageSegmenter(model, n_segments=2, layer=-1, feature="token",
+                              resolution=None, pos_interpolation="bicubic")
+    np.testing.assert_array_equal(explicit.segment(img),
+                                  ImageSegmenter(model, n_segments=2).segment(img))
 
 
 def test_cosine_power_affinity_definition():

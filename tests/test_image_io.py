@@ -178,6 +178,84 @@ def test_a_datasets_items_are_named_not_taken_for_arrays():
     assert load_image([[0, 255], [255, 0]]).shape == (2, 2, 3)
 
 
+def test_fit_and_segment_dataset_take_an_iterator_of_images(tmp_path):
+    """``segment_dataset(Path("photos").glob("*.png"))`` (and any generator,
+    as the hint above suggests for a dataset's pairs) said "image must be a
+    file path, ...; got generator": an object without ``len`` was taken
+    for one image."""
+    from pathlib import Path
+
+    from sklearn_falcon import ImageSegmenter
+
+    for i, shape in enumerate([(16, 24), (24, 16)]):
+        img = np.zeros(shape + (3,), np.uint8)
+        img[:, shape[1] // 2:] = 200
+        Image.fromarray(img).save(tmp_path / f"{i}.png")
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    expected = [seg.segment(p) for p in sorted(tmp_path.glob("*.png"))]
+    for images in (lambda: iter(sorted(Path(tmp_path).glob("*.png"))),
+                   lambda: (p for p in sorted(tmp_path.glob("*.png"))),
+                   lambda: ((load_image(p), 0)[0] for p in
+                            sorted(tmp_path.glob("*.png")))):
+        got = seg.segment_dataset(images(), n_jobs=1, progress=False)
+        assert len(got) == 2 and all(map(np.array_equal, got, expected))
+        got = seg.fit(images()).labels_
+        assert len(got) == 2 and all(map(np.array_equal, got, expected))
+    # a record is still one (refused, with its hint), not a list of its keys
+    with pytest.raises(TypeError, match="record"):
+        seg.fit({"image": expected[0], "label": 0})
+
+
+@pytest.mark.parametrize("transparency", ["bytes", "index"])
+def test_palette_image_with_transparency_loads_without_warning(tmp_path,
+                                                               transparency):
+    """A PNG-8 whose palette has alpha (pngquant, TinyPNG) printed Pillow's
+    "Palette images with Transparency expressed in bytes should be
+    converted to RGBA images" on every load, and on the command line."""
+    import warnings
+
+    p = Image.fromarray(_rgb(16, 20)).quantize(colors=64)
+    # alpha per palette entry (a tRNS chunk), or one transparent entry
+    p.info["transparency"] = (bytes([0] * 4 + [128] * 4 + [255] * 56)
+                              if transparency == "bytes" else 3)
+    path = tmp_path / "web.png"
+    p.save(path)
+    with Image.open(path) as im:
+        assert im.mode == "P" and "transparency" in im.info
+        expected = np.asarray(im.convert("RGBA"))[:, :, :3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = load_image(path)
+        with Image.open(path) as im:
+            out_pil = load_image(im)
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(out_pil, expected)
+
+
+def test_float_tiff_out_of_range_is_refused_not_clipped(tmp_path):
+    """A 32-bit float image (PIL mode "F", e.g. a TIFF of mean-subtracted or
+    elevation data) with negative values, or values above 65535, was
+    clipped without a word (its negative half black), where the same
+    values in an array are refused."""
+    ramp = np.linspace(0.0, 1.0, 12 * 10, dtype=np.float32).reshape(12, 10)
+    for scale in (1.0, 255.0, 65535.0):  # the three ranges: read as before
+        path = tmp_path / f"ok{int(scale)}.tif"
+        Image.fromarray(ramp * scale).save(path)
+        expected = np.round(ramp.astype(np.float64) * 255.0).astype(np.uint8)
+        np.testing.assert_array_equal(load_image(path)[..., 0], expected)
+    for bad, shown in ((ramp - 0.5, r"\[-0.5, 0.5\]"), (ramp * 1e6, r"1e\+06")):
+        path = tmp_path / "bad.tif"
+        Image.fromarray(bad).save(path)
+        with pytest.raises(ValueError, match=r"Floating-point image '.*bad.tif' "
+                                             r"has values in .*" + shown):
+            load_image(path)
+        with Image.open(path) as im:
+            with pytest.raises(ValueError, match="Floating-point PIL image"):
+                load_image(im)
+        with pytest.raises(ValueError, match="Floating-point image array"):
+            load_image(bad)
+
+
 def test_a_video_decoders_hwc_frames_are_read():
     """torchvision.io.read_video gives (T, H, W, C) uint8 tensors: each frame
     (H, W, C) was refused ("A 3-D tensor must have shape (C, H, W)"), so

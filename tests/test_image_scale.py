@@ -166,6 +166,30 @@ def test_work_shape_and_plan():
     assert all(work[k] <= 1.01 * small.parts[k] for k in work)
 
 
+def test_thin_image_keeps_a_patch_at_the_working_resolution():
+    # a 12 x 40,000 strip under max_tokens=100 was worked on at 1 x 4,618,
+    # smaller than one 8 x 8 patch: "Image of size 1x4618 is smaller than one
+    # 8x8 patch", a size the caller never gave (max_tokens=1 did the same to
+    # a 480 x 640 photo)
+    assert _budget.work_shape(12, 40000, 100 * 64, (8, 8)) == (8, 800)
+    assert _budget.work_shape(40000, 12, 100 * 64, (8, 8)) == (800, 8)
+    assert _budget.work_shape(480, 640, 64, (8, 8)) == (8, 8)
+    assert _budget.work_shape(3000, 4000, 4096 * 64, (8, 8)) == \
+        _budget.work_shape(3000, 4000, 4096 * 64)
+    strip = np.zeros((12, 40000, 3), np.uint8)
+    strip[:, 20000:] = (200, 40, 40)
+    labels = ImageSegmenter(n_segments=2, refine=None, max_tokens=100).segment(strip)
+    assert labels.shape == (12, 40000)
+    assert len(np.unique(labels[:, :19900])) == 1
+    assert len(np.unique(labels[:, 20100:])) == 1
+    assert labels[0, 0] != labels[0, -1]
+    photo, _ = _blocks(48, 64)
+    assert ImageSegmenter(n_segments=1, max_tokens=1).segment(photo).shape == (48, 64)
+    # an image smaller than a patch is named at the size the caller gave
+    with pytest.raises(ValueError, match="size 4x100000"):
+        ImageSegmenter(n_segments=1).segment(np.zeros((4, 100000, 3), np.uint8))
+
+
 def test_check_memory_refuses_naming_max_tokens():
     p = _budget.make_plan((4000, 4000), max_tokens=100000, patch=8, n_features=112,
                           n_segments=6, refine=True)
@@ -283,6 +307,37 @@ def test_segment_video_auto_and_errors():
     for path in ("clip.mp4", Path("clip.mp4"), b"clip.mp4"):
         with pytest.raises(TypeError, match="got the path 'clip.mp4'. Decode"):
             ImageSegmenter(n_segments=2).segment_video(path)  # raised at once
+
+
+def test_segment_video_refuses_one_image():
+    """One image given as the video: an (H, W, 3) array was iterated into
+    frames of its rows ("Image of size 64x3 is smaller than one 8x8
+    patch"), a PIL image said "'Image' object is not iterable", and a
+    (3, H, W) tensor gave three label maps, one per colour channel."""
+    img = _moving_square(0, 64)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    from PIL import Image
+
+    ones = [img, img[..., 0], Image.fromarray(img)]
+    torch = None
+    try:
+        import torch
+    except ImportError:
+        pass
+    if torch is not None:
+        t = torch.from_numpy(img)
+        ones += [t, t.permute(2, 0, 1), t[..., 0]]
+    for one in ones:
+        with pytest.raises(TypeError, match=r"got one image \(.*\).*Pass \[image\]"):
+            seg.segment_video(one)  # raised at once
+    # videos as arrays and tensors are still read frame by frame
+    clip = np.stack([_moving_square(t, 64) for t in range(2)])
+    grey = clip[..., 0]
+    assert len(list(seg.segment_video(clip))) == 2
+    assert len(list(seg.segment_video(grey))) == 2  # (T, H, W)
+    assert len(list(seg.segment_video([img]))) == 1
+    if torch is not None:
+        assert len(list(seg.segment_video(torch.from_numpy(grey)))) == 2
 
 
 # --------------------------------------------------- batched device path

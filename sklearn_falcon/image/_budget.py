@@ -54,9 +54,12 @@ class Plan:
         return keep + max(stages.values(), default=0)
 
 
-def work_shape(height, width, max_pixels):
+def work_shape(height, width, max_pixels, min_size=(1, 1)):
     """The largest ``(h, w)`` with the aspect ratio of ``(height, width)``,
-    no larger than it, and ``h * w <= max_pixels``."""
+    no larger than it, and ``h * w <= max_pixels``; a side keeps at least
+    ``min_size`` pixels (one patch) where the image has them, the other
+    side then shortened to the budget (a 12 x 40,000 strip with 100 tokens
+    of 8 pixels is 8 x 800, not 1 x 4,618, which holds no patch)."""
     if height * width <= max_pixels:
         return int(height), int(width)
     s = math.sqrt(max_pixels / float(height * width))
@@ -67,6 +70,13 @@ def work_shape(height, width, max_pixels):
             h -= 1
         else:
             w -= 1
+    mh, mw = min(int(height), int(min_size[0])), min(int(width), int(min_size[1]))
+    if h < mh:
+        h = mh
+        w = max(mw, min(int(width), max_pixels // h))
+    elif w < mw:
+        w = mw
+        h = max(mh, min(int(height), max_pixels // w))
     return h, w
 
 
@@ -80,7 +90,7 @@ def resize_rgb(rgb, shape):
 
 
 def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
-              vit_tokens=None, matrix_free=False):
+              vit_tokens=None, matrix_free=False, min_size=None):
     """The :class:`Plan` of one image.
 
     Parameters
@@ -104,9 +114,14 @@ def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
         (None: the grid of ``patch`` cells).
     matrix_free : bool, default=False
         Falcon forms ``W`` in row blocks on a torch device.
+    min_size : (int, int), default=None
+        The extractor's patch ``(ph, pw)``: the working image keeps at least
+        that many pixels along a side where the image has them (None:
+        ``(patch, patch)``).
     """
     H, W = int(image_shape[0]), int(image_shape[1])
-    h, w = work_shape(H, W, int(max_tokens) * patch * patch)
+    h, w = work_shape(H, W, int(max_tokens) * patch * patch,
+                      (patch, patch) if min_size is None else min_size)
     if vit_tokens is not None:
         n = int(vit_tokens(h, w))
     else:

@@ -29,8 +29,10 @@ def make_extractor(
 
     ``model="color"`` gives :class:`ColorTextureFeatures` and
     ``model="color-position"`` the earlier :class:`ColorPositionFeatures`
-    (``patch_size`` defaults to 8); anything else is passed to
-    :class:`TimmFeatures`.
+    (``patch_size`` defaults to 8), which refuse the ViT parameters
+    (``layer``, ``feature``, ``resolution``, ``pos_interpolation``,
+    ``smoothing``, weights) other than at their defaults; anything else is
+    passed to :class:`TimmFeatures`.
 
     Parameters
     ----------
@@ -83,6 +85,17 @@ def make_extractor(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
                 "pretrained weights or checkpoint_path."
             )
+        vit_only = [f"{name}={value!r}" for name, value, default in (
+            ("layer", layer, -1), ("feature", feature, "token"),
+            ("resolution", resolution, None),
+            ("pos_interpolation", pos_interpolation, "bicubic"))
+            if not (value is default or value == default)]
+        if vit_only:  # silently ignored, they changed nothing
+            raise ValueError(
+                f"{', '.join(vit_only)} "
+                f"{'are ViT parameters' if len(vit_only) > 1 else 'is a ViT parameter'}"
+                f"; model={model!r} is an offline extractor, which takes none "
+                "(its resolution is set by patch_size and max_tokens).")
         if smoothing:
             raise ValueError(
                 "smoothing applies to ViT tokens only; the offline models "

@@ -92,11 +92,18 @@ def _pil_to_rgb(img, *, source):
         arr = np.asarray(img).astype(np.int64)
     elif mode == "F":
         arr = np.asarray(img).astype(np.float64)
-        hi = float(arr.max(initial=0.0))
+        lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
+        if lo < 0.0 or hi > 65535.0:  # they were clipped to black or white
+            raise ValueError(
+                f"Floating-point {source} has values in [{lo:.4g}, {hi:.4g}]; "
+                "expected intensities in 0..1, 0..255 or 0..65535. Scale it, or "
+                "pass it as an array in [0, 1].")
         if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
             arr = arr / (255.0 if hi <= 255.0 else 65535.0)
-        arr = np.clip(arr, 0.0, 1.0)
-    elif mode in ("RGBA", "LA", "RGBa", "La", "PA"):
+    elif mode in ("RGBA", "LA", "RGBa", "La", "PA") or (
+            mode == "P" and "transparency" in img.info):
+        # a palette with alpha (PNG-8 from pngquant, a GIF): through RGBA,
+        # or Pillow warns that it "should be converted to RGBA images"
         arr = np.asarray(img.convert("RGBA"))[:, :, :3]
     else:  # "1", "P", "CMYK", "YCbCr", "LAB", "HSV", ...
         arr = np.asarray(img.convert("RGB"))
@@ -162,7 +169,8 @@ def load_image(image):
 
         Conversions: greyscale is replicated to three channels; an alpha
         channel is discarded; 16-bit data is mapped linearly from 0..65535 to
-        0..255; floating-point data must lie in [0, 1]; booleans map to 0/255.
+        0..255; floating-point data must lie in [0, 1] (a float PIL image or
+        file, in 0..1, 0..255 or 0..65535); booleans map to 0/255.
 
     Returns
     -------
@@ -279,13 +287,17 @@ def check_image_size(rgb, patch_size):
 
 
 def as_image_list(images):
-    """A single image (path, PIL image, 2-D/3-D array or tensor) or a sequence."""
+    """A single image (path, PIL image, 2-D/3-D array or tensor) or a
+    sequence or iterator of images (``Path("photos").glob("*.jpg")``, a
+    generator: read once, into a list)."""
     if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
         return [images]
     if is_tensor(images):
         return [images] if images.ndim in (2, 3) else list(images)
-    if isinstance(images, (str, bytes)) or not hasattr(images, "__len__"):
+    if isinstance(images, (str, bytes, os.PathLike, dict)):
         return [images]
     if type(images).__module__.startswith("PIL"):
+        return [images]
+    if not (hasattr(images, "__len__") or hasattr(images, "__iter__")):
         return [images]
     return list(images)

@@ -13,7 +13,7 @@ from ._auto import conductance_sweep
 from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
 from ._dataset import segment_dataset
 from ._extractors import make_extractor
-from ._io import as_image_list, load_image
+from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
 from ._video import segment_frames
@@ -311,7 +311,8 @@ class ImageSegmenter(BaseEstimator):
             n_features=int(getattr(ext, "n_features", 384)), n_segments=k,
             refine=self.refine == "pamr" and self.pamr_iter > 0,
             vit_tokens=vit_tokens if vit else None,
-            matrix_free=self._torch_device() is not None)
+            matrix_free=self._torch_device() is not None,
+            min_size=tuple(ext.patch_size))
 
     def _graph(self, X, plan):
         """``(input, affinity)`` of Falcon for the token features ``X``."""
@@ -377,6 +378,7 @@ class ImageSegmenter(BaseEstimator):
     def _prepare(self, rgb):
         """``(plan, working image)``, after the memory check."""
         ext = self._get_extractor()
+        check_image_size(rgb, ext.patch_size)  # the size the caller gave
         plan = self._plan(rgb.shape[:2], ext)
         check_memory(plan, self.max_tokens)
         work = resize_rgb(rgb, plan.work_shape) if plan.resized else rgb
@@ -473,7 +475,9 @@ class ImageSegmenter(BaseEstimator):
         ----------
         frames : iterable of images
             Frames in order (paths, PIL images, arrays or tensors); read one
-            at a time, so a generator of frames works.
+            at a time, so a generator of frames works.  One image (a path,
+            a PIL image, an ``(H, W, C)`` array) is refused: pass
+            ``[image]``.
 
         Returns
         -------
@@ -503,9 +507,9 @@ class ImageSegmenter(BaseEstimator):
 
         Parameters
         ----------
-        images : sequence of images
-            Paths, PIL images, arrays or tensors (a single image is also
-            accepted).
+        images : iterable of images
+            Paths, PIL images, arrays or tensors, in a list or any iterable
+            (a single image is also accepted).
         y : None
             Ignored.
 
@@ -548,8 +552,9 @@ class ImageSegmenter(BaseEstimator):
 
         Parameters
         ----------
-        images : sequence
-            Image paths (or any input accepted by :meth:`segment`).
+        images : iterable
+            Image paths (or any input accepted by :meth:`segment`), e.g.
+            a list or ``Path(folder).glob("*.jpg")``.
         n_jobs : int, default=None
             joblib workers (``None`` follows the active joblib config).
         batch_size : int, default=4

@@ -485,7 +485,9 @@ class TimmFeatures:
             b, gh, gw, c = t.shape
             t = t.reshape(b, gh * gw, c)
             pos = self._pos_embed_for(gh, gw)
-            prefix = [getattr(m, name, None) for name in ("cls_token", "reg_token")]
+            # timm's order: class, distillation (DeiT), register tokens
+            prefix = [getattr(m, name, None)
+                      for name in ("cls_token", "dist_token", "reg_token")]
             prefix = [tok.expand(b, -1, -1) for tok in prefix if tok is not None]
             if getattr(m, "no_embed_class", False):
                 t = torch.cat(prefix + [t + pos], dim=1)

@@ -5,7 +5,8 @@ import os
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from ._io import load_image
+from .._backends._boundary import is_tensor
+from ._io import _is_pil_image, load_image
 
 __all__ = ["match_ids", "progress_bar", "resize_labels", "segment_frames"]
 
@@ -85,7 +86,29 @@ def segment_frames(seg, frames):
             f"or image paths); got the path {os.fsdecode(frames)!r}. Decode a "
             "video file's frames first, e.g. with imageio.v3.imiter(path) or "
             "torchvision.io.read_video(path).")
+    one = _one_image(frames)
+    if one:
+        raise TypeError(
+            f"frames must be an iterable of frames; got one image ({one}), whose "
+            "rows or channels would be taken for frames. Pass [image] for a "
+            "one-frame video, or segment(image).")
     return _segment_frames(seg, frames)
+
+
+def _one_image(frames):
+    """What ``frames`` is, where it is one image, not a video: a PIL image,
+    a 2-D array, an ``(H, W, C)`` array or tensor (iterated: frames of
+    width C), a ``(C, H, W)`` tensor with ``C`` 3 or 4 (iterated: one grey
+    frame per channel, segmented without a word); else ``""``."""
+    if _is_pil_image(frames):
+        return f"a PIL image of size {frames.size}"
+    if not (isinstance(frames, np.ndarray) or is_tensor(frames)):
+        return ""
+    shape = tuple(frames.shape)
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3, 4)) or (
+            len(shape) == 3 and is_tensor(frames) and shape[0] in (3, 4)):
+        return f"{'a tensor' if is_tensor(frames) else 'an array'} of shape {shape}"
+    return ""
 
 
 def _segment_frames(seg, frames):
