@@ -83,7 +83,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           sparse; as in :class:`sklearn.cluster.SpectralClustering`.  The
           neighbours are searched by SciPy's k-d tree where scikit-learn
           would search its own (dense samples of at most 15 features), and
-          by :class:`sklearn.neighbors.NearestNeighbors` otherwise.
+          by :class:`sklearn.neighbors.NearestNeighbors` otherwise, equal
+          distances taken by sample index on any number of threads.
         - ``"rbf"``: dense :math:`\\exp(-\\gamma \\|x - y\\|^2)`.
         - ``"cosine"``: dense cosine similarity, min-max normalized to
           ``[0, 1]`` and raised to ``power`` (as in DiffCut and Falcon).

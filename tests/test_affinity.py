@@ -194,7 +194,11 @@ def test_tree_neighbors_are_sklearns(n_features, dtype):
 def test_nearest_neighbors_affinity_searches_where_sklearn_would(case, tree):
     from sklearn.neighbors import NearestNeighbors
 
-    from sklearn_falcon._affinity._kinds import NearestNeighborsAffinity, _TreeNeighbors
+    from sklearn_falcon._affinity._kinds import (
+        NearestNeighborsAffinity,
+        _BruteNeighbors,
+        _TreeNeighbors,
+    )
 
     rng = np.random.default_rng(0)
     n, k = (40, 20) if case.startswith("n_neighbors") else (300, 10)
@@ -204,7 +208,7 @@ def test_nearest_neighbors_affinity_searches_where_sklearn_would(case, tree):
     aff = NearestNeighborsAffinity(n_neighbors=k)
     W = aff.fit(X)
     assert isinstance(aff.nn_, _TreeNeighbors) is tree
-    assert isinstance(aff.nn_, NearestNeighbors) is not tree
+    assert isinstance(aff.nn_, _BruteNeighbors) is not tree
     C = NearestNeighbors(n_neighbors=k).fit(X).kneighbors_graph(X)
     assert abs(W - 0.5 * (C + C.T)).max() == 0
     assert (aff.cross(X[:7]) != C[:7]).nnz == 0
@@ -293,3 +297,42 @@ def test_predict_takes_sparse_samples_after_a_dense_knn_fit(fmt):
     Q = np.where(np.abs(X[::3]) > 0.3, X[::3], 0.0)
     np.testing.assert_array_equal(est.predict(fmt(Q)), est.predict(Q))
     assert est.score(fmt(Q)) == est.score(Q)
+
+
+def test_brute_force_knn_is_the_same_on_any_number_of_threads():
+    # scikit-learn's brute force splits its work by its OpenMP threads and
+    # keeps a different sample among equal distances for each split: the
+    # digits' kNN graph had 24,053, 24,061, 24,059 and 24,055 entries on 1,
+    # 2, 3 and 4 threads, so a fit's labels depended on the machine
+    from sklearn.datasets import load_digits
+    from threadpoolctl import threadpool_limits
+
+    X = load_digits().data[:900]
+    graphs, labels = [], []
+    for n_threads in (1, 2, 3, 4):
+        with threadpool_limits(limits=n_threads, user_api="openmp"):
+            est = FalconNCut(10, random_state=0).fit(X)
+        graphs.append(est.affinity_matrix_)
+        labels.append(est.labels_)
+    for W, y in zip(graphs[1:], labels[1:]):
+        assert (W != graphs[0]).nnz == 0
+        np.testing.assert_array_equal(y, labels[0])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_brute_force_knn_takes_equal_distances_by_index(sparse):
+    # duplicate samples and a lattice of 16 features: many equal distances,
+    # each row keeps the k nearest by (distance, index)
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 2, size=(120, 16)).astype(np.float64)
+    X = np.vstack([X, X[:30]])  # duplicates
+    Q = np.vstack([X[:10], rng.integers(0, 2, size=(5, 16))])
+    k = 7
+    nn = _BruteNeighbors(sp.csr_matrix(X) if sparse else X, k)
+    got = nn.kneighbors_graph(sp.csr_matrix(Q) if sparse else Q)
+    d2 = ((Q[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    for i in range(Q.shape[0]):
+        want = np.lexsort((np.arange(X.shape[0]), d2[i]))[:k]
+        assert sorted(got[i].indices) == sorted(want)

@@ -23,10 +23,8 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 # sklearn.neighbors and sklearn.metrics (0.2 s of import time) are imported
 # by the functions that use them (a small kNN fit uses neither)
 
-from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
-from .._threads import effective_n_threads
 from ._check import (
     check_affinity,
     check_cross_affinity,
@@ -34,6 +32,7 @@ from ._check import (
     check_finite_top,
     clean_csr,
 )
+from ._neighbors import _BruteNeighbors, _TreeNeighbors
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range",
@@ -238,8 +237,10 @@ class NearestNeighborsAffinity(Affinity):
     The neighbours are searched where scikit-learn's ``NearestNeighbors``
     (``algorithm="auto"``) would search them with a k-d tree (dense samples
     of at most 15 features, ``n_neighbors < n // 2``) by SciPy's
-    :class:`~scipy.spatial.cKDTree` (:class:`_TreeNeighbors`), and by
-    ``NearestNeighbors`` otherwise.
+    :class:`~scipy.spatial.cKDTree` (:class:`._neighbors._TreeNeighbors`),
+    and otherwise by ``NearestNeighbors``'s brute force, samples at equal
+    distances taken by index whatever its threads
+    (:class:`._neighbors._BruteNeighbors`).
     """
 
     name = "nearest_neighbors"
@@ -261,6 +262,8 @@ class NearestNeighborsAffinity(Affinity):
         if (self.metric == "minkowski" and not sp.issparse(X)
                 and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2):
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
+        elif self.metric == "minkowski":
+            self.nn_ = _BruteNeighbors(X, k, n_jobs=self.n_jobs)
         else:
             from sklearn.neighbors import NearestNeighbors
 
@@ -310,56 +313,6 @@ def _check_distance_range(X, of="distances", name="X"):
         f"The squared {what} of {name} can overflow float64: its values reach "
         f"{top:.3g}. Scale {name}, for example with StandardScaler."
     )
-
-
-class _TreeNeighbors:
-    """The ``k`` nearest training samples (Euclidean) by SciPy's k-d tree,
-    with the one method of ``NearestNeighbors`` that the affinities call.
-
-    The tree is exact, like scikit-learn's k-d tree, and finds the same
-    neighbours except among samples at exactly equal distances (a lattice,
-    duplicate samples), where each tree keeps its own choice.  It takes
-    0.50-0.92x the time of ``NearestNeighbors`` on 500 to 100,000 samples
-    of 2 to 15 features (median 0.62x, ``benchmarks/bench_knn.py``), and
-    ``import sklearn`` has already imported it, where ``sklearn.neighbors``
-    adds about 50 ms to a small first fit (as long as its own solve).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_train, n_features)
-        The training samples.
-    k : int
-        Neighbours per query, at most ``n_train``.
-    n_jobs : int or None
-        Threads of a query (joblib's convention; ``None`` is one).
-    """
-
-    def __init__(self, X, k, *, n_jobs=None):
-        from scipy.spatial import cKDTree
-
-        self.tree = cKDTree(X)
-        self.k = k
-        self.workers = (1 if n_jobs is None else
-                        effective_n_threads(n_jobs, _jit.usable_cpus()))
-
-    def kneighbors_graph(self, X, mode="connectivity"):
-        """CSR ``(n_queries, n_train)``: a 1 at each query's ``k`` nearest
-        training samples (a query that is a training sample finds itself).
-        A sparse ``X`` (``predict``'s rows, of at most 15 features) is read
-        dense: the tree takes no sparse queries."""
-        if mode != "connectivity":
-            raise ValueError(f"mode={mode!r} is not supported here; only "
-                             "'connectivity'.")
-        if sp.issparse(X):
-            X = X.toarray()
-        _, idx = self.tree.query(X, k=self.k, workers=self.workers)
-        idx = idx.reshape(X.shape[0], self.k)
-        if np.any(idx == self.tree.n):  # an infinite distance: not an index
-            raise ValueError("The k-d tree found neighbours at an infinite "
-                             "distance; scale the samples down.")
-        return sp.csr_matrix(
-            (np.ones(idx.size), idx.ravel(), np.arange(0, idx.size + 1, self.k)),
-            shape=(X.shape[0], self.tree.n))
 
 
 def _knn_connectivity(D, k):
