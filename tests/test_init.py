@@ -818,12 +818,37 @@ def test_dijkstra_matches_scipy():
     _, S = _graph(n=80, seed=11, density=0.08)
     S = sp.csr_matrix(S)
     sources = np.array([3, 40, 77])
-    dist, owner = _coarsest.dijkstra_csr(S.indptr, S.indices, S.data, sources)
+    dist, owner = _coarsest.dijkstra_csr(S.indptr, S.indices, S.data, sources,
+                                          np.full(S.shape[0], np.inf))
     ref = dijkstra(S, directed=False, indices=sources)
     np.testing.assert_allclose(dist, ref.min(0))
     reach = np.isfinite(ref.min(0))
     np.testing.assert_array_equal(dist[reach], ref[owner[reach], np.flatnonzero(reach)])
     assert np.all(owner[~reach] == -1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bounded_dijkstra_is_the_minimum_with_the_bound_bit_for_bit(seed):
+    # region growing's k-means++ seeding updates its distances from each new
+    # seed with a search bounded by them: it must equal the minimum with a
+    # full search exactly, or the seeds (and the labels) would change
+    rng = np.random.default_rng(seed)
+    n = 300
+    S = sp.random(n, n, density=0.03, random_state=seed, format="csr")
+    S = sp.csr_matrix(S + S.T)
+    S.data = rng.choice([1.0, 1.5, 0.1, 1 / 3], size=S.nnz) * rng.uniform(
+        0.5, 2.0, S.nnz)  # many equal and rounded path sums
+    S.data[rng.random(S.nnz) < 0.02] = np.inf  # unreachable through these
+    ptr, ind, length = S.indptr, S.indices, S.data
+    inf = np.full(n, np.inf)
+    dist = _coarsest.dijkstra_csr(ptr, ind, length, np.array([0]), inf)[0]
+    for s in rng.choice(n, size=12, replace=False):
+        src = np.array([s])
+        full = _coarsest.dijkstra_csr(ptr, ind, length, src, inf)[0]
+        bounded, owner = _coarsest.dijkstra_csr(ptr, ind, length, src, dist)
+        np.testing.assert_array_equal(bounded, np.minimum(dist, full))
+        assert np.all((owner == 0) == (bounded < dist))  # what s brought closer
+        dist = bounded
 
 
 def _fit_labels(W, **kw):

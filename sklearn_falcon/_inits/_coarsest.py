@@ -31,12 +31,20 @@ __all__ = ["coarse_starts", "dijkstra_csr", "recursive_bisection", "region_growi
 
 
 @_jit
-def dijkstra_csr(indptr, indices, lengths, sources):
+def dijkstra_csr(indptr, indices, lengths, sources, bound):
     """Shortest-path distances from the nearest of ``sources`` (a binary heap
     with lazy deletion), and the index in ``sources`` of that nearest source
-    (-1 where none reaches)."""
+    (-1 where none reaches).
+
+    ``bound`` (not modified) holds distances already known, e.g. from other
+    sources (``inf``: none): only the nodes the new ``sources`` bring closer
+    are visited, and ``dist`` is ``minimum(bound, distances from sources)``
+    exactly (where a source brings a node no closer, no shorter path goes
+    through that node: ``bound`` obeys the triangle inequality of a
+    finished Dijkstra, in floating point too); ``owner`` is -1 where
+    ``bound`` holds."""
     n = indptr.shape[0] - 1
-    dist = np.full(n, np.inf)
+    dist = bound.copy()
     owner = np.full(n, -1, dtype=np.int64)
     cap = indices.shape[0] + sources.shape[0] + 1
     hk = np.empty(cap, dtype=np.float64)
@@ -124,11 +132,13 @@ def region_growing(W, degrees, n_clusters, rng, lengths=None):
     L = _lengths(W, degrees) if lengths is None else lengths
     ptr, ind, length = L.indptr, L.indices, L.data
 
-    def dist_from(seeds):
-        return dijkstra_csr(ptr, ind, length, np.asarray(seeds, dtype=np.int64))
+    def dist_from(seeds, bound):
+        return dijkstra_csr(ptr, ind, length, np.asarray(seeds, dtype=np.int64),
+                            bound)
 
+    unknown = np.full(n, np.inf)
     seeds = [int(rng.integers(n))]
-    dist = dist_from(seeds)[0]
+    dist = dist_from(seeds, unknown)[0]
     for _ in range(n_clusters - 1):
         finite = np.isfinite(dist)
         far = dist[finite].max() if finite.any() else 1.0
@@ -144,8 +154,10 @@ def region_growing(W, degrees, n_clusters, rng, lengths=None):
             total = p.sum()
         s = int(rng.choice(n, p=p / total)) if total > 0 else int(rng.integers(n))
         seeds.append(s)
-        dist = np.minimum(dist, dist_from([s])[0])
-    labels = dist_from(seeds)[1]
+        # minimum(dist, distances from s), visiting only the nodes s is
+        # closer to: the K searches cost about one, not K
+        dist = dist_from([s], dist)[0]
+    labels = dist_from(seeds, unknown)[1]
     lost = labels < 0
     labels[lost] = rng.integers(n_clusters, size=int(lost.sum()))
     return labels
