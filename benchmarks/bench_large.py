@@ -41,6 +41,10 @@ by side with the default, with METIS in the same run.  The studies:
     on any graphs of the peer benchmark (``--graphs``): unlike the studies
     above, it differs on graphs of every size.  Writes ``fast_init.md`` /
     ``.json``.
+``many``
+    ``init="multilevel_fast"`` against the default at more clusters than the
+    suite's K (``--k 64,128,256``): the cost of the multilevel start as K
+    grows.  Writes ``many_clusters.md`` / ``.json``.
 ``metis``
     No variant: the default alone against METIS's best configuration, in
     one run, on any graphs of the peer benchmark (``--graphs``; for
@@ -56,6 +60,7 @@ Usage::
         --graphs '^(pixel|grid[23]d|rgg[23]d|circles|moons|digits|lfr|sbm)-'
     python -m benchmarks.bench_large --study fast --repeats 3 \
         --graphs '^(pixel|grid[23]d|rgg[23]d|circles|moons|digits|lfr|sbm|scale)-'
+    python -m benchmarks.bench_large --study many --k 64,128,256
 
 The graphs: those of the peer benchmark (``benchmarks/families.py``) with
 over ``Effort.large_entries`` stored entries, where the variants differ
@@ -174,6 +179,19 @@ STUDIES = {
                  "pair re-bisections below the coarsest graph, no spectral "
                  "candidate, V-cycles or flows).",
     },
+    "many": {
+        "file": "many_clusters",
+        # one graph of 10,000-20,000 nodes per family (its --graphs default)
+        "graphs": "^(pixel-(astronaut|coffee)-100x150-K8|grid2d-120x120-w-K4|"
+                  "rgg2d-10000-K8|lfr-10000-mu0.3|sbm-unbalanced-20000-K10)$",
+        "title": "Many clusters: the default and init=\"multilevel_fast\" "
+                 "against METIS at K = 64 to 256",
+        "variants": {"multilevel_fast": "SPARSE_FAST"},
+        "about": "`default` (`init=\"multilevel\"`); `multilevel_fast` "
+                 "(`init=\"multilevel_fast\"`), on graphs of the peer "
+                 "benchmark partitioned into more clusters than the suite's "
+                 "K (`--k`).",
+    },
     "metis": {
         "file": "metis_time",
         "title": "The default against METIS, in one run",
@@ -221,19 +239,22 @@ def measure(args):
     for eff in variants.values():  # compile the kernels of every path
         _fit(ML, eff, Ws, 3)
     rows = []
+    ks = [int(k) for k in args.k.split(",")] if args.k else None
     for spec in graph_specs("full", pattern=args.graphs):
         g = spec.build()
         W = g.W.tocsr()
         # the parallel kernels of graphs of over 1M entries compile on first use
         _fit(ML, variants["default"], W, g.K)
-        for seed in range(args.seeds):
+        for K, seed in ((K, seed) for K in (ks or [g.K]) if K < W.shape[0] // 4
+                        for seed in range(args.seeds)):
+            name = g.name if ks is None else f"{g.name.rsplit('-K', 1)[0]}-K{K}"
             runs = {v: [] for v in variants}
             for _ in range(args.repeats):
-                for name, eff in variants.items():
-                    runs[name].append(_fit(ML, eff, W, g.K, seed=seed))
-            m_ncut, m_s, m_cfg = _metis(W, g.K, seed)
-            row = {"graph": g.name, "family": g.family, "n": int(W.shape[0]),
-                   "nnz": int(W.nnz), "K": g.K, "seed": seed,
+                for v, eff in variants.items():
+                    runs[v].append(_fit(ML, eff, W, K, seed=seed))
+            m_ncut, m_s, m_cfg = _metis(W, K, seed)
+            row = {"graph": name, "family": g.family, "n": int(W.shape[0]),
+                   "nnz": int(W.nnz), "K": K, "seed": seed,
                    "ncut": {v: runs[v][0][0] for v in variants},
                    "seconds": {v: min(r[1] for r in runs[v]) for v in variants},
                    "metis": {"ncut": m_ncut, "seconds": m_s, "config": m_cfg}}
@@ -322,17 +343,23 @@ def write(rows, meta, out):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--study", choices=sorted(STUDIES), default="vcycle")
-    p.add_argument("--graphs", default=GRAPHS,
-                   help="regular expression of graph names (default: %(default)s)")
+    p.add_argument("--graphs", default=None,
+                   help="regular expression of graph names (default: the "
+                        f"study's, else {GRAPHS})")
     p.add_argument("--seeds", type=int, default=1,
                    help="random states 0 .. seeds-1 per graph (default: 1)")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--k", default=None,
+                   help="comma-separated K to partition each graph into, "
+                        "instead of its own (those under n / 4)")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     from benchmarks._report import machine_info
 
     command = "python -m benchmarks.bench_large " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.graphs is None:
+        args.graphs = STUDIES[args.study].get("graphs", GRAPHS)
     rows = measure(args)
     meta = {"command": command.strip(), "study": args.study, "repeats": args.repeats,
             "machine": machine_info()}

@@ -2,6 +2,7 @@
 the multilevel start."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -259,3 +260,21 @@ def test_bench_large_fast_study_fits_the_fast_init(tmp_path):
     assert "multilevel_fast: NCut ratio" in md and "Rows: 1." in md
     assert "time/METIS, median [min, max]: default " in md
     assert (tmp_path / "fast_init.json").exists()
+
+
+def test_bench_large_many_study_partitions_into_the_k_asked(tmp_path):
+    pytest.importorskip("pymetis")
+    from benchmarks import bench_large
+    from benchmarks.families import graph_specs
+
+    # its default graphs: one of 10,000-20,000 nodes per family
+    names = [s.name for s in graph_specs("full",
+                                         pattern=bench_large.STUDIES["many"]["graphs"])]
+    assert len(names) == 6
+    bench_large.main(["--study", "many", "--graphs", "^lesmis-K4$", "--k", "5,8,40",
+                      "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "many_clusters.json").read_text())["rows"]
+    # K = 40 is over a quarter of the 77 nodes: skipped
+    assert [(r["graph"], r["K"]) for r in rows] == [("lesmis-K5", 5), ("lesmis-K8", 8)]
+    md = (tmp_path / "many_clusters.md").read_text()
+    assert "| lesmis-K8 |" in md and "Rows: 2." in md
