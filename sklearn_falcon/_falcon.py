@@ -123,8 +123,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           V-cycles, then max-flow refinement.  Each ``n_init`` restart draws
           its own matchings.
         - ``"multilevel_fast"``: one pass of it down and up, fewer coarse
-          starts, no spectral candidate, V-cycles or flows: several times
-          faster, for a few percent more NCut (:ref:`init_strategies`).
+          starts (no spectral one above K of about 70), no spectral
+          candidate, V-cycles or flows: several times faster, for a few
+          percent more NCut (:ref:`init_strategies`).
         - ``"kmeans"``: k-means++ on the features (not for precomputed
           affinities).
         - ``"spectral"``: leading eigenvectors of ``D^-1/2 W D^-1/2``

@@ -896,3 +896,31 @@ def test_multilevel_fast_restarts_and_seeds():
     np.testing.assert_array_equal(one, _fit_labels(W, init="multilevel_fast")[0])
     _, ncut3 = _fit_labels(W, init="multilevel_fast", n_init=3)
     assert ncut3 <= ncut1  # the first restart is the n_init=1 fit
+
+
+def test_multilevel_fast_skips_the_coarse_spectral_start_at_many_clusters(monkeypatch):
+    # the coarsest graph's spectral start grows as K**3 (its n_c is about
+    # 30 K): the fast init keeps it while n_c * K**2 <= 1e7, the default always
+    from sklearn_falcon._inits import _coarsest, _multilevel as ML
+
+    assert ML.SPARSE_FAST.spectral_start_budget == 10**7
+    assert ML.SPARSE.spectral_start_budget >= 10**18
+    calls = []
+    real = _coarsest.spectral_embedding_labels
+
+    def spy(W, degrees, n_clusters, rng, **kw):
+        calls.append((W.shape[0], n_clusters))
+        return real(W, degrees, n_clusters, rng, **kw)
+
+    monkeypatch.setattr(_coarsest, "spectral_embedding_labels", spy)
+    n = 60
+    G = sp.diags([1.0, 1.0], [1, -1], shape=(n, n))
+    W = (sp.kron(sp.eye(n), G) + sp.kron(G, sp.eye(n))).tocsr()  # 3,600 nodes
+    for K, init, started in ((8, "multilevel_fast", True),
+                             (80, "multilevel_fast", False)):
+        calls.clear()
+        est = FalconNCut(K, affinity="precomputed", init=init, random_state=0).fit(W)
+        assert len(set(est.labels_)) == K
+        assert bool(calls) is started, (K, init, calls)
+        if started:
+            assert all(m * k * k <= 10**7 for m, k in calls)

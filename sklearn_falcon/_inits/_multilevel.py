@@ -108,6 +108,13 @@ class Effort:
         this (0: never).  On the peer suite it cost a median 1.55x the
         fit's time, for 21 NCuts lower by up to 27 % and 10 higher by at
         most 2.3 % (``benchmarks/results/spectral.md``).
+    spectral_start_budget : int
+        The spectral start of the coarsest graph (``n_c`` nodes, about
+        ``30 K``) when ``n_c * K**2`` is at most this: its eigensolve of
+        ``K`` vectors and their k-means grow as ``K**3``.  The default keeps
+        it at any K (at K = 128 and 256 it lowers the NCut by up to 4.6 %
+        for 20-47 % of the fit's time); ``init="multilevel_fast"`` stops at
+        1e7.
     fm_stall : int
         FM searches (:func:`._moves.fm_refine`) after the solver on every
         level of the last pass down and of the V-cycles, and on the spectral
@@ -210,6 +217,7 @@ class Effort:
     vcycle_min_gain: float = 1e-4
     pair_per_cluster: int = 60
     spectral_budget: int = 2_000_000
+    spectral_start_budget: int = 10**18
     fm_stall: int = 50
     fm_rounds: int = 2
     fm_alpha: float = 3.0
@@ -240,8 +248,13 @@ DENSE = Effort(n_keep=1, n_vcycles=0, spectral_budget=0, fm_stall=0, flow_rounds
 # peer suite's 71 graphs of 1e3-1e5 nodes a median 2.5x METIS's time (the
 # default 18x) for a median 2.5 % more NCut than the default's
 # (benchmarks/results/fast_init.md)
+# It also skips the coarsest graph's spectral start above K of about 70
+# (n_c * K**2 > 1e7): at K = 128 and 256 that start was a median 63 % and
+# 78 % of its time; without it the fit takes 0.37x and 0.22x the time for
+# 0.9 % and 1.5 % more NCut (benchmarks/results/many_clusters.md)
 FAST = dict(n_keep=1, n_starts=4, starts_times_k=16, pair_per_cluster=0,
-            spectral_budget=0, n_vcycles=0, n_vcycles_large=0, flow_rounds=0)
+            spectral_budget=0, spectral_start_budget=10**7, n_vcycles=0,
+            n_vcycles_large=0, flow_rounds=0)
 SPARSE_FAST = replace(SPARSE, **FAST)
 DENSE_FAST = replace(DENSE, **FAST)
 # exact-move sweeps per refinement of a coarse level (the finest level gets
@@ -414,8 +427,9 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
         log_stage("level", "hierarchy of %d levels, %s nodes", top + 1, H.sizes)
     cands = []
     n_starts = max(eff.n_starts, eff.starts_times_k // K)
+    spectral = Wc.shape[0] * K * K <= eff.spectral_start_budget
     for y in coarse_starts(Wc, dc, K, rng, n_random=n_starts, n_grow=n_starts,
-                           options=opt):
+                           spectral=spectral, options=opt):
         y, f = refine(Wc, dc, fill_empty(y, K, rng), K, opt)
         cands.append((f, len(cands), y))
     cands.sort(key=lambda c: (-c[0], c[1]))
