@@ -257,6 +257,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     Examples
     --------
+    >>> import numpy as np
     >>> from sklearn.datasets import make_blobs
     >>> from sklearn_falcon import FalconNCut
     >>> X, y = make_blobs(n_samples=300, centers=3, cluster_std=0.5, random_state=0)
