@@ -20,8 +20,11 @@ written to a temporary name in ``DIR`` and renamed, so a symbolic link
 planted at an output name is replaced, never followed; an output name
 that is one of the input images is refused before anything is written.
 
-Every failure ends the command with a one-line ``sklearn-falcon: error:``
-message on stderr and exit status 1 (130 on Ctrl-C).
+Every failure while a command runs ends it with a one-line
+``sklearn-falcon: error:`` message on stderr and exit status 1 (130 on
+Ctrl-C).  A command line that cannot be parsed (a missing ``--out``, an
+unknown option, ``--segments foo``) prints the usage and an ``error:``
+line and exits with status 2, as argparse does.
 """
 
 import argparse
