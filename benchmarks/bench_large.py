@@ -181,7 +181,8 @@ STUDIES = {
     },
     "many": {
         "file": "many_clusters",
-        # one graph of 10,000-20,000 nodes per family (its --graphs default)
+        # its --graphs default: six graphs of 10,000-20,000 nodes (two pixel
+        # graphs, a weighted mesh, a geometric graph, an LFR, an SBM)
         "graphs": "^(pixel-(astronaut|coffee)-100x150-K8|grid2d-120x120-w-K4|"
                   "rgg2d-10000-K8|lfr-10000-mu0.3|sbm-unbalanced-20000-K10)$",
         "title": "Many clusters: the default and init=\"multilevel_fast\" "
