@@ -321,6 +321,35 @@ def test_falcon_batch_every_affinity_and_graph_init(backend, init):
             assert np.all(np.diff(res.objective_path[b]) >= 0)
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+@pytest.mark.parametrize("init", ["multilevel", "spectral"])
+def test_falcon_batch_graph_init_with_isolated_nodes(backend, init):
+    # a graph init ran on the whole graph, whose zero-degree nodes made its
+    # normalized adjacency infinite ("array must not contain infs or NaNs");
+    # it runs on the nodes of nonzero degree, as FalconNCut's does
+    A = sp.random(30, 30, density=0.3, random_state=1)
+    A = (A + A.T).tolil()
+    A[[0, 5, 7], :] = 0
+    A[:, [0, 5, 7]] = 0
+    A = A.tocsr()
+    res = falcon_batch([A, A.toarray()], 3, affinity="precomputed", init=init,
+                       random_state=0, backend=backend, device="cpu")
+    with pytest.warns(UserWarning, match="zero degree"):
+        ref = FalconNCut(3, affinity="precomputed", init=init, random_state=0,
+                         backend="numba").fit(A)
+    for b in range(2):
+        assert res.ncut[b] == pytest.approx(ref.ncut_, abs=1e-9)
+        assert res.ncut[b] == pytest.approx(normalized_cut(A, res.labels[b]),
+                                            abs=1e-9)
+    active = np.asarray(A.sum(axis=1)).ravel() > 0
+    # the first graph draws the estimator's random numbers
+    np.testing.assert_array_equal(res.labels[0][active], ref.labels_[active])
+    two_active = sp.block_diag([np.ones((2, 2)), np.zeros((2, 2))]).tocsr()
+    with pytest.raises(ValueError, match=r"graphs\[1\] has 2"):
+        falcon_batch([A, two_active], 3, affinity="precomputed", init=init,
+                     backend=backend, device="cpu")
+
+
 def test_falcon_batch_validation():
     X = [np.random.default_rng(0).random((20, 3))]
     with pytest.raises(ValueError, match="'affinity' parameter of falcon_batch"):
