@@ -520,6 +520,30 @@ def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
     assert torch.equal(Xt, torch.asarray(X)) and torch.equal(Wt, torch.asarray(W))
 
 
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support:UserWarning")
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_torch_tensors_of_block_sparse_layouts_are_accepted(backend):
+    """A BSR or BSC tensor raised torch's "sparse_compressed_to_sparse_csr:
+    expected SparseCsr or SparseCsc layout but got SparseBsr" from every
+    entry point; it is read as the sparse matrix it holds."""
+    A = sp.random(40, 40, density=0.2, random_state=0)
+    W = (A + A.T).toarray()
+    kw = dict(affinity="precomputed", random_state=0, backend=backend, device="cpu")
+    ref = FalconNCut(3, **kw).fit(sp.csr_matrix(W))
+    Wt = torch.asarray(W)
+    for layout in (Wt.to_sparse_bsr((2, 2)), Wt.to_sparse_bsc((4, 4))):
+        est = FalconNCut(3, **kw).fit(layout)
+        assert sp.issparse(est.affinity_matrix_)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_array_equal(est.predict(Wt[:8].to_sparse_bsr((2, 2))),
+                                      ref.predict(W[:8]))
+        assert normalized_cut(layout, ref.labels_) == pytest.approx(ref.ncut_)
+        res = falcon_batch([layout], 3, affinity="precomputed", init=[ref.labels_],
+                           backend=backend, device="cpu")
+        assert res.ncut[0] == pytest.approx(
+            normalized_cut(W, res.labels[0]), abs=1e-12)
+
+
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
     X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))
     with pytest.raises(TypeError, match="X has dtype=bool"):
