@@ -304,8 +304,8 @@ def falcon_batch(
     """
     _check_dtype(dtype)
     tau_arr = np.asarray(tau, dtype=np.float64)
-    if not np.all(tau_arr > 0):
-        raise ValueError(f"tau must be > 0; got tau={tau!r}.")
+    if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
+        raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")
     graphs = _check_graphs(graphs, affinity)
     B = len(graphs)
     if tau_arr.ndim and tau_arr.shape != (B,):

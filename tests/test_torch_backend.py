@@ -360,6 +360,10 @@ def test_falcon_batch_validation():
         falcon_batch(X, 2, tau=0.0)
     with pytest.raises(ValueError, match="tau must be > 0"):
         falcon_batch(X, 2, tau=[0.0])
+    # a float tau=inf is refused by the constraint; in an array it passed,
+    # and the acceptance test warned "invalid value encountered in multiply"
+    with pytest.raises(ValueError, match="tau must be > 0 and finite"):
+        falcon_batch([X[0], X[0]], 2, tau=[np.inf, 0.1], device="cpu")
     with pytest.raises(ValueError, match=r"init\[0\]"):
         falcon_batch(X, 2, init=[np.zeros(5, dtype=int)], device="cpu")
     with pytest.raises(ValueError, match="same number of features"):
