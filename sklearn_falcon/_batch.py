@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
@@ -134,21 +135,48 @@ def _check_init_arrays(init, sizes, n_clusters):
             for b, (y, n) in enumerate(zip(init, sizes))]
 
 
-def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
+def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options, name):
     """The start of one graph: the candidate of highest ``f`` among those of
     one restart of ``init`` (computed on ``W``, or on the kNN graph of the
-    features ``G`` when ``W`` is not held)."""
+    features ``G`` when ``W`` is not held).  A graph initialization runs on
+    the nodes of nonzero degree, as in :class:`~sklearn_falcon.FalconNCut`;
+    the others start in the cluster of largest volume."""
     ctx = InitContext(n_clusters, rng, options, X=G, degrees=degrees)
+    active = None
     if INITS[init].needs_graph:
         if W is None:
             W = make_affinity("nearest_neighbors", n_neighbors=n_neighbors).fit(G)
             degrees = degrees_of(W)
+        active = np.asarray(degrees) > 0
+        if active.all():
+            active = None
+        else:
+            W, degrees = _active_graph(W, degrees, active, n_clusters, init, name)
         ctx.W, ctx.degrees = W, degrees
     candidates = [fill_empty(y, n_clusters, rng) for y in make_starts(init, ctx)]
-    if len(candidates) == 1:
-        return candidates[0]
-    return max(candidates, key=lambda y: objective_of(
-        *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
+    best = candidates[0] if len(candidates) == 1 else max(
+        candidates, key=lambda y: objective_of(
+            *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
+    if active is None:
+        return best
+    labels = np.empty(active.shape[0], dtype=np.int64)
+    labels[active] = best
+    labels[~active] = int(np.argmax(np.bincount(best, weights=degrees,
+                                                minlength=n_clusters)))
+    return labels
+
+
+def _active_graph(W, degrees, active, n_clusters, init, name):
+    """``(W, degrees)`` of the nodes of nonzero degree of a graph, for a
+    graph initialization (which needs every degree positive)."""
+    idx = np.flatnonzero(active)
+    if idx.size < n_clusters:
+        raise ValueError(
+            f"init={init!r} needs at least n_clusters={n_clusters} nodes of nonzero "
+            f"degree in every graph; {name} has {idx.size}."
+        )
+    W = W.tocsr()[idx][:, idx].tocsr() if sp.issparse(W) else W[np.ix_(idx, idx)]
+    return W, np.asarray(degrees)[idx]
 
 
 # (a module constant: Sphinx's source highlighter cannot parse a ``**``
@@ -276,8 +304,8 @@ def falcon_batch(
     """
     _check_dtype(dtype)
     tau_arr = np.asarray(tau, dtype=np.float64)
-    if not np.all(tau_arr > 0):
-        raise ValueError(f"tau must be > 0; got tau={tau!r}.")
+    if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
+        raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")
     graphs = _check_graphs(graphs, affinity)
     B = len(graphs)
     if tau_arr.ndim and tau_arr.shape != (B,):
@@ -368,5 +396,5 @@ def _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng, options):
         return [fill_empty(y, n_clusters, rng) for y in init]
     taus = np.broadcast_to(np.asarray(options.tau, dtype=np.float64), (len(graphs),))
     return [_start(init, G, W, d, n_clusters, n_neighbors, rng,
-                   options.replace(tau=float(t)))
-            for G, W, d, t in zip(graphs, Ws, degrees, taus)]
+                   options.replace(tau=float(t)), f"graphs[{b}]")
+            for b, (G, W, d, t) in enumerate(zip(graphs, Ws, degrees, taus))]

@@ -321,6 +321,35 @@ def test_falcon_batch_every_affinity_and_graph_init(backend, init):
             assert np.all(np.diff(res.objective_path[b]) >= 0)
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+@pytest.mark.parametrize("init", ["multilevel", "spectral"])
+def test_falcon_batch_graph_init_with_isolated_nodes(backend, init):
+    # a graph init ran on the whole graph, whose zero-degree nodes made its
+    # normalized adjacency infinite ("array must not contain infs or NaNs");
+    # it runs on the nodes of nonzero degree, as FalconNCut's does
+    A = sp.random(30, 30, density=0.3, random_state=1)
+    A = (A + A.T).tolil()
+    A[[0, 5, 7], :] = 0
+    A[:, [0, 5, 7]] = 0
+    A = A.tocsr()
+    res = falcon_batch([A, A.toarray()], 3, affinity="precomputed", init=init,
+                       random_state=0, backend=backend, device="cpu")
+    with pytest.warns(UserWarning, match="zero degree"):
+        ref = FalconNCut(3, affinity="precomputed", init=init, random_state=0,
+                         backend="numba").fit(A)
+    for b in range(2):
+        assert res.ncut[b] == pytest.approx(ref.ncut_, abs=1e-9)
+        assert res.ncut[b] == pytest.approx(normalized_cut(A, res.labels[b]),
+                                            abs=1e-9)
+    active = np.asarray(A.sum(axis=1)).ravel() > 0
+    # the first graph draws the estimator's random numbers
+    np.testing.assert_array_equal(res.labels[0][active], ref.labels_[active])
+    two_active = sp.block_diag([np.ones((2, 2)), np.zeros((2, 2))]).tocsr()
+    with pytest.raises(ValueError, match=r"graphs\[1\] has 2"):
+        falcon_batch([A, two_active], 3, affinity="precomputed", init=init,
+                     backend=backend, device="cpu")
+
+
 def test_falcon_batch_validation():
     X = [np.random.default_rng(0).random((20, 3))]
     with pytest.raises(ValueError, match="'affinity' parameter of falcon_batch"):
@@ -331,6 +360,10 @@ def test_falcon_batch_validation():
         falcon_batch(X, 2, tau=0.0)
     with pytest.raises(ValueError, match="tau must be > 0"):
         falcon_batch(X, 2, tau=[0.0])
+    # a float tau=inf is refused by the constraint; in an array it passed,
+    # and the acceptance test warned "invalid value encountered in multiply"
+    with pytest.raises(ValueError, match="tau must be > 0 and finite"):
+        falcon_batch([X[0], X[0]], 2, tau=[np.inf, 0.1], device="cpu")
     with pytest.raises(ValueError, match=r"init\[0\]"):
         falcon_batch(X, 2, init=[np.zeros(5, dtype=int)], device="cpu")
     with pytest.raises(ValueError, match="same number of features"):
@@ -489,6 +522,30 @@ def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
     np.testing.assert_array_equal(
         batch.labels[1], falcon_batch(np.stack([X, X]), 3, random_state=0).labels[1])
     assert torch.equal(Xt, torch.asarray(X)) and torch.equal(Wt, torch.asarray(W))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support:UserWarning")
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_torch_tensors_of_block_sparse_layouts_are_accepted(backend):
+    """A BSR or BSC tensor raised torch's "sparse_compressed_to_sparse_csr:
+    expected SparseCsr or SparseCsc layout but got SparseBsr" from every
+    entry point; it is read as the sparse matrix it holds."""
+    A = sp.random(40, 40, density=0.2, random_state=0)
+    W = (A + A.T).toarray()
+    kw = dict(affinity="precomputed", random_state=0, backend=backend, device="cpu")
+    ref = FalconNCut(3, **kw).fit(sp.csr_matrix(W))
+    Wt = torch.asarray(W)
+    for layout in (Wt.to_sparse_bsr((2, 2)), Wt.to_sparse_bsc((4, 4))):
+        est = FalconNCut(3, **kw).fit(layout)
+        assert sp.issparse(est.affinity_matrix_)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_array_equal(est.predict(Wt[:8].to_sparse_bsr((2, 2))),
+                                      ref.predict(W[:8]))
+        assert normalized_cut(layout, ref.labels_) == pytest.approx(ref.ncut_)
+        res = falcon_batch([layout], 3, affinity="precomputed", init=[ref.labels_],
+                           backend=backend, device="cpu")
+        assert res.ncut[0] == pytest.approx(
+            normalized_cut(W, res.labels[0]), abs=1e-12)
 
 
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
