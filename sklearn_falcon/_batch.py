@@ -135,48 +135,67 @@ def _check_init_arrays(init, sizes, n_clusters):
             for b, (y, n) in enumerate(zip(init, sizes))]
 
 
-def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options, name):
+def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
     """The start of one graph: the candidate of highest ``f`` among those of
     one restart of ``init`` (computed on ``W``, or on the kNN graph of the
-    features ``G`` when ``W`` is not held).  A graph initialization runs on
-    the nodes of nonzero degree, as in :class:`~sklearn_falcon.FalconNCut`;
-    the others start in the cluster of largest volume."""
+    features ``G`` when ``W`` is not held).  ``W`` has no zero-degree node
+    (:func:`_active_parts`)."""
     ctx = InitContext(n_clusters, rng, options, X=G, degrees=degrees)
-    active = None
     if INITS[init].needs_graph:
         if W is None:
             W = make_affinity("nearest_neighbors", n_neighbors=n_neighbors).fit(G)
             degrees = degrees_of(W)
-        active = np.asarray(degrees) > 0
-        if active.all():
-            active = None
-        else:
-            W, degrees = _active_graph(W, degrees, active, n_clusters, init, name)
         ctx.W, ctx.degrees = W, degrees
     candidates = [fill_empty(y, n_clusters, rng) for y in make_starts(init, ctx)]
-    best = candidates[0] if len(candidates) == 1 else max(
-        candidates, key=lambda y: objective_of(
-            *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
-    if active is None:
-        return best
-    labels = np.empty(active.shape[0], dtype=np.int64)
-    labels[active] = best
-    labels[~active] = int(np.argmax(np.bincount(best, weights=degrees,
-                                                minlength=n_clusters)))
-    return labels
+    if len(candidates) == 1:
+        return candidates[0]
+    return max(candidates, key=lambda y: objective_of(
+        *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
 
 
-def _active_graph(W, degrees, active, n_clusters, init, name):
-    """``(W, degrees)`` of the nodes of nonzero degree of a graph, for a
-    graph initialization (which needs every degree positive)."""
-    idx = np.flatnonzero(active)
-    if idx.size < n_clusters:
-        raise ValueError(
-            f"init={init!r} needs at least n_clusters={n_clusters} nodes of nonzero "
-            f"degree in every graph; {name} has {idx.size}."
-        )
-    W = W.tocsr()[idx][:, idx].tocsr() if sp.issparse(W) else W[np.ix_(idx, idx)]
-    return W, np.asarray(degrees)[idx]
+def _active_parts(Ws, graphs, init, n_clusters):
+    """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
+    of nonzero degree (``keep[b]``: their indices, None where all are):
+    as in :class:`~sklearn_falcon.FalconNCut`, zero-degree nodes stay out of
+    the start and the solve (a graph initialization divides by degrees, and
+    in the solve they counted in the empty-cluster guard, so that a cluster
+    could hold only them) and join the cluster of largest volume after it
+    (:func:`_with_isolated`).  A graph with fewer such nodes than
+    ``n_clusters`` is refused."""
+    Ws, graphs = list(Ws), list(graphs)
+    init = init if isinstance(init, str) else list(init)
+    keep = [None] * len(Ws)
+    for b, W in enumerate(Ws):
+        active = np.asarray(degrees_of(W)) > 0
+        if active.all():
+            continue
+        idx = np.flatnonzero(active)
+        if idx.size < n_clusters:
+            raise ValueError(
+                f"graphs[{b}] has {idx.size} nodes of nonzero degree, fewer than "
+                f"n_clusters={n_clusters}; zero-degree nodes cannot form a cluster."
+            )
+        keep[b] = idx
+        sub = (W.tocsr()[idx][:, idx].tocsr() if sp.issparse(W)
+               else W[np.ix_(idx, idx)])
+        G = graphs[b]
+        graphs[b] = sub if G is W else G[idx]
+        Ws[b] = sub
+        if not isinstance(init, str):
+            init[b] = init[b][idx]
+    return Ws, graphs, init, keep
+
+
+def _with_isolated(labels, idx, n, degrees, n_clusters):
+    """The labels of all ``n`` nodes of a graph solved on its nodes ``idx``
+    (None: all of them): the others in the cluster of largest volume."""
+    if idx is None:
+        return labels
+    out = np.full(n, int(np.argmax(np.bincount(labels, weights=degrees,
+                                               minlength=n_clusters))),
+                  dtype=labels.dtype)
+    out[idx] = labels
+    return out
 
 
 # (a module constant: Sphinx's source highlighter cannot parse a ``**``
@@ -239,7 +258,11 @@ def falcon_batch(
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
         precomputed affinity.  Torch tensors (on any device) are read on the
-        host.
+        host.  Nodes of zero degree in an affinity the function holds
+        (precomputed, or formed on the host) are left out of the start and
+        the solve and given the cluster of largest volume, as by
+        :class:`~sklearn_falcon.FalconNCut`; a graph with fewer other nodes
+        than ``n_clusters`` is refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -344,6 +367,10 @@ def falcon_batch(
         Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                             power=power).fit(G) for G in graphs]
 
+    keep = [None] * B
+    if not matrix_free:
+        Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters)
+
     with fit_threads(None, limit_blas=spec.limit_blas):
         if spec.batched:
             if matrix_free:
@@ -381,6 +408,8 @@ def falcon_batch(
         ncut_from_objective(np.bincount(y, weights=d, minlength=n_clusters), fb)
         for y, d, fb in zip(labels, degrees, f)
     ])
+    labels = [_with_isolated(y, idx, n, d, n_clusters)
+              for y, idx, n, d in zip(labels, keep, sizes, degrees)]
     return BatchResult(
         labels=labels, ncut=ncut, objective=np.asarray(f, dtype=np.float64),
         objective_path=paths, n_iter=np.asarray(n_iter),
@@ -396,5 +425,5 @@ def _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng, options):
         return [fill_empty(y, n_clusters, rng) for y in init]
     taus = np.broadcast_to(np.asarray(options.tau, dtype=np.float64), (len(graphs),))
     return [_start(init, G, W, d, n_clusters, n_neighbors, rng,
-                   options.replace(tau=float(t)), f"graphs[{b}]")
-            for b, (G, W, d, t) in enumerate(zip(graphs, Ws, degrees, taus))]
+                   options.replace(tau=float(t)))
+            for G, W, d, t in zip(graphs, Ws, degrees, taus)]

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.metrics import adjusted_rand_score
 
 torch = pytest.importorskip("torch")
 
@@ -347,6 +348,38 @@ def test_falcon_batch_graph_init_with_isolated_nodes(backend, init):
     two_active = sp.block_diag([np.ones((2, 2)), np.zeros((2, 2))]).tocsr()
     with pytest.raises(ValueError, match=r"graphs\[1\] has 2"):
         falcon_batch([A, two_active], 3, affinity="precomputed", init=init,
+                     backend=backend, device="cpu")
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_leaves_zero_degree_nodes_out_of_the_solve(backend):
+    # they stayed in the solve: a start with node 0 (isolated) alone in
+    # cluster 2 kept it there, a cluster of zero volume, and the result had
+    # two real clusters (NCut 0.50 where FalconNCut, which leaves such nodes
+    # out and puts them in the largest cluster, finds 1.02 with three)
+    rng = np.random.default_rng(0)
+    y = np.repeat([0, 1, 2], 4)
+    A = (rng.random((12, 12)) < np.where(y[:, None] == y, 0.9, 0.15)).astype(float)
+    A = np.triu(A, 1)
+    A = A + A.T
+    A[0], A[:, 0] = 0.0, 0.0
+    init = np.where(np.arange(12) < 6, 0, 1)
+    init[0] = 2
+    res = falcon_batch([A, sp.csr_matrix(A)], 3, affinity="precomputed",
+                       init=[init, init], backend=backend, device="cpu")
+    with pytest.warns(UserWarning, match="zero degree"):
+        ref = FalconNCut(3, affinity="precomputed", init=init,
+                         backend="numba").fit(A)
+    d = A.sum(axis=1)
+    for b in range(2):
+        vol = np.bincount(res.labels[b], weights=d, minlength=3)
+        assert np.all(vol > 0), vol
+        assert res.ncut[b] == pytest.approx(ref.ncut_, abs=1e-9)
+        # the same partition (its ids: each fills the empty cluster 2 its way)
+        assert adjusted_rand_score(res.labels[b], ref.labels_) == 1.0
+    # an all-zero graph is refused, as by FalconNCut
+    with pytest.raises(ValueError, match=r"graphs\[0\] has 0 nodes"):
+        falcon_batch([np.zeros((5, 5))], 2, affinity="precomputed",
                      backend=backend, device="cpu")
 
 
