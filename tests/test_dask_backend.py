@@ -212,6 +212,16 @@ def test_warm_start_refits_from_the_previous_labels():
     np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-12)
 
 
+def test_a_dask_fit_forgets_an_earlier_fit_s_feature_names(graph):
+    # a Dask array has no column names: an earlier fit's feature_names_in_
+    # (a DataFrame's) stayed, and predict would compare X's names with them
+    W, _ = graph
+    est = _est().fit(W)
+    est.feature_names_in_ = np.array([f"n{i}" for i in range(W.shape[0])], object)
+    est.fit(shards(W, 3))
+    assert est.backend_ == "dask" and not hasattr(est, "feature_names_in_")
+
+
 def test_labels_as_a_dask_array_and_random_starts():
     W, _ = planted(600, K, seed=5)
     with dask.config.set({"sklearn_falcon.dask.labels": "dask"}):

@@ -162,5 +162,7 @@ def fit_sharded(est, X):
     est.n_backtracks_ = int(best.n_backtracks[0])
     est.backend_ = "dask"
     est.n_features_in_ = n
+    if hasattr(est, "feature_names_in_"):  # an earlier fit's (a DataFrame)
+        del est.feature_names_in_
     est._dask_info = info
     return est
