@@ -321,14 +321,19 @@ def test_brute_force_knn_is_the_same_on_any_number_of_threads():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_brute_force_knn_takes_equal_distances_by_index(sparse):
-    # duplicate samples and a lattice of 16 features: many equal distances,
-    # each row keeps the k nearest by (distance, index)
+    # duplicate samples, a lattice and one-hot codes of 20 features: many
+    # equal distances, each row keeps the k nearest by (distance, index)
     from sklearn_falcon._affinity._kinds import _BruteNeighbors
 
     rng = np.random.default_rng(0)
     X = rng.integers(0, 2, size=(120, 16)).astype(np.float64)
     X = np.vstack([X, X[:30]])  # duplicates
-    Q = np.vstack([X[:10], rng.integers(0, 2, size=(5, 16))])
+    # one-hot codes of 4 variables of 5 values: hundreds of samples at each
+    # distance, so the candidates are widened (4x, 16x, ...) more than once
+    codes = rng.integers(0, 5, size=(400, 4)) + 5 * np.arange(4)
+    X = np.vstack([np.hstack([X, np.zeros((150, 4))]),
+                   np.eye(20)[codes].sum(axis=1)])
+    Q = np.vstack([X[:10], X[-10:], rng.integers(0, 2, size=(5, 20))])
     k = 7
     nn = _BruteNeighbors(sp.csr_matrix(X) if sparse else X, k)
     got = nn.kneighbors_graph(sp.csr_matrix(Q) if sparse else Q)

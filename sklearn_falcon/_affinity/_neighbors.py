@@ -17,8 +17,9 @@ threads, and so its partition differed from machine to machine for one
 ``random_state``.  :class:`_BruteNeighbors` takes twice as many candidates
 from it, measures their distances itself, and keeps the ``k`` nearest,
 equal distances by sample index, as the precomputed path does; a query whose
-candidates could miss a sample at its ``k``-th distance is measured against
-every training sample.
+candidates could miss a sample at its ``k``-th distance (many equal
+distances: duplicate samples, one-hot codes) takes four times as many, until
+none could.
 """
 
 import numpy as np
@@ -125,26 +126,44 @@ class _BruteNeighbors:
                              "'connectivity'.")
         X = (sp.csr_matrix(X) if sp.issparse(self.X) else
              X.toarray() if sp.issparse(X) else X)
-        dist, cand = self.nn.kneighbors(X)
-        d2 = self._sq_distances(X, cand)
-        # the k nearest candidates, equal distances by index
+        idx, unsure = self._nearest(X, self.n_candidates)
+        m = self.n_candidates
+        while unsure.size:
+            # queries whose candidates could miss a sample at their k-th
+            # distance (many equal distances: duplicates, one-hot codes):
+            # four times the candidates, until none could (or all samples)
+            m = min(self.n, 4 * m)
+            step = max(1, _BLOCK // m)
+            still = []
+            for a in range(0, unsure.size, step):
+                rows = unsure[a:a + step]
+                idx[rows], u = self._nearest(X[rows], m)
+                still.append(rows[u])
+            unsure = np.concatenate(still)
+        return _connectivity(idx, self.n)
+
+    def _nearest(self, Q, m):
+        """``(idx, unsure)``: the ``k`` nearest of ``m`` candidates from
+        ``NearestNeighbors`` of each query, by the distances measured here,
+        equal distances by index; ``unsure``: the queries where a sample
+        outside the candidates could be as near as the ``k``-th (within the
+        rounding of both computations of the distances)."""
+        dist, cand = self.nn.kneighbors(Q, n_neighbors=m)
+        d2 = self._sq_distances(Q, cand)
         order = np.lexsort((cand, d2), axis=-1)[:, :self.k]
         idx = np.take_along_axis(cand, order, axis=1)
+        if m >= self.n:
+            return idx, np.empty(0, dtype=np.int64)
         kth = np.take_along_axis(d2, order[:, -1:], axis=1)[:, 0]
-        if self.n_candidates < self.n:
-            # a sample the candidates missed is at least as far, in
-            # scikit-learn's distances, as its last candidate; measured here,
-            # it may be nearer by the rounding of both computations
-            q_norms = row_norms(X, squared=True).astype(np.float64)
-            eps = np.finfo(np.float64).eps
-            n_feat = max(X.shape[1], 1)
-            last = dist[:, -1].astype(np.float64) ** 2
-            margin = (16.0 * (n_feat + 2) * eps
-                      * (q_norms + self.sq_norms.max())
-                      + 4.0 * np.finfo(dist.dtype).eps * last)
-            for i in np.flatnonzero(last - margin <= kth):
-                idx[i] = self._row_by_all(X[i:i + 1])
-        return _connectivity(idx, self.n)
+        # a sample the candidates missed is at least as far, in
+        # scikit-learn's distances, as the last candidate
+        q_norms = row_norms(Q, squared=True).astype(np.float64)
+        eps = np.finfo(np.float64).eps
+        last = dist[:, -1].astype(np.float64) ** 2
+        margin = (16.0 * (max(Q.shape[1], 1) + 2) * eps
+                  * (q_norms + self.sq_norms.max())
+                  + 4.0 * np.finfo(dist.dtype).eps * last)
+        return idx, np.flatnonzero(last - margin <= kth)
 
     def _sq_distances(self, Q, cand):
         """Squared distances of each query to its candidates, in float64, by
@@ -163,25 +182,15 @@ class _BruteNeighbors:
                 out[a:b] = (q_norms[a:b, None] + self.sq_norms[cand[a:b]]
                             - 2.0 * dot.reshape(b - a, m))
             return np.maximum(out, 0.0)
-        rows = max(1, _BLOCK // max(m * Q.shape[1], 1))
+        d = max(Q.shape[1], 1)
+        cols = max(1, min(m, _BLOCK // d))  # candidates of one block
+        rows = max(1, _BLOCK // (cols * d))
         for a in range(0, n_q, rows):
             b = min(n_q, a + rows)
-            # float64 - float32 is exact; a plain sum of squares: no BLAS
-            diff = (np.asarray(Q[a:b], dtype=np.float64)[:, None, :]
-                    - self.X[cand[a:b]])
-            out[a:b] = np.square(diff).sum(axis=-1)
+            q = np.asarray(Q[a:b], dtype=np.float64)[:, None, :]
+            for c in range(0, m, cols):
+                # float64 - float32 is exact; a plain sum of squares, no BLAS:
+                # each pair's value whatever the blocks
+                diff = q - self.X[cand[a:b, c:c + cols]]
+                out[a:b, c:c + cols] = np.square(diff).sum(axis=-1)
         return out
-
-    def _row_by_all(self, q):
-        """The ``k`` nearest training samples of one query, measured against
-        all of them, equal distances by index."""
-        idx = np.arange(self.n)
-        best_d, best_i = np.empty(0), np.empty(0, dtype=np.int64)
-        step = max(self.k, _BLOCK // max(q.shape[1], 1))
-        for a in range(0, self.n, step):
-            c = idx[a:a + step]
-            d = self._sq_distances(q, c[None, :])[0]
-            d, c = np.concatenate([best_d, d]), np.concatenate([best_i, c])
-            keep = np.lexsort((c, d))[:self.k]
-            best_d, best_i = d[keep], c[keep]
-        return best_i
