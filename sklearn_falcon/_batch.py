@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
@@ -23,6 +22,7 @@ from ._affinity import (
     check_affinity,
     check_dtype_kind,
     make_affinity,
+    restrict_to_active,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
@@ -176,8 +176,7 @@ def _active_parts(Ws, graphs, init, n_clusters):
                 f"n_clusters={n_clusters}; zero-degree nodes cannot form a cluster."
             )
         keep[b] = idx
-        sub = (W.tocsr()[idx][:, idx].tocsr() if sp.issparse(W)
-               else W[np.ix_(idx, idx)])
+        sub = restrict_to_active(W, active)
         G = graphs[b]
         graphs[b] = sub if G is W else G[idx]
         Ws[b] = sub

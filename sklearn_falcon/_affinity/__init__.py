@@ -12,6 +12,7 @@ from ._check import (
     check_dtype_kind,
     check_nonnegative,
     clean_csr,
+    restrict_to_active,
     warn_if_disconnected,
 )
 from ._kinds import (
@@ -43,6 +44,7 @@ __all__ = [
     "cosine_range",
     "cosine_similarity",
     "make_affinity",
+    "restrict_to_active",
     "warn_if_disconnected",
     "zero_norm",
 ]

@@ -15,7 +15,8 @@ from .._memory import check_allocation
 
 __all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
            "check_finite_degrees", "check_finite_top", "check_nonnegative",
-           "clean_csr", "symmetric_part", "warn_if_disconnected", "active_subgraph"]
+           "clean_csr", "symmetric_part", "warn_if_disconnected", "active_subgraph",
+           "restrict_to_active"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -428,11 +429,18 @@ def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
     n_samples = degrees.shape[0]
     n_active = int(active.sum())
     if not check_active_count(n_active, n_samples, n_clusters):
-        idx = np.flatnonzero(active)
-        if sp.issparse(W):
-            W = _drop_empty_rows(W.tocsr(), active, idx)
-        else:
-            W = W[np.ix_(idx, idx)]
-        degrees = degrees[idx]
+        W = restrict_to_active(W, active)
+        degrees = degrees[active]
     warn_if_disconnected(W, n_clusters, n_neighbors)
     return W, degrees
+
+
+def restrict_to_active(W, active):
+    """``W`` (dense, or sparse: then CSR) restricted to the rows and columns
+    of the samples ``active`` (a boolean mask), without copying a sparse
+    ``W``'s data where it stores nothing for the others
+    (:func:`_drop_empty_rows`)."""
+    idx = np.flatnonzero(active)
+    if sp.issparse(W):
+        return _drop_empty_rows(W.tocsr(), active, idx)
+    return W[np.ix_(idx, idx)]

@@ -149,7 +149,8 @@ class _BruteNeighbors:
         outside the candidates could be as near as the ``k``-th (within the
         rounding of both computations of the distances)."""
         dist, cand = self.nn.kneighbors(Q, n_neighbors=m)
-        d2 = self._sq_distances(Q, cand)
+        q_norms = row_norms(Q, squared=True).astype(np.float64)
+        d2 = self._sq_distances(Q, cand, q_norms)
         order = np.lexsort((cand, d2), axis=-1)[:, :self.k]
         idx = np.take_along_axis(cand, order, axis=1)
         if m >= self.n:
@@ -157,7 +158,6 @@ class _BruteNeighbors:
         kth = np.take_along_axis(d2, order[:, -1:], axis=1)[:, 0]
         # a sample the candidates missed is at least as far, in
         # scikit-learn's distances, as the last candidate
-        q_norms = row_norms(Q, squared=True).astype(np.float64)
         eps = np.finfo(np.float64).eps
         last = dist[:, -1].astype(np.float64) ** 2
         margin = (16.0 * (max(Q.shape[1], 1) + 2) * eps
@@ -165,13 +165,13 @@ class _BruteNeighbors:
                   + 4.0 * np.finfo(dist.dtype).eps * last)
         return idx, np.flatnonzero(last - margin <= kth)
 
-    def _sq_distances(self, Q, cand):
+    def _sq_distances(self, Q, cand, q_norms):
         """Squared distances of each query to its candidates, in float64, by
-        one fixed sequence of operations."""
+        one fixed sequence of operations (``q_norms``: the queries' squared
+        norms, for sparse samples)."""
         n_q, m = cand.shape
         out = np.empty((n_q, m), dtype=np.float64)
         if sp.issparse(self.X):
-            q_norms = row_norms(Q, squared=True).astype(np.float64)
             rows = max(1, _BLOCK // max(m * 16, 1))
             for a in range(0, n_q, rows):
                 b = min(n_q, a + rows)
