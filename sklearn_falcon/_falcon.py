@@ -390,8 +390,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         W, degrees, problem = self._affinity_graph(X, K, backend, device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
-        W_act, d_act = active_subgraph(W, degrees, active, K, n_neighbors=(
-            "nearest_neighbors" in str(self.affinity) and self.n_neighbors))
+        W_act, d_act = active_subgraph(W, degrees, active, K,
+                                       hint=self._affinity.connect_hint())
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
         with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):

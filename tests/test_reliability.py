@@ -229,6 +229,37 @@ def test_disconnected_precomputed_graph_warns():
         FalconNCut(2, affinity="precomputed").fit(W)
 
 
+def test_disconnected_dense_graph_warns():
+    # a dense adjacency, or an RBF kernel that underflows to exact zeros, was
+    # not searched: NCut 0 without a word, where the same graph as a sparse
+    # matrix warned
+    W = np.kron(np.eye(2), np.ones((5, 5)))
+    with pytest.warns(UserWarning, match="2 connected components"):
+        FalconNCut(2, affinity="precomputed").fit(W)
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.warns(UserWarning, match=r"30 connected components.*Decrease gamma "
+                                         r"\(now 1e\+300\) to connect it"):
+        FalconNCut(3, affinity="rbf", gamma=1e300).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # zeros, but connected (a path)
+        path = np.eye(6, k=1) + np.eye(6, k=-1)
+        FalconNCut(2, affinity="precomputed").fit(path)
+
+
+def test_dense_components_agree_with_scipy():
+    from scipy.sparse.csgraph import connected_components
+
+    from sklearn_falcon._affinity._check import _dense_n_components
+
+    rng = np.random.default_rng(0)
+    for p in (0.0, 0.01, 0.03, 0.1):
+        A = np.triu(rng.random((80, 80)) < p, 1).astype(float)
+        A = A + A.T
+        expect = connected_components(sp.csr_matrix(A), directed=False)[0]
+        assert _dense_n_components(A, chunk=1) == expect  # one row a step
+        assert _dense_n_components(A) == expect
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("backend", ["numba", pytest.param("torch", marks=needs_torch)])
 def test_cosine_of_identical_rows_is_flat_not_rounding_noise(dtype, backend):

@@ -340,26 +340,48 @@ def check_cross_affinity(A, n_train, *, name="X"):
     return sp.csr_matrix(A) if sp.issparse(A) else A
 
 
-def warn_if_disconnected(W, n_clusters, n_neighbors=None):
-    """Warn, with the number of components, when a sparse ``W`` is not
-    connected, as scikit-learn's spectral embedding does (a dense kernel has
-    no structural zeros and is not checked).  ``n_neighbors``: the kNN
-    setting that built ``W``, if any (the warning suggests raising it)."""
-    if not sp.issparse(W):
+def _dense_n_components(W, chunk=1 << 22):
+    """Connected components of a dense symmetric ``W`` by breadth-first
+    search over its rows, ``chunk`` entries at a time (no sparse copy)."""
+    n = W.shape[0]
+    seen = np.zeros(n, dtype=bool)
+    n_comp = 0
+    while not seen.all():
+        n_comp += 1
+        frontier = np.array([int(np.argmin(seen))])
+        seen[frontier] = True
+        while frontier.size:
+            reach = np.zeros(n, dtype=bool)
+            step = max(1, chunk // n)
+            for i in range(0, frontier.size, step):
+                reach |= (W[frontier[i:i + step]] != 0).any(axis=0)
+            frontier = np.flatnonzero(reach & ~seen)
+            seen[frontier] = True
+    return n_comp
+
+
+def warn_if_disconnected(W, n_clusters, hint=None):
+    """Warn, with the number of components, when ``W`` is not connected, as
+    scikit-learn's spectral embedding does (a dense ``W`` too: a kernel that
+    underflows, or an adjacency matrix).  ``hint``: a sentence that ends the
+    warning, naming the parameter that connects it (``Affinity.connect_hint``)."""
+    if W is None:  # matrix-free: W is never formed
         return
-    if W.nnz >= CHECK_KERNEL_MIN:
+    if not sp.issparse(W):
+        W = np.asarray(W)
+        # each row is read once, in about the time of a pass over W
+        n_comp = _dense_n_components(W) if W.size else 1
+    elif W.nnz >= CHECK_KERNEL_MIN:
         W = W.tocsr()
         n_comp = int(n_components_csr(W.indptr, W.indices))
     else:
         n_comp = connected_components(W, directed=False, return_labels=False)
     if n_comp <= 1:
         return
-    hint = (f" Increase n_neighbors (now {n_neighbors}) to connect it."
-            if n_neighbors else "")
     warn_user(
         f"The affinity graph is not fully connected: it has {n_comp} connected "
         f"components (n_clusters={n_clusters}). The normalized cut separates "
-        f"components at no cost.{hint}"
+        f"components at no cost.{' ' + hint if hint else ''}"
     )
 
 
@@ -413,7 +435,7 @@ def _drop_empty_rows(W, active, keep):
     return W_keep
 
 
-def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
+def active_subgraph(W, degrees, active, n_clusters, hint=None):
     """The graph of the solve: ``W`` without its zero-degree samples.
 
     Raises ValueError when fewer than ``n_clusters`` samples have a nonzero
@@ -431,7 +453,7 @@ def active_subgraph(W, degrees, active, n_clusters, n_neighbors=None):
     if not check_active_count(n_active, n_samples, n_clusters):
         W = restrict_to_active(W, active)
         degrees = degrees[active]
-    warn_if_disconnected(W, n_clusters, n_neighbors)
+    warn_if_disconnected(W, n_clusters, hint)
     return W, degrees
 
 

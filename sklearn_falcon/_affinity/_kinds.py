@@ -188,6 +188,7 @@ class Affinity:
     name = None
     precomputed = False
     matrix_free = False
+    connects = None  # ("Increase", "n_neighbors"): how a parameter connects W
 
     def __init__(self, *, n_neighbors=10, gamma=1.0, power=1.0, n_jobs=None):
         self.n_neighbors = n_neighbors
@@ -199,6 +200,14 @@ class Affinity:
         """The training affinity ``W`` of ``X`` (n, n), and remember what
         :meth:`cross` needs."""
         raise NotImplementedError
+
+    def connect_hint(self):
+        """The sentence that ends the warning of a disconnected graph: which
+        parameter connects it (None for an affinity the user gave)."""
+        if self.connects is None:
+            return None
+        how, name = self.connects
+        return f"{how} {name} (now {getattr(self, name)}) to connect it."
 
     def cross(self, X_new):
         """Affinity ``(n_new, n_train)`` of new samples to the training set."""
@@ -244,6 +253,7 @@ class NearestNeighborsAffinity(Affinity):
     """
 
     name = "nearest_neighbors"
+    connects = ("Increase", "n_neighbors")
     metric = "minkowski"
 
     def fit(self, X):
@@ -384,6 +394,7 @@ class RBFAffinity(Affinity):
     (:func:`sklearn.metrics.pairwise.rbf_kernel`)."""
 
     name = "rbf"
+    connects = ("Decrease", "gamma")
     matrix_free = True
 
     def adopt(self, X, problem):
