@@ -257,11 +257,12 @@ def falcon_batch(
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
         precomputed affinity.  Torch tensors (on any device) are read on the
-        host.  Nodes of zero degree in an affinity the function holds
-        (precomputed, or formed on the host) are left out of the start and
-        the solve and given the cluster of largest volume, as by
-        :class:`~sklearn_falcon.FalconNCut`; a graph with fewer other nodes
-        than ``n_clusters`` is refused.
+        host.  Nodes of zero degree (with the cosine affinity: rows of zero
+        features) are left out of the start and the solve and given the
+        cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
+        (a batch with such nodes forms its affinities on the host, like its
+        matrix-free fit); a graph with fewer other nodes than ``n_clusters``
+        is refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -358,6 +359,16 @@ def falcon_batch(
                             polish=polish, verbose=verbose)
     matrix_free = (spec.batched and spec.make_problem_from_features is not None
                    and AFFINITIES[affinity].matrix_free)
+    P = None
+    if matrix_free:
+        with fit_threads(None, limit_blas=spec.limit_blas):
+            P = spec.make_problem_from_features(
+                graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
+                device=device, dtype=dtype, block_elems=block_elems)
+        if not all(np.all(d > 0) for d in P.degrees_numpy()):
+            # (zero rows of cosine features): zero-degree nodes are left out on
+            # the explicit graph, as by FalconNCut
+            P, matrix_free = None, False
     if matrix_free:
         Ws = [None] * B
     elif affinity == "precomputed":
@@ -372,11 +383,7 @@ def falcon_batch(
 
     with fit_threads(None, limit_blas=spec.limit_blas):
         if spec.batched:
-            if matrix_free:
-                P = spec.make_problem_from_features(
-                    graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
-                    device=device, dtype=dtype, block_elems=block_elems)
-            else:
+            if P is None:
                 P = spec.make_problem(Ws, n_clusters, device=device, dtype=dtype)
             degrees = P.degrees_numpy()
             y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,

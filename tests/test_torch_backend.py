@@ -591,3 +591,27 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
         FalconNCut(2).fit(torch.full((10, 2), float("nan")))
     # bfloat16, which NumPy lacks, is read as float32
     assert FalconNCut(2, random_state=0).fit(X.bfloat16()).labels_.shape == (20,)
+
+
+def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():
+    # rows of zero features have zero cosine affinity to every row; the
+    # matrix-free path kept them in the solve, where a start with them alone in
+    # a cluster kept them there: a cluster of zero volume, counted 0 in an
+    # NCut of two real clusters (0.56, where the host path finds 1.15)
+    rng = np.random.default_rng(0)
+    y = rng.integers(3, size=20)
+    X = np.abs(5.0 * np.eye(3)[y] + rng.normal(size=(20, 3)))
+    X[:4] = 0.0
+    init = np.r_[[2] * 4, rng.integers(2, size=16)]
+    res = falcon_batch([X, X[4:]], 3, affinity="cosine", init=[init, init[4:]],
+                       polish=False, backend="torch", device="cpu")
+    ref = falcon_batch([X], 3, affinity="cosine", init=[init], polish=False,
+                       backend="numba")
+    W = make_affinity("cosine").fit(X)
+    d = W.sum(axis=1)
+    assert np.all(d[:4] == 0)
+    vol = np.bincount(res.labels[0], weights=d, minlength=3)
+    assert np.all(vol > 0), vol
+    assert np.all(res.labels[0][:4] == np.argmax(vol))
+    assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
+    assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-9)
