@@ -204,7 +204,7 @@ _BATCH_CONSTRAINTS = {
     "n_clusters": [Interval(Integral, 1, None, closed="left")],
     "affinity": [StrOptions(set(AFFINITIES))],
     "power": [Interval(Real, 0, None, closed="neither")],
-    "gamma": [Interval(Real, 0, None, closed="neither")],
+    "gamma": [Interval(Real, 0, None, closed="left")],
     "n_neighbors": [Interval(Integral, 1, None, closed="left")],
     "init": [StrOptions(set(INITS)), list, tuple],
     "random_state": ["random_state"],

@@ -406,6 +406,21 @@ def test_falcon_batch_validation():
                      device="cpu")
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+def test_falcon_batch_takes_the_gamma_of_the_estimator(backend):
+    # gamma=0 (the constant rbf affinity) was refused by falcon_batch while
+    # FalconNCut, whose definition the batch documents, and scikit-learn's
+    # rbf_kernel accept it
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    res = falcon_batch([X], 3, affinity="rbf", gamma=0, random_state=0,
+                       backend=backend, device="cpu")
+    ref = FalconNCut(3, affinity="rbf", gamma=0, random_state=0,
+                     backend="numba").fit(X)
+    assert res.ncut[0] == pytest.approx(ref.ncut_) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="'gamma' parameter of falcon_batch"):
+        falcon_batch([X], 3, affinity="rbf", gamma=-1.0)
+
+
 # ------------------------------------------------- resolution and errors
 def test_missing_torch_is_reported(monkeypatch):
     real_find_spec = importlib.util.find_spec
