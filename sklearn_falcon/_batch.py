@@ -91,7 +91,7 @@ def _check_graphs(graphs, affinity):
         name = f"graphs[{b}]"
         G = host_array(G)
         check_dtype_kind(G, name=name)
-        G = check_array(G, accept_sparse=("csr", "csc", "coo"),
+        G = check_array(G, accept_sparse=("csr", "csc"),  # COO: as CSR
                         dtype=(np.float64, np.float32), input_name=name,
                         ensure_min_samples=1)
         if affinity == "precomputed":

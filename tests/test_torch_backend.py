@@ -630,3 +630,19 @@ def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():
     assert np.all(res.labels[0][:4] == np.argmax(vol))
     assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
     assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_coo_features_with_zero_degree_nodes(backend):
+    # COO features were kept as COO; leaving out the zero-degree nodes (zero
+    # rows of a cosine graph) indexed them: "'coo_matrix' object is not
+    # subscriptable"
+    rng = np.random.default_rng(0)
+    X = np.abs(5.0 * np.eye(3)[rng.integers(3, size=20)] + rng.normal(size=(20, 3)))
+    X[:4] = 0.0
+    ref = falcon_batch([X], 3, affinity="cosine", init="kmeans", random_state=0,
+                       backend=backend, device="cpu")
+    res = falcon_batch([sp.coo_matrix(X)], 3, affinity="cosine", init="kmeans",
+                       random_state=0, backend=backend, device="cpu")
+    assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
+    np.testing.assert_array_equal(res.labels[0], ref.labels[0])
