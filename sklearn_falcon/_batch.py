@@ -25,6 +25,8 @@ from ._affinity import (
     restrict_to_active,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
+from ._backends._boundary import is_tensor
+from ._backends._device import import_torch
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
@@ -77,6 +79,9 @@ class BatchResult:
 
 
 def _check_graphs(graphs, affinity):
+    if is_tensor(graphs) and graphs.ndim == 3 and (
+            graphs.layout != import_torch().strided):
+        graphs = list(graphs.unbind(0))  # sparse (B, n, n): graph by graph
     graphs = host_array(graphs)  # a 3-D torch tensor: on the host
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)

@@ -646,3 +646,21 @@ def test_falcon_batch_coo_features_with_zero_degree_nodes(backend):
                        random_state=0, backend=backend, device="cpu")
     assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
     np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+
+
+@pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_falcon_batch_takes_a_3d_sparse_tensor(layout):
+    # a batch of sparse affinities as one (B, n, n) sparse tensor was brought
+    # to the host as one 2-D matrix: "too many values to unpack (expected 2)"
+    W = _graphs("dense")[0][0]
+    p = np.random.default_rng(0).permutation(W.shape[0])
+    dense = np.stack([W, W[p][:, p]])  # (a batched CSR needs equal nnz)
+    T = torch.tensor(dense)
+    T = T.to_sparse() if layout == "coo" else T.to_sparse(layout=torch.sparse_csr)
+    res = falcon_batch(T, 3, affinity="precomputed", random_state=0, device="cpu")
+    ref = falcon_batch(list(dense), 3, affinity="precomputed", random_state=0,
+                       device="cpu")
+    np.testing.assert_allclose(res.ncut, ref.ncut, atol=1e-12)
+    for a, b in zip(res.labels, ref.labels):
+        np.testing.assert_array_equal(a, b)
