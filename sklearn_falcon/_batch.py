@@ -265,9 +265,9 @@ def falcon_batch(
         host.  Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
-        (a batch with such nodes forms its affinities on the host, like its
-        matrix-free fit); a graph with fewer other nodes than ``n_clusters``
-        is refused.
+        (a matrix-free batch with such nodes forms its affinities on the
+        host, as the estimator's matrix-free fit does); a graph with fewer
+        other nodes than ``n_clusters`` is refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
