@@ -96,9 +96,14 @@ def _check_graphs(graphs, affinity):
         name = f"graphs[{b}]"
         G = host_array(G)
         check_dtype_kind(G, name=name)
-        G = check_array(G, accept_sparse=("csr", "csc"),  # COO: as CSR
-                        dtype=(np.float64, np.float32), input_name=name,
-                        ensure_min_samples=1)
+        try:
+            G = check_array(G, accept_sparse=("csr", "csc"),  # COO: as CSR
+                            dtype=(np.float64, np.float32), input_name=name,
+                            ensure_min_samples=1)
+        except ValueError as exc:  # scikit-learn names no input in most
+            if name in str(exc):
+                raise
+            raise ValueError(f"{name}: {exc}") from None
         if affinity == "precomputed":
             G = check_affinity(G, name=name)
         else:
