@@ -25,6 +25,8 @@ from ._affinity import (
     restrict_to_active,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
+from ._backends._boundary import is_tensor
+from ._backends._device import import_torch
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
@@ -77,6 +79,9 @@ class BatchResult:
 
 
 def _check_graphs(graphs, affinity):
+    if is_tensor(graphs) and graphs.ndim == 3 and (
+            graphs.layout != import_torch().strided):
+        graphs = list(graphs.unbind(0))  # sparse (B, n, n): graph by graph
     graphs = host_array(graphs)  # a 3-D torch tensor: on the host
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
@@ -91,9 +96,14 @@ def _check_graphs(graphs, affinity):
         name = f"graphs[{b}]"
         G = host_array(G)
         check_dtype_kind(G, name=name)
-        G = check_array(G, accept_sparse=("csr", "csc", "coo"),
-                        dtype=(np.float64, np.float32), input_name=name,
-                        ensure_min_samples=1)
+        try:
+            G = check_array(G, accept_sparse=("csr", "csc"),  # COO: as CSR
+                            dtype=(np.float64, np.float32), input_name=name,
+                            ensure_min_samples=1)
+        except ValueError as exc:  # scikit-learn names no input in most
+            if name in str(exc):
+                raise
+            raise ValueError(f"{name}: {exc}") from None
         if affinity == "precomputed":
             G = check_affinity(G, name=name)
         else:
@@ -204,7 +214,7 @@ _BATCH_CONSTRAINTS = {
     "n_clusters": [Interval(Integral, 1, None, closed="left")],
     "affinity": [StrOptions(set(AFFINITIES))],
     "power": [Interval(Real, 0, None, closed="neither")],
-    "gamma": [Interval(Real, 0, None, closed="neither")],
+    "gamma": [Interval(Real, 0, None, closed="left")],
     "n_neighbors": [Interval(Integral, 1, None, closed="left")],
     "init": [StrOptions(set(INITS)), list, tuple],
     "random_state": ["random_state"],
@@ -257,11 +267,12 @@ def falcon_batch(
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
         precomputed affinity.  Torch tensors (on any device) are read on the
-        host.  Nodes of zero degree in an affinity the function holds
-        (precomputed, or formed on the host) are left out of the start and
-        the solve and given the cluster of largest volume, as by
-        :class:`~sklearn_falcon.FalconNCut`; a graph with fewer other nodes
-        than ``n_clusters`` is refused.
+        host.  Nodes of zero degree (with the cosine affinity: rows of zero
+        features) are left out of the start and the solve and given the
+        cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
+        (a matrix-free batch with such nodes forms its affinities on the
+        host, as the estimator's matrix-free fit does); a graph with fewer
+        other nodes than ``n_clusters`` is refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -358,6 +369,16 @@ def falcon_batch(
                             polish=polish, verbose=verbose)
     matrix_free = (spec.batched and spec.make_problem_from_features is not None
                    and AFFINITIES[affinity].matrix_free)
+    P = None
+    if matrix_free:
+        with fit_threads(None, limit_blas=spec.limit_blas):
+            P = spec.make_problem_from_features(
+                graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
+                device=device, dtype=dtype, block_elems=block_elems)
+        if not all(np.all(d > 0) for d in P.degrees_numpy()):
+            # (zero rows of cosine features): zero-degree nodes are left out on
+            # the explicit graph, as by FalconNCut
+            P, matrix_free = None, False
     if matrix_free:
         Ws = [None] * B
     elif affinity == "precomputed":
@@ -372,11 +393,7 @@ def falcon_batch(
 
     with fit_threads(None, limit_blas=spec.limit_blas):
         if spec.batched:
-            if matrix_free:
-                P = spec.make_problem_from_features(
-                    graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
-                    device=device, dtype=dtype, block_elems=block_elems)
-            else:
+            if P is None:
                 P = spec.make_problem(Ws, n_clusters, device=device, dtype=dtype)
             degrees = P.degrees_numpy()
             y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,

@@ -297,6 +297,14 @@ def test_invalid_calls_name_the_parameter(graph):
         FalconNCut(2000, affinity="precomputed").fit(X)
     with pytest.raises(ValueError, match="init labels must be integers"):
         _est(init=da.full(W.shape[0], 7, chunks=400)).fit(X)
+    # labels of unknown chunk sizes (a filtered array) were refused as of
+    # "shape (nan,)", however many they were
+    labels = da.arange(W.shape[0] + 10, chunks=400) % K
+    labels = labels[da.arange(labels.shape[0], chunks=400) >= 10]
+    with pytest.raises(ValueError, match=r"init has unknown chunk sizes; call "
+                       r"init.compute_chunk_sizes\(\)"):
+        _est(init=labels).fit(X)
+    _est(init=labels.compute_chunk_sizes()).fit(X)
     # strings raised numpy's UFuncTypeError from their min(); floats are
     # refused before any pass over them
     for dtype in (str, float):

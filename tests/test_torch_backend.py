@@ -406,6 +406,21 @@ def test_falcon_batch_validation():
                      device="cpu")
 
 
+@pytest.mark.parametrize("backend", ["torch", "numba"])
+def test_falcon_batch_takes_the_gamma_of_the_estimator(backend):
+    # gamma=0 (the constant rbf affinity) was refused by falcon_batch while
+    # FalconNCut, whose definition the batch documents, and scikit-learn's
+    # rbf_kernel accept it
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    res = falcon_batch([X], 3, affinity="rbf", gamma=0, random_state=0,
+                       backend=backend, device="cpu")
+    ref = FalconNCut(3, affinity="rbf", gamma=0, random_state=0,
+                     backend="numba").fit(X)
+    assert res.ncut[0] == pytest.approx(ref.ncut_) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="'gamma' parameter of falcon_batch"):
+        falcon_batch([X], 3, affinity="rbf", gamma=-1.0)
+
+
 # ------------------------------------------------- resolution and errors
 def test_missing_torch_is_reported(monkeypatch):
     real_find_spec = importlib.util.find_spec
@@ -591,3 +606,61 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
         FalconNCut(2).fit(torch.full((10, 2), float("nan")))
     # bfloat16, which NumPy lacks, is read as float32
     assert FalconNCut(2, random_state=0).fit(X.bfloat16()).labels_.shape == (20,)
+
+
+def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():
+    # rows of zero features have zero cosine affinity to every row; the
+    # matrix-free path kept them in the solve, where a start with them alone in
+    # a cluster kept them there: a cluster of zero volume, counted 0 in an
+    # NCut of two real clusters (0.56, where the host path finds 1.15)
+    rng = np.random.default_rng(0)
+    y = rng.integers(3, size=20)
+    X = np.abs(5.0 * np.eye(3)[y] + rng.normal(size=(20, 3)))
+    X[:4] = 0.0
+    init = np.r_[[2] * 4, rng.integers(2, size=16)]
+    res = falcon_batch([X, X[4:]], 3, affinity="cosine", init=[init, init[4:]],
+                       polish=False, backend="torch", device="cpu")
+    ref = falcon_batch([X], 3, affinity="cosine", init=[init], polish=False,
+                       backend="numba")
+    W = make_affinity("cosine").fit(X)
+    d = W.sum(axis=1)
+    assert np.all(d[:4] == 0)
+    vol = np.bincount(res.labels[0], weights=d, minlength=3)
+    assert np.all(vol > 0), vol
+    assert np.all(res.labels[0][:4] == np.argmax(vol))
+    assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
+    assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-9)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_coo_features_with_zero_degree_nodes(backend):
+    # COO features were kept as COO; leaving out the zero-degree nodes (zero
+    # rows of a cosine graph) indexed them: "'coo_matrix' object is not
+    # subscriptable"
+    rng = np.random.default_rng(0)
+    X = np.abs(5.0 * np.eye(3)[rng.integers(3, size=20)] + rng.normal(size=(20, 3)))
+    X[:4] = 0.0
+    ref = falcon_batch([X], 3, affinity="cosine", init="kmeans", random_state=0,
+                       backend=backend, device="cpu")
+    res = falcon_batch([sp.coo_matrix(X)], 3, affinity="cosine", init="kmeans",
+                       random_state=0, backend=backend, device="cpu")
+    assert res.ncut[0] == pytest.approx(ref.ncut[0], abs=1e-9)
+    np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+
+
+@pytest.mark.filterwarnings("ignore:Sparse:UserWarning")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_falcon_batch_takes_a_3d_sparse_tensor(layout):
+    # a batch of sparse affinities as one (B, n, n) sparse tensor was brought
+    # to the host as one 2-D matrix: "too many values to unpack (expected 2)"
+    W = _graphs("dense")[0][0]
+    p = np.random.default_rng(0).permutation(W.shape[0])
+    dense = np.stack([W, W[p][:, p]])  # (a batched CSR needs equal nnz)
+    T = torch.tensor(dense)
+    T = T.to_sparse() if layout == "coo" else T.to_sparse(layout=torch.sparse_csr)
+    res = falcon_batch(T, 3, affinity="precomputed", random_state=0, device="cpu")
+    ref = falcon_batch(list(dense), 3, affinity="precomputed", random_state=0,
+                       device="cpu")
+    np.testing.assert_allclose(res.ncut, ref.ncut, atol=1e-12)
+    for a, b in zip(res.labels, ref.labels):
+        np.testing.assert_array_equal(a, b)

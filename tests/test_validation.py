@@ -307,6 +307,19 @@ def test_warnings_point_at_the_users_call():
             (w.filename, str(w.message)[:40]) for w in rec]
 
 
+@pytest.mark.parametrize("bad", [np.zeros((0, 2)), np.zeros(2), np.zeros((5, 0)),
+                                 [["a", "b"]] * 5])
+def test_falcon_batch_names_the_graph_it_refuses(bad):
+    """scikit-learn's messages for an empty, a 1-D, a featureless or a string
+    graph name no input: in a batch of many, which one was refused was left
+    to guess."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"graphs\[1\]"):
+        falcon_batch([X, bad], 2, backend="numba")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):

@@ -61,6 +61,11 @@ def _check_init(est, init, n):
     if not is_dask_array(init):
         return check_init_labels(host_array(init), n, est.n_clusters)
     names = ", ".join(repr(name) for name in INITS)
+    if any(np.isnan(c) for c in init.shape):  # (as for X) a filtered array
+        raise ValueError(
+            "The Dask array init has unknown chunk sizes; call "
+            "init.compute_chunk_sizes() first."
+        )
     if init.shape != (n,):
         raise ValueError(
             f"init must be one of {names} or an array of shape (n_samples,)=({n},); "
