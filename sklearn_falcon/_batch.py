@@ -30,7 +30,8 @@ from ._backends._device import import_torch
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
-from ._stats import cluster_statistics, degrees_of, ncut_from_objective, objective_of
+from ._stats import (cluster_statistics, degrees_of, ncut_from_objective, objective_of,
+                     with_isolated)
 from ._threads import fit_threads
 
 # the solver settings have their defaults in one place
@@ -170,8 +171,8 @@ def _active_parts(Ws, graphs, init, n_clusters):
     the start and the solve (a graph initialization divides by degrees, and
     in the solve they counted in the empty-cluster guard, so that a cluster
     could hold only them) and join the cluster of largest volume after it
-    (:func:`_with_isolated`).  A graph with fewer such nodes than
-    ``n_clusters`` is refused."""
+    (:func:`~sklearn_falcon._stats.with_isolated`).  A graph with fewer such
+    nodes than ``n_clusters`` is refused."""
     Ws, graphs = list(Ws), list(graphs)
     init = init if isinstance(init, str) else list(init)
     keep = [None] * len(Ws)
@@ -193,18 +194,6 @@ def _active_parts(Ws, graphs, init, n_clusters):
         if not isinstance(init, str):
             init[b] = init[b][idx]
     return Ws, graphs, init, keep
-
-
-def _with_isolated(labels, idx, n, degrees, n_clusters):
-    """The labels of all ``n`` nodes of a graph solved on its nodes ``idx``
-    (None: all of them): the others in the cluster of largest volume."""
-    if idx is None:
-        return labels
-    out = np.full(n, int(np.argmax(np.bincount(labels, weights=degrees,
-                                               minlength=n_clusters))),
-                  dtype=labels.dtype)
-    out[idx] = labels
-    return out
 
 
 # (a module constant: Sphinx's source highlighter cannot parse a ``**``
@@ -424,7 +413,7 @@ def falcon_batch(
         ncut_from_objective(np.bincount(y, weights=d, minlength=n_clusters), fb)
         for y, d, fb in zip(labels, degrees, f)
     ])
-    labels = [_with_isolated(y, idx, n, d, n_clusters)
+    labels = [with_isolated(y, idx, n, d, n_clusters)
               for y, idx, n, d in zip(labels, keep, sizes, degrees)]
     return BatchResult(
         labels=labels, ncut=ncut, objective=np.asarray(f, dtype=np.float64),

@@ -35,6 +35,7 @@ from ._stats import (
     degrees_of,
     ncut_from_objective,
     ncut_of,
+    with_isolated,
 )
 from ._threads import fit_threads
 
@@ -398,11 +399,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
                                         backend, device, rng, options)
 
-        labels = np.empty(n_samples, dtype=np.int64)
-        labels[active] = best.labels[0]
+        labels = with_isolated(best.labels[0].astype(np.int64), active, n_samples,
+                               d_act, K)
         vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
-        if self.isolated_.size:
-            labels[~active] = int(np.argmax(vol))
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol

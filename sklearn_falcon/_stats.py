@@ -14,7 +14,7 @@ from ._backends import _numba as nb
 
 __all__ = ["bipartite_ncut", "cluster_pair_weights", "cluster_statistics",
            "cluster_weight_summary", "degrees_of", "n_entries",
-           "ncut_from_objective", "ncut_of", "objective_of"]
+           "ncut_from_objective", "ncut_of", "objective_of", "with_isolated"]
 
 
 def degrees_of(W):
@@ -76,6 +76,29 @@ def objective_of(vol, assoc):
     solver's own objective kernel, summed in cluster order)."""
     return float(nb.objective(np.ascontiguousarray(vol, dtype=np.float64),
                               np.ascontiguousarray(assoc, dtype=np.float64)))
+
+
+def with_isolated(labels, keep, n, degrees, n_clusters):
+    """The labels of all ``n`` nodes from ``labels``, those of the nodes
+    ``keep`` (indices or a boolean mask; None: all, ``labels`` itself): the
+    others, of zero degree, join the cluster of largest volume (``degrees``:
+    of the nodes ``keep``).  The estimator, ``falcon_batch`` and the Dask
+    fit leave zero-degree nodes out of the solve and place them so.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon._stats import with_isolated
+    >>> with_isolated(np.array([0, 1, 1]), np.array([0, 2, 3]), 5,
+    ...               np.array([1.0, 2.0, 2.0]), 2).tolist()
+    [0, 1, 1, 1, 1]
+    """
+    if keep is None:
+        return labels
+    vol = np.bincount(labels, weights=degrees, minlength=n_clusters)
+    out = np.full(n, int(np.argmax(vol)), dtype=labels.dtype)
+    out[keep] = labels
+    return out
 
 
 def cluster_weight_summary(W, labels, n_clusters):

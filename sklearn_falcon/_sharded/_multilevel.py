@@ -47,6 +47,7 @@ from .._inits._coarsen import coarsen
 from .._inits._contract import coarsen_csr
 from .._log import warn_user
 from .._solver import solve
+from .._stats import with_isolated
 from ._starts import random_start
 
 __all__ = ["coarse_max_entries", "coarsen_sharded", "multilevel_start"]
@@ -132,10 +133,7 @@ def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
         res = solve(problem, fill_empty(y0, n_clusters, rng), options.quieter())
         if res.objective[0] > best_f:
             best, best_f = res.labels[0], float(res.objective[0])
-    labels = np.empty(d.shape[0], dtype=np.int64)
-    labels[idx] = best
-    labels[~active] = int(np.argmax(np.bincount(best, weights=d_act,
-                                                minlength=n_clusters)))
+    labels = with_isolated(best, idx, d.shape[0], d_act, n_clusters)
     return labels.astype(label_dtype(n_clusters))
 
 
