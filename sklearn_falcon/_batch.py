@@ -23,6 +23,7 @@ from ._affinity import (
     check_dtype_kind,
     make_affinity,
     restrict_to_active,
+    start_graph,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
 from ._backends._boundary import is_tensor
@@ -154,7 +155,7 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
     ctx = InitContext(n_clusters, rng, options, X=G, degrees=degrees)
     if INITS[init].needs_graph:
         if W is None:
-            W = make_affinity("nearest_neighbors", n_neighbors=n_neighbors).fit(G)
+            W = start_graph(G, n_neighbors)
             degrees = degrees_of(W)
         ctx.W, ctx.degrees = W, degrees
     candidates = [fill_empty(y, n_clusters, rng) for y in make_starts(init, ctx)]

@@ -15,6 +15,7 @@ from ._affinity import (
     active_subgraph,
     check_dtype_kind,
     make_affinity,
+    start_graph,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
 from ._inits import (
@@ -436,8 +437,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                 ctx.X = X if active.all() else X[np.flatnonzero(active)]
             if matrix_free and INITS[init].needs_graph:
                 # the graph inits need an explicit W: the kNN graph of X
-                ctx.W = make_affinity("nearest_neighbors", n_neighbors=self.n_neighbors,
-                                      n_jobs=self.n_jobs).fit(X)
+                ctx.W = start_graph(X, self.n_neighbors, self.n_jobs)
                 ctx.degrees = degrees_of(ctx.W)
             t0 = time.perf_counter()
             starts = make_starts(init, ctx, self.n_init)

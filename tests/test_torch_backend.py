@@ -3,6 +3,7 @@ solves, parity with Numba, and backend resolution."""
 
 import importlib.util
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -664,3 +665,18 @@ def test_falcon_batch_takes_a_3d_sparse_tensor(layout):
     np.testing.assert_allclose(res.ncut, ref.ncut, atol=1e-12)
     for a, b in zip(res.labels, ref.labels):
         np.testing.assert_array_equal(a, b)
+
+
+def test_matrix_free_start_graph_does_not_warn_that_it_is_complete():
+    # a graph init of a matrix-free fit starts from a kNN graph of the
+    # features; with n_samples <= n_neighbors it warned that "the labels are
+    # arbitrary", though the labels are solved on the cosine affinity
+    X = np.random.default_rng(0).random((8, 5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FalconNCut(2, affinity="cosine", backend="torch", device="cpu",
+                   random_state=0).fit(X)
+        falcon_batch([X, X], 2, affinity="cosine", backend="torch", device="cpu",
+                     init="multilevel", random_state=0)
+    with pytest.warns(UserWarning, match="every sample is a neighbour"):
+        FalconNCut(2, random_state=0).fit(X)  # the user's own kNN graph

@@ -23,6 +23,7 @@ from ._kinds import (
     cosine_range,
     cosine_similarity,
     make_affinity,
+    start_graph,
     zero_norm,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "cosine_similarity",
     "make_affinity",
     "restrict_to_active",
+    "start_graph",
     "warn_if_disconnected",
     "zero_norm",
 ]

@@ -35,8 +35,8 @@ from ._check import (
 from ._neighbors import _BruteNeighbors, _TreeNeighbors
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
-           "cosine_range",
-           "cosine_similarity", "make_affinity", "zero_norm"]
+           "cosine_range", "cosine_similarity", "make_affinity", "start_graph",
+           "zero_norm"]
 
 # What to do instead of a dense affinity that does not fit in memory.
 DENSE_ADVICE = (
@@ -255,13 +255,14 @@ class NearestNeighborsAffinity(Affinity):
     name = "nearest_neighbors"
     connects = ("Increase", "n_neighbors")
     metric = "minkowski"
+    warns_complete = True  # not for a start's graph (:func:`start_graph`)
 
     def fit(self, X):
         n = X.shape[0]
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
-        if 1 < n <= self.n_neighbors:
+        if 1 < n <= self.n_neighbors and self.warns_complete:
             warn_user(
                 f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
                 "is a neighbour of every other, so the kNN graph is complete "
@@ -546,6 +547,16 @@ AFFINITIES = {
     for cls in (NearestNeighborsAffinity, RBFAffinity, CosineAffinity,
                 PrecomputedAffinity, PrecomputedNearestNeighborsAffinity)
 }
+
+
+def start_graph(X, n_neighbors, n_jobs=None):
+    """The kNN graph of ``X`` that a graph initialization starts from when
+    the affinity is formed only in row blocks (matrix-free).  Without the
+    warning that ``n_neighbors >= n_samples`` makes it complete: it is not
+    the graph the labels are solved on."""
+    knn = NearestNeighborsAffinity(n_neighbors=n_neighbors, n_jobs=n_jobs)
+    knn.warns_complete = False
+    return knn.fit(X)
 
 
 def make_affinity(affinity, **params):
