@@ -24,6 +24,7 @@ from ._affinity import (
     make_affinity,
     restrict_to_active,
     start_graph,
+    warn_if_flat_rbf,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
 from ._backends._boundary import is_tensor
@@ -371,6 +372,8 @@ def falcon_batch(
             P, matrix_free = None, False
     if matrix_free:
         Ws = [None] * B
+        if affinity == "rbf":  # as the graphs formed on the host do
+            warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs))
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
     else:

@@ -1,6 +1,7 @@
 """Bad input: clear errors that name the parameter, and inputs never mutated."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -318,6 +319,23 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
     X = np.random.default_rng(0).random((20, 2))
     with pytest.raises(ValueError, match=r"graphs\[1\]"):
         falcon_batch([X, bad], 2, backend="numba")
+
+
+def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
+    """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
+    labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,
+    which warned where this said nothing."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    for backend in ("auto", "numba"):
+        with pytest.warns(UserWarning, match="gamma=0: every rbf affinity"):
+            FalconNCut(2, affinity="rbf", gamma=0, backend=backend).fit(X)
+        with pytest.warns(UserWarning, match="gamma=0: every rbf affinity"):
+            falcon_batch([X, X], 2, affinity="rbf", gamma=0, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FalconNCut(2, affinity="rbf", gamma=0.5).fit(X)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])

@@ -24,6 +24,7 @@ from ._kinds import (
     cosine_similarity,
     make_affinity,
     start_graph,
+    warn_if_flat_rbf,
     zero_norm,
 )
 
@@ -48,5 +49,6 @@ __all__ = [
     "restrict_to_active",
     "start_graph",
     "warn_if_disconnected",
+    "warn_if_flat_rbf",
     "zero_norm",
 ]

@@ -36,7 +36,7 @@ from ._neighbors import _BruteNeighbors, _TreeNeighbors
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range", "cosine_similarity", "make_affinity", "start_graph",
-           "zero_norm"]
+           "warn_if_flat_rbf", "zero_norm"]
 
 # What to do instead of a dense affinity that does not fit in memory.
 DENSE_ADVICE = (
@@ -390,6 +390,17 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
+def warn_if_flat_rbf(gamma, n_samples):
+    """Warn that ``gamma=0`` makes every rbf affinity 1 (as a kNN graph of
+    ``n_neighbors >= n_samples`` warns that it is complete)."""
+    if gamma == 0 and n_samples > 1:
+        warn_user(
+            "gamma=0: every rbf affinity is exp(0) = 1, so the graph is "
+            "complete with equal weights and every partition has the same "
+            "NCut (n_clusters - 1); the labels are arbitrary. Use gamma > 0."
+        )
+
+
 class RBFAffinity(Affinity):
     """Dense ``exp(-gamma ||x - y||^2)``
     (:func:`sklearn.metrics.pairwise.rbf_kernel`)."""
@@ -403,6 +414,7 @@ class RBFAffinity(Affinity):
         without ``W``)."""
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
+        warn_if_flat_rbf(self.gamma, X.shape[0])
 
     def check_features(self, X, name="X"):
         _check_distance_range(X, name=name)
