@@ -294,10 +294,11 @@ def falcon_batch(
         ``polish`` runs the exact sequential sweep of the Numba backend on
         the host (for matrix-free graphs, on rows of ``W`` streamed block by
         block from the device).
-    backend : {"auto", "torch", "numba"}, default="auto"
+    backend : {"auto", "torch", "numba", "dask"}, default="auto"
         ``"auto"``: the first batched backend available (torch), else
-        Numba.  The Numba backend solves the graphs one after another
-        (building dense ``W`` for feature graphs).
+        Numba.  The Numba and Dask backends solve the graphs one after
+        another (building dense ``W`` for feature graphs; Dask's solve runs
+        on the current scheduler).
     device : str, default="auto"
         Torch device: ``"auto"`` (CUDA when available), ``"cpu"``,
         ``"cuda"`` or ``"cuda:N"``.
