@@ -220,6 +220,25 @@ def test_vit_model_pipeline(tmp_path):
     assert seg2.segment(img).shape == (40, 56)
 
 
+def test_vit_size_errors_advise_what_a_vit_can_change():
+    # a ViT's patch size is its model's (patch_size is refused with one):
+    # the messages advised "a smaller patch_size"
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img = _quadrants(40, 56)[0]
+    with pytest.raises(ValueError, match=r"fewer than n_segments=40. Use a larger "
+                       r"resolution \(now 32\), or fewer segments\.$"):
+        ImageSegmenter(model=vit, n_segments=40, resolution=32).segment(img)
+    with pytest.raises(ValueError, match=r"smaller than one 8x8 patch; it cannot be "
+                       r"segmented. Use a larger image: a ViT's patch size"):
+        ImageSegmenter(model=vit, n_segments=2).segment(img[:4, :4])
+
+
 def test_fit_predict_accepts_tensor_batch_and_single_image():
     torch = pytest.importorskip("torch")
     imgs = np.stack([_quadrants(32, 32, seed=s)[0] for s in range(3)])

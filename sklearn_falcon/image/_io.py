@@ -257,7 +257,7 @@ def _is_image(obj):
             or is_tensor(obj) or (isinstance(obj, np.ndarray) and obj.ndim >= 2))
 
 
-def check_image_size(rgb, patch_size):
+def check_image_size(rgb, patch_size, *, advice=None):
     """Raise a clear error if ``rgb`` is smaller than one patch.
 
     Parameters
@@ -266,6 +266,10 @@ def check_image_size(rgb, patch_size):
         The image.
     patch_size : int or tuple of int
         Patch height and width.
+    advice : str, default=None
+        The sentence that ends the message (``None``: a larger image or a
+        smaller ``patch_size``; a ViT, whose patch size is its model's,
+        gives its own).
 
     Examples
     --------
@@ -282,8 +286,8 @@ def check_image_size(rgb, patch_size):
     if h < ph or w < pw:
         raise ValueError(
             f"Image of size {h}x{w} (HxW) is smaller than one {ph}x{pw} patch; "
-            "it cannot be segmented. Use a larger image or a smaller patch_size."
-        )
+            "it cannot be segmented. "
+            + (advice or "Use a larger image or a smaller patch_size."))
 
 
 def as_image_list(images):

@@ -335,9 +335,13 @@ class ImageSegmenter(BaseEstimator):
             # a token budget near K is what caps the tokens, not the image
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
                     if self.max_tokens < 2 * k else "")
+            # a ViT's input size is its resolution, and its patch its model's
+            size = ("a larger image, ", "a smaller patch_size ")
+            if hasattr(self._get_extractor(), "input_size"):
+                size = (f"a larger resolution (now {self.resolution}), ", "")
             raise ValueError(
                 f"The image yields only {n} patch tokens, fewer than n_segments={k}. "
-                f"Use a larger image, {hint}a smaller patch_size or fewer segments."
+                f"Use {size[0]}{hint}{size[1]}or fewer segments."
             )
         if k == 1:
             return np.zeros(n, dtype=np.int64)
@@ -378,7 +382,8 @@ class ImageSegmenter(BaseEstimator):
     def _prepare(self, rgb):
         """``(plan, working image)``, after the memory check."""
         ext = self._get_extractor()
-        check_image_size(rgb, ext.patch_size)  # the size the caller gave
+        # the size the caller gave
+        check_image_size(rgb, ext.patch_size, advice=getattr(ext, "size_advice", None))
         plan = self._plan(rgb.shape[:2], ext)
         check_memory(plan, self.max_tokens)
         work = resize_rgb(rgb, plan.work_shape) if plan.resized else rgb

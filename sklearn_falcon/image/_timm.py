@@ -203,6 +203,8 @@ class TimmFeatures:
     default_power = 10.0
     #: Token budget (None: none); set by ImageSegmenter's ``max_tokens``.
     max_tokens = None
+    #: The end of the message for an image smaller than one patch.
+    size_advice = "Use a larger image: a ViT's patch size is its model's."
 
     def __init__(
         self,
@@ -386,7 +388,7 @@ class TimmFeatures:
         """
         from PIL import Image
 
-        check_image_size(rgb, self.patch_size)
+        check_image_size(rgb, self.patch_size, advice=self.size_advice)
         th, tw = self.input_size(*rgb.shape[:2])
         resample = {
             "bicubic": Image.BICUBIC,
