@@ -343,6 +343,39 @@ def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
     assert est.predict(D[:5]).shape == (5,)
 
 
+def test_precomputed_nearest_neighbors_non_canonical_sparse_distances():
+    # a CSR distance matrix with duplicate entries (one distance split in
+    # two, read by SciPy as their sum) and unsorted column indices gave
+    # another kNN graph than the same matrix in canonical form: each part
+    # of a duplicate counted as a neighbour of its own, and ties went by
+    # storage order instead of column order
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = make_blobs(n_samples=80, centers=3, random_state=0)
+    D = NearestNeighbors(n_neighbors=12).fit(X).kneighbors_graph(mode="distance")
+    D.data[:] = np.round(D.data, 1)  # ties
+    # every distance split into two halves, the columns of a row reversed
+    indices = np.empty(2 * D.nnz, dtype=D.indices.dtype)
+    data = np.empty(2 * D.nnz)
+    for i in range(D.shape[0]):
+        lo, hi = D.indptr[i], D.indptr[i + 1]
+        indices[2 * lo:2 * hi] = np.repeat(D.indices[lo:hi][::-1], 2)
+        data[2 * lo:2 * hi] = np.repeat(D.data[lo:hi][::-1] / 2, 2)
+    D2 = sp.csr_matrix((data, indices, 2 * D.indptr), shape=D.shape)
+    assert not D2.has_canonical_format
+    kept = D2.copy()
+    params = dict(affinity="precomputed_nearest_neighbors", n_neighbors=5,
+                  random_state=0)
+    ref = FalconNCut(3, **params).fit(D)
+    est = FalconNCut(3, **params).fit(D2)
+    assert abs(est.affinity_matrix_ - ref.affinity_matrix_).max() == 0
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(D2[:20]), ref.predict(D[:20]))
+    # the caller's matrix is left as it was
+    np.testing.assert_array_equal(D2.indices, kept.indices)
+    np.testing.assert_array_equal(D2.data, kept.data)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_coo_and_csc_features_are_accepted(backend):
     pytest.importorskip("torch") if backend == "torch" else None

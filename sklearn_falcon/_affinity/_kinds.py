@@ -323,10 +323,15 @@ def _knn_connectivity(D, k):
     entries are (a missing entry is no edge, as in scikit-learn's
     precomputed graphs), and a row with fewer than ``k`` of them keeps them
     all, where scikit-learn's ``NearestNeighbors`` refuses the whole matrix.
+    Duplicate entries of a non-canonical ``D`` are one distance, their sum
+    (as SciPy reads them); the caller's ``D`` is not modified.
     """
     n_rows, n_cols = D.shape
     if sp.issparse(D):
         D = sp.csr_matrix(D)
+        if not D.has_canonical_format:  # duplicates summed, columns in order
+            D = D.copy()
+            D.sum_duplicates()
         rows = np.repeat(np.arange(n_rows), np.diff(D.indptr))
         order = np.lexsort((D.data, rows))  # by row, then distance; stable
         rank = np.arange(order.size) - D.indptr[rows[order]]
