@@ -376,6 +376,29 @@ def test_precomputed_nearest_neighbors_non_canonical_sparse_distances():
     np.testing.assert_array_equal(D2.data, kept.data)
 
 
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf", "cosine"])
+def test_sparse_features_with_duplicate_entries(affinity):
+    # a CSR matrix of features with duplicate entries (one value split in
+    # two, as a bag of words built from token ids stores it; SciPy reads
+    # their sum) gave another graph than the same matrix in canonical form:
+    # scikit-learn's row norms added the squares of the parts
+    X, _ = make_blobs(n_samples=90, n_features=20, centers=3, random_state=0)
+    Xs = sp.csr_matrix(np.abs(X))
+    D = sp.csr_matrix((np.repeat(Xs.data / 2, 2), np.repeat(Xs.indices, 2),
+                       2 * Xs.indptr), shape=Xs.shape)
+    assert not D.has_canonical_format and abs(D - Xs).max() == 0
+    kept = D.copy()
+    params = dict(affinity=affinity, gamma=0.01, random_state=0)
+    ref = FalconNCut(3, **params).fit(Xs)
+    est = FalconNCut(3, **params).fit(D)
+    assert abs(est.affinity_matrix_ - ref.affinity_matrix_).max() <= 1e-12
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(ref.predict(D[:30]), ref.predict(Xs[:30]))
+    assert ref.score(D) == pytest.approx(ref.score(Xs))
+    np.testing.assert_array_equal(D.data, kept.data)  # not summed in place
+    np.testing.assert_array_equal(D.indices, kept.indices)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_coo_and_csc_features_are_accepted(backend):
     pytest.importorskip("torch") if backend == "torch" else None
