@@ -184,6 +184,41 @@ def test_callable_affinity_of_one_argument_fits_and_predict_says_why_not():
         est.predict(X[:5])
 
 
+def test_callable_affinity_of_the_wrong_shape_in_predict_says_so():
+    # a callable whose cross-affinity has the wrong number of rows (here it
+    # ignores X_new) made predict fail with numpy's "could not broadcast
+    # input array from shape (120,) into shape (5,)", and one with the
+    # wrong number of columns was called "a precomputed affinity"
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+
+    def ignores_x(A, B=None):
+        return laplacian_kernel(A if B is None else B, gamma=0.5)
+
+    est = FalconNCut(3, affinity=ignores_x, random_state=0).fit(X)
+    msg = (r"callable affinity must return an \(n_X, n_Y\) matrix; "
+           r"affinity\(X_new, X_fit\) returned shape=\(120, 120\) for n_X=5 ")
+    with pytest.raises(ValueError, match=msg):
+        est.predict(X[:5])
+    with pytest.raises(ValueError, match=msg):
+        est.score(X[:5])
+
+    def few_columns(A, B=None):
+        return laplacian_kernel(A, B if B is None else B[:10], gamma=0.5)
+
+    est = FalconNCut(3, affinity=few_columns, random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"returned shape=\(5, 10\) for n_X=5 new "
+                       r"samples and n_Y=120 training samples"):
+        est.predict(X[:5])
+
+    def boolean_cross(A, B=None):
+        W = laplacian_kernel(A, B, gamma=0.5)
+        return W if B is None else W > 0.5
+
+    est = FalconNCut(3, affinity=boolean_cross, random_state=0).fit(X)
+    with pytest.raises(TypeError, match=r"affinity\(X, X_fit\) has dtype=bool"):
+        est.predict(X[:5])
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
 def test_precomputed_formats_agree(fmt):
     W, y = sbm(seed=1)

@@ -513,22 +513,31 @@ class CallableAffinity(Affinity):
         except ValueError:  # no signature to read (a builtin): just call it
             pass
         A = self._call(X_new, self.X_fit_)
+        if A.shape != (X_new.shape[0], self.n_train_):
+            raise ValueError(
+                "The callable affinity must return an (n_X, n_Y) matrix; "
+                f"affinity(X_new, X_fit) returned shape={A.shape} for "
+                f"n_X={X_new.shape[0]} new samples and n_Y={self.n_train_} "
+                "training samples."
+            )
         return check_cross_affinity(A, self.n_train_, name="affinity(X, X_fit)")
 
     def _call(self, X, Y=None):
         """Call the user function and check its output is finite and real."""
         A = self.function(X) if Y is None else self.function(X, Y)
+        call = "affinity(X)" if Y is None else "affinity(X, X_fit)"
         if sp.issparse(A):
             A = sp.csr_matrix(A, dtype=np.float64)
             values = A.data
         else:
             A = np.asarray(A)
-            check_dtype_kind(A, name="affinity(X)")
+            check_dtype_kind(A, name=call)
             A = A.astype(np.float64, copy=False)
             values = A
         if A.ndim != 2:
             raise ValueError(
-                f"The callable affinity must return a 2-D matrix; got ndim={A.ndim}."
+                f"The callable affinity must return a 2-D matrix; {call} has "
+                f"ndim={A.ndim}."
             )
         if not np.all(np.isfinite(values)):
             raise ValueError("The callable affinity returned NaN or inf values.")
