@@ -275,7 +275,7 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None):
     data = W.data if sp.issparse(W) else W
     scale = float(data.max()) if data.size else 0.0  # data >= 0 here
     if tol is None:
-        tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
+        tol = (1e-5 if W.dtype == np.float32 else 1e-10) * scale
     asym = _max_asymmetry(W)
     if asym <= tol:
         return W
