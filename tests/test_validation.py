@@ -127,6 +127,20 @@ def test_non_square_affinity():
         _fit_pre(_W()[:, :20])
 
 
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_non_square_distance_matrix(fmt):
+    # affinity="precomputed_nearest_neighbors" with a non-square matrix
+    # raised SciPy's "inconsistent shapes" (sparse) or scikit-learn's
+    # "Precomputed matrix must be square" (dense), naming neither the
+    # affinity nor X
+    D = np.random.default_rng(0).random((30, 20))
+    est = FalconNCut(3, affinity="precomputed_nearest_neighbors", random_state=0)
+    with pytest.raises(ValueError, match=r"affinity='precomputed_nearest_neighbors' "
+                       r"expects a square .* distance matrix X; got "
+                       r"shape=\(30, 20\)"):
+        est.fit(fmt(D))
+
+
 def test_asymmetric_affinity_is_symmetrized_with_warning():
     W = _W()
     W[0, 1] += 1.0

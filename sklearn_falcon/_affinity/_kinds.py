@@ -364,6 +364,11 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
             )
 
     def fit(self, X):
+        if X.shape[0] != X.shape[1]:
+            raise ValueError(
+                "affinity='precomputed_nearest_neighbors' expects a square "
+                f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
+            )
         self._check_distances(X)
         if not sp.issparse(X):
             return super().fit(X)
