@@ -378,6 +378,33 @@ def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
     assert est.predict(D[:5]).shape == (5,)
 
 
+def test_precomputed_nearest_neighbors_ties_by_column_dense_or_sparse():
+    # equal distances (Hamming distances of binary codes) were taken by
+    # scikit-learn's partition for a dense matrix, by column order for a
+    # sparse one: the same distances gave two kNN graphs (960 entries
+    # apart here), and the dense one broke the "equal distances by sample
+    # index" of the kNN affinities
+    rng = np.random.default_rng(0)
+    B = rng.integers(0, 2, size=(120, 10))
+    D = (B[:, None, :] != B[None, :, :]).sum(-1).astype(float)
+    r, c = np.nonzero(np.ones_like(D))
+    D_all = sp.csr_matrix((D[r, c], (r, c)), shape=D.shape)  # every entry stored
+    k = 8
+    want = np.zeros_like(D)  # the k nearest of each row, ties by column
+    for i in range(D.shape[0]):
+        want[i, np.lexsort((np.arange(D.shape[1]), D[i]))[:k]] = 1
+    params = dict(affinity="precomputed_nearest_neighbors", n_neighbors=k,
+                  random_state=0)
+    dense = FalconNCut(3, **params).fit(D)
+    sparse = FalconNCut(3, **params).fit(D_all)
+    np.testing.assert_array_equal(dense.affinity_matrix_.toarray(),
+                                  (want + want.T) / 2)
+    np.testing.assert_array_equal(sparse.affinity_matrix_.toarray(),
+                                  (want + want.T) / 2)
+    np.testing.assert_array_equal(dense.labels_, sparse.labels_)
+    np.testing.assert_array_equal(dense.predict(D[:30]), sparse.predict(D_all[:30]))
+
+
 def test_precomputed_nearest_neighbors_non_canonical_sparse_distances():
     # a CSR distance matrix with duplicate entries (one distance split in
     # two, read by SciPy as their sum) and unsorted column indices gave

@@ -251,24 +251,11 @@ class NearestNeighborsAffinity(Affinity):
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
-        if 1 < n <= self.n_neighbors:
-            warn_user(
-                f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
-                "is a neighbour of every other, so the kNN graph is complete "
-                "with equal weights and every partition has the same NCut "
-                "(n_clusters - 1); the labels are arbitrary. Use fewer "
-                "neighbours than samples."
-            )
-        if (self.metric == "minkowski" and not sp.issparse(X)
-                and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2):
+        self._warn_if_complete(n)
+        if not sp.issparse(X) and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2:
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
-        elif self.metric == "minkowski":
-            self.nn_ = _BruteNeighbors(X, k, n_jobs=self.n_jobs)
         else:
-            from sklearn.neighbors import NearestNeighbors
-
-            self.nn_ = NearestNeighbors(n_neighbors=k, metric=self.metric,
-                                        n_jobs=self.n_jobs).fit(X)
+            self.nn_ = _BruteNeighbors(X, k, n_jobs=self.n_jobs)
         C = self.nn_.kneighbors_graph(X, mode="connectivity")
         W = 0.5 * (C + C.T)
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
@@ -277,6 +264,16 @@ class NearestNeighborsAffinity(Affinity):
     def cross(self, X_new):
         self.check_features(X_new)
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
+
+    def _warn_if_complete(self, n):
+        if 1 < n <= self.n_neighbors:
+            warn_user(
+                f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
+                "is a neighbour of every other, so the kNN graph is complete "
+                "with equal weights and every partition has the same NCut "
+                "(n_clusters - 1); the labels are arbitrary. Use fewer "
+                "neighbours than samples."
+            )
 
     def check_features(self, X, name="X"):
         if self.metric == "minkowski":
@@ -338,16 +335,35 @@ def _knn_connectivity(D, k):
         keep = order[rank < k]
         r, c = rows[keep], D.indices[keep]
     else:
-        c = np.argsort(D, axis=1, kind="stable")[:, :k].ravel()
-        r = np.repeat(np.arange(n_rows), min(k, n_cols))
+        r, c = _dense_knn(D, min(k, n_cols))
     return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n_rows, n_cols))
+
+
+def _dense_knn(D, k):
+    """``(rows, cols)`` of the ``k`` smallest entries of each row of a dense
+    ``D``, equal values in column order, in row blocks of about 4M entries
+    (a partition of each row, not a sort)."""
+    n_rows, n_cols = D.shape
+    cols = np.empty((n_rows, k), dtype=np.int64)
+    step = max(1, (1 << 22) // max(n_cols, 1))
+    for a in range(0, n_rows, step):
+        B = np.asarray(D[a:a + step])
+        kth = np.partition(B, k - 1, axis=1)[:, k - 1:k]
+        less = B < kth
+        tie = B == kth
+        # all entries below the k-th value, then the first ties up to k
+        need = k - np.count_nonzero(less, axis=1)[:, None]
+        take = less | (tie & (np.cumsum(tie, axis=1) <= need))
+        cols[a:a + B.shape[0]] = np.nonzero(take)[1].reshape(-1, k)
+    return np.repeat(np.arange(n_rows), k), cols.ravel()
 
 
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
-    neighbours give ``W``.  For a sparse ``X`` only the stored distances
-    count, and a row with fewer than ``n_neighbors`` keeps the ones it has
-    (:func:`_knn_connectivity`)."""
+    neighbours give ``W``, equal distances taken in column order (dense or
+    sparse, in ``fit`` and ``predict``).  For a sparse ``X`` only the stored
+    distances count, and a row with fewer than ``n_neighbors`` keeps the
+    ones it has (:func:`_knn_connectivity`)."""
 
     name = "precomputed_nearest_neighbors"
     precomputed = True
@@ -370,9 +386,9 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
             )
         self._check_distances(X)
-        if not sp.issparse(X):
-            return super().fit(X)
         self.n_train_ = X.shape[0]
+        if not sp.issparse(X):
+            self._warn_if_complete(X.shape[0])
         C = _knn_connectivity(X, min(self.n_neighbors, X.shape[0]))
         return clean_csr((0.5 * (C + C.T)).astype(X.dtype))
 
@@ -384,8 +400,6 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"shape={X_new.shape}."
             )
         self._check_distances(X_new)
-        if hasattr(self, "nn_") and not sp.issparse(X_new):
-            return super().cross(X_new)
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
