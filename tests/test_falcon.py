@@ -219,6 +219,21 @@ def test_callable_affinity_of_the_wrong_shape_in_predict_says_so():
         est.predict(X[:5])
 
 
+@pytest.mark.parametrize("affinity_of", [
+    lambda W: sp.csr_matrix(W * (1 + 1j)), lambda W: W * (1 + 1j)])
+def test_callable_affinity_of_complex_values_is_refused(affinity_of):
+    # a sparse complex affinity from a callable lost its imaginary part
+    # with only NumPy's ComplexWarning (a dense one was refused)
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+
+    def kernel(A, B=None):
+        return affinity_of(laplacian_kernel(A, B, gamma=0.5))
+
+    with pytest.raises(ValueError, match=r"Complex data not supported: "
+                       r"affinity\(X\) has dtype=complex128"):
+        FalconNCut(3, affinity=kernel, random_state=0).fit(X)
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
 def test_precomputed_formats_agree(fmt):
     W, y = sbm(seed=1)

@@ -545,12 +545,13 @@ class CallableAffinity(Affinity):
         """Call the user function and check its output is finite and real."""
         A = self.function(X) if Y is None else self.function(X, Y)
         call = "affinity(X)" if Y is None else "affinity(X, X_fit)"
+        if not sp.issparse(A):
+            A = np.asarray(A)
+        check_dtype_kind(A, name=call)  # sparse too: complex would lose its part
         if sp.issparse(A):
             A = sp.csr_matrix(A, dtype=np.float64)
             values = A.data
         else:
-            A = np.asarray(A)
-            check_dtype_kind(A, name=call)
             A = A.astype(np.float64, copy=False)
             values = A
         if A.ndim != 2:
