@@ -13,6 +13,7 @@ from ._affinity import (
     AFFINITIES,
     PRECOMPUTED,
     active_subgraph,
+    canonical_sparse,
     check_dtype_kind,
     make_affinity,
     start_graph,
@@ -342,11 +343,11 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             X = X.compute()
         X = host_array(X)  # a torch tensor, on any device: on the host
         check_dtype_kind(X, name="X")
-        return validate_data(
+        return canonical_sparse(validate_data(  # duplicates: one summed entry
             self, X, accept_sparse="csr",
             dtype=(np.float64, np.float32), ensure_min_samples=2 if reset else 1,
             reset=reset,
-        )
+        ))
 
     @logs_progress
     @_fit_context(prefer_skip_nested_validation=True)

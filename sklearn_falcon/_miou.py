@@ -170,7 +170,11 @@ def miou(
             t[1] += int(b)
             t[2] += int(c)
     if not per_image:
-        raise ValueError("Every ground-truth pixel equals ignore_index; nothing to evaluate.")
+        if not any(g.size for g in gts):
+            raise ValueError("The maps in gt have no pixels; nothing to evaluate.")
+        raise ValueError(
+            f"Every ground-truth pixel equals ignore_index={ignore_index}; nothing "
+            "to evaluate.")
     per_class = {
         cls: (t[0] / (t[0] + t[1] + t[2]) if (t[0] + t[1] + t[2]) else 0.0)
         for cls, t in sorted(totals.items())

@@ -31,8 +31,12 @@ def _cluster_terms(W, labels):
             f"shape={labels.shape}."
         )
     if labels.dtype.kind == "f":
-        if not np.all(np.mod(labels, 1) == 0):
-            raise ValueError("labels must be integers.")
+        with np.errstate(invalid="ignore"):
+            whole = np.mod(labels, 1) == 0  # False at NaN and inf
+        if not np.all(whole):
+            raise ValueError(
+                "labels must be integers or strings; got the value "
+                f"{float(labels[~whole][0])} of dtype={labels.dtype}.")
     elif labels.dtype.kind not in "biuUS":
         raise ValueError(
             f"labels must be integers or strings; got dtype={labels.dtype}.")

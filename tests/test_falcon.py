@@ -184,6 +184,56 @@ def test_callable_affinity_of_one_argument_fits_and_predict_says_why_not():
         est.predict(X[:5])
 
 
+def test_callable_affinity_of_the_wrong_shape_in_predict_says_so():
+    # a callable whose cross-affinity has the wrong number of rows (here it
+    # ignores X_new) made predict fail with numpy's "could not broadcast
+    # input array from shape (120,) into shape (5,)", and one with the
+    # wrong number of columns was called "a precomputed affinity"
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+
+    def ignores_x(A, B=None):
+        return laplacian_kernel(A if B is None else B, gamma=0.5)
+
+    est = FalconNCut(3, affinity=ignores_x, random_state=0).fit(X)
+    msg = (r"callable affinity must return an \(n_X, n_Y\) matrix; "
+           r"affinity\(X_new, X_fit\) returned shape=\(120, 120\) for n_X=5 ")
+    with pytest.raises(ValueError, match=msg):
+        est.predict(X[:5])
+    with pytest.raises(ValueError, match=msg):
+        est.score(X[:5])
+
+    def few_columns(A, B=None):
+        return laplacian_kernel(A, B if B is None else B[:10], gamma=0.5)
+
+    est = FalconNCut(3, affinity=few_columns, random_state=0).fit(X)
+    with pytest.raises(ValueError, match=r"returned shape=\(5, 10\) for n_X=5 new "
+                       r"samples and n_Y=120 training samples"):
+        est.predict(X[:5])
+
+    def boolean_cross(A, B=None):
+        W = laplacian_kernel(A, B, gamma=0.5)
+        return W if B is None else W > 0.5
+
+    est = FalconNCut(3, affinity=boolean_cross, random_state=0).fit(X)
+    with pytest.raises(TypeError, match=r"affinity\(X, X_fit\) has dtype=bool"):
+        est.predict(X[:5])
+
+
+@pytest.mark.parametrize("affinity_of", [
+    lambda W: sp.csr_matrix(W * (1 + 1j)), lambda W: W * (1 + 1j)])
+def test_callable_affinity_of_complex_values_is_refused(affinity_of):
+    # a sparse complex affinity from a callable lost its imaginary part
+    # with only NumPy's ComplexWarning (a dense one was refused)
+    X, _ = make_blobs(n_samples=60, centers=3, random_state=0)
+
+    def kernel(A, B=None):
+        return affinity_of(laplacian_kernel(A, B, gamma=0.5))
+
+    with pytest.raises(ValueError, match=r"Complex data not supported: "
+                       r"affinity\(X\) has dtype=complex128"):
+        FalconNCut(3, affinity=kernel, random_state=0).fit(X)
+
+
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "dense"])
 def test_precomputed_formats_agree(fmt):
     W, y = sbm(seed=1)
@@ -341,6 +391,89 @@ def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
     diff = abs((W[1:, 1:] - 0.5 * (C + C.T)))
     assert diff.max() <= 0.5 + 1e-12
     assert est.predict(D[:5]).shape == (5,)
+
+
+def test_precomputed_nearest_neighbors_ties_by_column_dense_or_sparse():
+    # equal distances (Hamming distances of binary codes) were taken by
+    # scikit-learn's partition for a dense matrix, by column order for a
+    # sparse one: the same distances gave two kNN graphs (960 entries
+    # apart here), and the dense one broke the "equal distances by sample
+    # index" of the kNN affinities
+    rng = np.random.default_rng(0)
+    B = rng.integers(0, 2, size=(120, 10))
+    D = (B[:, None, :] != B[None, :, :]).sum(-1).astype(float)
+    r, c = np.nonzero(np.ones_like(D))
+    D_all = sp.csr_matrix((D[r, c], (r, c)), shape=D.shape)  # every entry stored
+    k = 8
+    want = np.zeros_like(D)  # the k nearest of each row, ties by column
+    for i in range(D.shape[0]):
+        want[i, np.lexsort((np.arange(D.shape[1]), D[i]))[:k]] = 1
+    params = dict(affinity="precomputed_nearest_neighbors", n_neighbors=k,
+                  random_state=0)
+    dense = FalconNCut(3, **params).fit(D)
+    sparse = FalconNCut(3, **params).fit(D_all)
+    np.testing.assert_array_equal(dense.affinity_matrix_.toarray(),
+                                  (want + want.T) / 2)
+    np.testing.assert_array_equal(sparse.affinity_matrix_.toarray(),
+                                  (want + want.T) / 2)
+    np.testing.assert_array_equal(dense.labels_, sparse.labels_)
+    np.testing.assert_array_equal(dense.predict(D[:30]), sparse.predict(D_all[:30]))
+
+
+def test_precomputed_nearest_neighbors_non_canonical_sparse_distances():
+    # a CSR distance matrix with duplicate entries (one distance split in
+    # two, read by SciPy as their sum) and unsorted column indices gave
+    # another kNN graph than the same matrix in canonical form: each part
+    # of a duplicate counted as a neighbour of its own, and ties went by
+    # storage order instead of column order
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = make_blobs(n_samples=80, centers=3, random_state=0)
+    D = NearestNeighbors(n_neighbors=12).fit(X).kneighbors_graph(mode="distance")
+    D.data[:] = np.round(D.data, 1)  # ties
+    # every distance split into two halves, the columns of a row reversed
+    indices = np.empty(2 * D.nnz, dtype=D.indices.dtype)
+    data = np.empty(2 * D.nnz)
+    for i in range(D.shape[0]):
+        lo, hi = D.indptr[i], D.indptr[i + 1]
+        indices[2 * lo:2 * hi] = np.repeat(D.indices[lo:hi][::-1], 2)
+        data[2 * lo:2 * hi] = np.repeat(D.data[lo:hi][::-1] / 2, 2)
+    D2 = sp.csr_matrix((data, indices, 2 * D.indptr), shape=D.shape)
+    assert not D2.has_canonical_format
+    kept = D2.copy()
+    params = dict(affinity="precomputed_nearest_neighbors", n_neighbors=5,
+                  random_state=0)
+    ref = FalconNCut(3, **params).fit(D)
+    est = FalconNCut(3, **params).fit(D2)
+    assert abs(est.affinity_matrix_ - ref.affinity_matrix_).max() == 0
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(D2[:20]), ref.predict(D[:20]))
+    # the caller's matrix is left as it was
+    np.testing.assert_array_equal(D2.indices, kept.indices)
+    np.testing.assert_array_equal(D2.data, kept.data)
+
+
+@pytest.mark.parametrize("affinity", ["nearest_neighbors", "rbf", "cosine"])
+def test_sparse_features_with_duplicate_entries(affinity):
+    # a CSR matrix of features with duplicate entries (one value split in
+    # two, as a bag of words built from token ids stores it; SciPy reads
+    # their sum) gave another graph than the same matrix in canonical form:
+    # scikit-learn's row norms added the squares of the parts
+    X, _ = make_blobs(n_samples=90, n_features=20, centers=3, random_state=0)
+    Xs = sp.csr_matrix(np.abs(X))
+    D = sp.csr_matrix((np.repeat(Xs.data / 2, 2), np.repeat(Xs.indices, 2),
+                       2 * Xs.indptr), shape=Xs.shape)
+    assert not D.has_canonical_format and abs(D - Xs).max() == 0
+    kept = D.copy()
+    params = dict(affinity=affinity, gamma=0.01, random_state=0)
+    ref = FalconNCut(3, **params).fit(Xs)
+    est = FalconNCut(3, **params).fit(D)
+    assert abs(est.affinity_matrix_ - ref.affinity_matrix_).max() <= 1e-12
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(ref.predict(D[:30]), ref.predict(Xs[:30]))
+    assert ref.score(D) == pytest.approx(ref.score(Xs))
+    np.testing.assert_array_equal(D.data, kept.data)  # not summed in place
+    np.testing.assert_array_equal(D.indices, kept.indices)
 
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])

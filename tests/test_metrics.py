@@ -68,6 +68,12 @@ def test_normalized_cut_errors():
         normalized_cut(np.ones((3, 3)), np.array([0, "a", None], dtype=object))
     with pytest.raises(ValueError, match="integers or strings; got dtype=complex"):
         normalized_cut(np.ones((3, 3)), np.array([0, 1, 0], dtype=complex))
+    # a float label that is not a whole number is named (it said "labels
+    # must be integers.", without the value or the dtype)
+    for bad, shown in [(0.5, "0.5"), (np.nan, "nan"), (np.inf, "inf")]:
+        with pytest.raises(ValueError, match=f"integers or strings; got the value "
+                           f"{shown} of dtype=float64"):
+            normalized_cut(np.ones((3, 3)), [0.0, bad, 1.0])
 
 
 def test_normalized_cut_of_string_labels_is_that_of_their_partition():

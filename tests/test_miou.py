@@ -76,6 +76,15 @@ def test_validation():
         miou(a.astype(float), a)
     with pytest.raises(ValueError, match="ground-truth maps"):
         miou([a, a], [a])
+    # maps without pixels were said to have every pixel equal to
+    # ignore_index, even with ignore_index=None
+    empty = np.zeros((0, 4), int)
+    for ignore in (None, 255):
+        with pytest.raises(ValueError, match="The maps in gt have no pixels"):
+            miou(empty, empty, ignore_index=ignore)
+    with pytest.raises(ValueError, match="Every ground-truth pixel equals "
+                       "ignore_index=7"):
+        miou(a, a + 7, ignore_index=7)
 
 
 def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():

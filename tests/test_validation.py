@@ -128,6 +128,20 @@ def test_non_square_affinity():
         _fit_pre(_W()[:, :20])
 
 
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_non_square_distance_matrix(fmt):
+    # affinity="precomputed_nearest_neighbors" with a non-square matrix
+    # raised SciPy's "inconsistent shapes" (sparse) or scikit-learn's
+    # "Precomputed matrix must be square" (dense), naming neither the
+    # affinity nor X
+    D = np.random.default_rng(0).random((30, 20))
+    est = FalconNCut(3, affinity="precomputed_nearest_neighbors", random_state=0)
+    with pytest.raises(ValueError, match=r"affinity='precomputed_nearest_neighbors' "
+                       r"expects a square .* distance matrix X; got "
+                       r"shape=\(30, 20\)"):
+        est.fit(fmt(D))
+
+
 def test_asymmetric_affinity_is_symmetrized_with_warning():
     W = _W()
     W[0, 1] += 1.0
@@ -139,6 +153,31 @@ def test_asymmetric_affinity_is_symmetrized_with_warning():
     with pytest.warns(UserWarning, match="not symmetric"):
         est = _fit_pre(sp.csr_matrix(W))
     assert abs(est.affinity_matrix_ - est.affinity_matrix_.T).max() == 0
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e-12, 1e-300])
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_asymmetric_affinity_of_small_scale_is_symmetrized(scale, fmt):
+    # the symmetry tolerance was 1e-10 absolute for an affinity below 1: an
+    # asymmetric W of entries below 1e-10 (W / 1e12, a tiny kernel) was
+    # clustered as it was, without the warning and the symmetric part that
+    # the same W at scale 1 gets (NCut 0.61 instead of 0.25 on a kNN graph
+    # of 300 blobs), and normalized_cut scored the asymmetric W
+    from sklearn.datasets import make_blobs
+    from sklearn.neighbors import kneighbors_graph
+
+    from sklearn_falcon import normalized_cut
+
+    X, _ = make_blobs(150, centers=4, cluster_std=2.0, random_state=0)
+    C = kneighbors_graph(X, 6, include_self=True).toarray() * scale
+    with pytest.warns(UserWarning, match="not symmetric"):
+        est = _fit_pre(fmt(C), n_clusters=4)
+    W = est.affinity_matrix_
+    W = W.toarray() if sp.issparse(W) else W
+    np.testing.assert_array_equal(W, (C + C.T) * 0.5)
+    with pytest.warns(UserWarning, match="W is not symmetric"):
+        got = normalized_cut(fmt(C), est.labels_)
+    assert got == pytest.approx(est.ncut_, rel=1e-9)
 
 
 @pytest.mark.parametrize("K", [0, -1, 31])

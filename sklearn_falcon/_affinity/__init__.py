@@ -6,6 +6,7 @@
 
 from ._check import (
     active_subgraph,
+    canonical_sparse,
     check_active_count,
     check_affinity,
     check_cross_affinity,
@@ -35,6 +36,7 @@ __all__ = [
     "PRECOMPUTED",
     "Affinity",
     "active_subgraph",
+    "canonical_sparse",
     "check_active_count",
     "check_affinity",
     "check_cross_affinity",

@@ -13,10 +13,10 @@ from .._jit import jit
 from .._log import warn_user
 from .._memory import check_allocation
 
-__all__ = ["check_affinity", "check_cross_affinity", "check_dtype_kind",
-           "check_finite_degrees", "check_finite_top", "check_nonnegative",
-           "clean_csr", "symmetric_part", "warn_if_disconnected", "active_subgraph",
-           "restrict_to_active"]
+__all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
+           "check_dtype_kind", "check_finite_degrees", "check_finite_top",
+           "check_nonnegative", "clean_csr", "symmetric_part",
+           "warn_if_disconnected", "active_subgraph", "restrict_to_active"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -76,6 +76,18 @@ def clean_csr(W):
         W.indices = W.indices.astype(np.int32, copy=False)
     W.sort_indices()
     return W
+
+
+def canonical_sparse(X):
+    """``X`` itself, or, for a sparse ``X`` with duplicate entries or
+    unsorted indices, a canonical copy: duplicates summed, as SciPy reads
+    them (scikit-learn's row norms, of the kNN, RBF and cosine affinities,
+    would add their squares instead)."""
+    if not sp.issparse(X) or X.format != "csr" or X.has_canonical_format:
+        return X
+    X = X.copy()
+    X.sum_duplicates()
+    return X
 
 
 @jit
@@ -263,7 +275,7 @@ def symmetric_part(W, *, name="X", symmetric="warn", tol=None):
     data = W.data if sp.issparse(W) else W
     scale = float(data.max()) if data.size else 0.0  # data >= 0 here
     if tol is None:
-        tol = (1e-5 if W.dtype == np.float32 else 1e-10) * max(scale, 1.0)
+        tol = (1e-5 if W.dtype == np.float32 else 1e-10) * scale
     asym = _max_asymmetry(W)
     if asym <= tol:
         return W

@@ -32,7 +32,7 @@ from ._check import (
     check_finite_top,
     clean_csr,
 )
-from ._neighbors import _BruteNeighbors, _TreeNeighbors
+from ._neighbors import _BruteNeighbors, _knn_connectivity, _TreeNeighbors
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range", "cosine_similarity", "make_affinity", "start_graph",
@@ -262,24 +262,11 @@ class NearestNeighborsAffinity(Affinity):
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
-        if 1 < n <= self.n_neighbors and self.warns_complete:
-            warn_user(
-                f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
-                "is a neighbour of every other, so the kNN graph is complete "
-                "with equal weights and every partition has the same NCut "
-                "(n_clusters - 1); the labels are arbitrary. Use fewer "
-                "neighbours than samples."
-            )
-        if (self.metric == "minkowski" and not sp.issparse(X)
-                and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2):
+        self._warn_if_complete(n)
+        if not sp.issparse(X) and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2:
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
-        elif self.metric == "minkowski":
-            self.nn_ = _BruteNeighbors(X, k, n_jobs=self.n_jobs)
         else:
-            from sklearn.neighbors import NearestNeighbors
-
-            self.nn_ = NearestNeighbors(n_neighbors=k, metric=self.metric,
-                                        n_jobs=self.n_jobs).fit(X)
+            self.nn_ = _BruteNeighbors(X, k, n_jobs=self.n_jobs)
         C = self.nn_.kneighbors_graph(X, mode="connectivity")
         W = 0.5 * (C + C.T)
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
@@ -288,6 +275,16 @@ class NearestNeighborsAffinity(Affinity):
     def cross(self, X_new):
         self.check_features(X_new)
         return self.nn_.kneighbors_graph(X_new, mode="connectivity")
+
+    def _warn_if_complete(self, n):
+        if 1 < n <= self.n_neighbors and self.warns_complete:
+            warn_user(
+                f"n_neighbors={self.n_neighbors} >= n_samples={n}: every sample "
+                "is a neighbour of every other, so the kNN graph is complete "
+                "with equal weights and every partition has the same NCut "
+                "(n_clusters - 1); the labels are arbitrary. Use fewer "
+                "neighbours than samples."
+            )
 
     def check_features(self, X, name="X"):
         if self.metric == "minkowski":
@@ -326,34 +323,12 @@ def _check_distance_range(X, of="distances", name="X"):
     )
 
 
-def _knn_connectivity(D, k):
-    """kNN connectivity (CSR, float64) of the rows of a distance matrix,
-    the ``k`` smallest distances of each row (ties in column order).
-
-    Dense ``D``: every entry is a distance.  Sparse ``D``: only the stored
-    entries are (a missing entry is no edge, as in scikit-learn's
-    precomputed graphs), and a row with fewer than ``k`` of them keeps them
-    all, where scikit-learn's ``NearestNeighbors`` refuses the whole matrix.
-    """
-    n_rows, n_cols = D.shape
-    if sp.issparse(D):
-        D = sp.csr_matrix(D)
-        rows = np.repeat(np.arange(n_rows), np.diff(D.indptr))
-        order = np.lexsort((D.data, rows))  # by row, then distance; stable
-        rank = np.arange(order.size) - D.indptr[rows[order]]
-        keep = order[rank < k]
-        r, c = rows[keep], D.indices[keep]
-    else:
-        c = np.argsort(D, axis=1, kind="stable")[:, :k].ravel()
-        r = np.repeat(np.arange(n_rows), min(k, n_cols))
-    return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n_rows, n_cols))
-
-
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
-    neighbours give ``W``.  For a sparse ``X`` only the stored distances
-    count, and a row with fewer than ``n_neighbors`` keeps the ones it has
-    (:func:`_knn_connectivity`)."""
+    neighbours give ``W``, equal distances taken in column order (dense or
+    sparse, in ``fit`` and ``predict``).  For a sparse ``X`` only the stored
+    distances count, and a row with fewer than ``n_neighbors`` keeps the
+    ones it has (:func:`_knn_connectivity`)."""
 
     name = "precomputed_nearest_neighbors"
     precomputed = True
@@ -370,10 +345,15 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
             )
 
     def fit(self, X):
+        if X.shape[0] != X.shape[1]:
+            raise ValueError(
+                "affinity='precomputed_nearest_neighbors' expects a square "
+                f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
+            )
         self._check_distances(X)
-        if not sp.issparse(X):
-            return super().fit(X)
         self.n_train_ = X.shape[0]
+        if not sp.issparse(X):
+            self._warn_if_complete(X.shape[0])
         C = _knn_connectivity(X, min(self.n_neighbors, X.shape[0]))
         return clean_csr((0.5 * (C + C.T)).astype(X.dtype))
 
@@ -385,8 +365,6 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"shape={X_new.shape}."
             )
         self._check_distances(X_new)
-        if hasattr(self, "nn_") and not sp.issparse(X_new):
-            return super().cross(X_new)
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
@@ -532,22 +510,32 @@ class CallableAffinity(Affinity):
         except ValueError:  # no signature to read (a builtin): just call it
             pass
         A = self._call(X_new, self.X_fit_)
+        if A.shape != (X_new.shape[0], self.n_train_):
+            raise ValueError(
+                "The callable affinity must return an (n_X, n_Y) matrix; "
+                f"affinity(X_new, X_fit) returned shape={A.shape} for "
+                f"n_X={X_new.shape[0]} new samples and n_Y={self.n_train_} "
+                "training samples."
+            )
         return check_cross_affinity(A, self.n_train_, name="affinity(X, X_fit)")
 
     def _call(self, X, Y=None):
         """Call the user function and check its output is finite and real."""
         A = self.function(X) if Y is None else self.function(X, Y)
+        call = "affinity(X)" if Y is None else "affinity(X, X_fit)"
+        if not sp.issparse(A):
+            A = np.asarray(A)
+        check_dtype_kind(A, name=call)  # sparse too: complex would lose its part
         if sp.issparse(A):
             A = sp.csr_matrix(A, dtype=np.float64)
             values = A.data
         else:
-            A = np.asarray(A)
-            check_dtype_kind(A, name="affinity(X)")
             A = A.astype(np.float64, copy=False)
             values = A
         if A.ndim != 2:
             raise ValueError(
-                f"The callable affinity must return a 2-D matrix; got ndim={A.ndim}."
+                f"The callable affinity must return a 2-D matrix; {call} has "
+                f"ndim={A.ndim}."
             )
         if not np.all(np.isfinite(values)):
             raise ValueError("The callable affinity returned NaN or inf values.")

@@ -9,6 +9,9 @@ call, ``kneighbors_graph``:
   features, sparse samples), with a choice among samples at equal distances
   that does not depend on the number of threads.
 
+and :func:`_knn_connectivity`, the ``k`` nearest of each row of a
+precomputed distance matrix (``affinity="precomputed_nearest_neighbors"``).
+
 scikit-learn's brute force (``ArgKmin``) splits its work by its OpenMP
 threads, and which of several samples at one distance it keeps depends on
 that split: the kNN graph of the digits (integer pixels, many equal
@@ -29,7 +32,7 @@ from sklearn.utils.extmath import row_norms
 from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._threads import effective_n_threads
 
-__all__ = ["_BruteNeighbors", "_TreeNeighbors"]
+__all__ = ["_BruteNeighbors", "_TreeNeighbors", "_knn_connectivity"]
 
 # float64 entries of one block of differences (query rows x candidates x
 # features): 32 MB
@@ -194,3 +197,49 @@ class _BruteNeighbors:
                 diff = q - self.X[cand[a:b, c:c + cols]]
                 out[a:b, c:c + cols] = np.square(diff).sum(axis=-1)
         return out
+
+
+def _knn_connectivity(D, k):
+    """kNN connectivity (CSR, float64) of the rows of a distance matrix,
+    the ``k`` smallest distances of each row (ties in column order).
+
+    Dense ``D``: every entry is a distance.  Sparse ``D``: only the stored
+    entries are (a missing entry is no edge, as in scikit-learn's
+    precomputed graphs), and a row with fewer than ``k`` of them keeps them
+    all, where scikit-learn's ``NearestNeighbors`` refuses the whole matrix.
+    Duplicate entries of a non-canonical ``D`` are one distance, their sum
+    (as SciPy reads them); the caller's ``D`` is not modified.
+    """
+    n_rows, n_cols = D.shape
+    if sp.issparse(D):
+        D = sp.csr_matrix(D)
+        if not D.has_canonical_format:  # duplicates summed, columns in order
+            D = D.copy()
+            D.sum_duplicates()
+        rows = np.repeat(np.arange(n_rows), np.diff(D.indptr))
+        order = np.lexsort((D.data, rows))  # by row, then distance; stable
+        rank = np.arange(order.size) - D.indptr[rows[order]]
+        keep = order[rank < k]
+        r, c = rows[keep], D.indices[keep]
+    else:
+        r, c = _dense_knn(D, min(k, n_cols))
+    return sp.csr_matrix((np.ones(r.size), (r, c)), shape=(n_rows, n_cols))
+
+
+def _dense_knn(D, k):
+    """``(rows, cols)`` of the ``k`` smallest entries of each row of a dense
+    ``D``, equal values in column order, in row blocks of about 4M entries
+    (a partition of each row, not a sort)."""
+    n_rows, n_cols = D.shape
+    cols = np.empty((n_rows, k), dtype=np.int64)
+    step = max(1, (1 << 22) // max(n_cols, 1))
+    for a in range(0, n_rows, step):
+        B = np.asarray(D[a:a + step])
+        kth = np.partition(B, k - 1, axis=1)[:, k - 1:k]
+        less = B < kth
+        tie = B == kth
+        # all entries below the k-th value, then the first ties up to k
+        need = k - np.count_nonzero(less, axis=1)[:, None]
+        take = less | (tie & (np.cumsum(tie, axis=1) <= need))
+        cols[a:a + B.shape[0]] = np.nonzero(take)[1].reshape(-1, k)
+    return np.repeat(np.arange(n_rows), k), cols.ravel()
