@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions, validate_param
 from ._affinity import (
     AFFINITIES,
     PRECOMPUTED,
+    canonical_sparse,
     check_affinity,
     check_dtype_kind,
     make_affinity,
@@ -100,9 +101,9 @@ def _check_graphs(graphs, affinity):
         G = host_array(G)
         check_dtype_kind(G, name=name)
         try:
-            G = check_array(G, accept_sparse=("csr", "csc"),  # COO: as CSR
-                            dtype=(np.float64, np.float32), input_name=name,
-                            ensure_min_samples=1)
+            G = canonical_sparse(check_array(  # COO: as CSR; duplicates summed
+                G, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
+                input_name=name, ensure_min_samples=1))
         except ValueError as exc:  # scikit-learn names no input in most
             if name in str(exc):
                 raise

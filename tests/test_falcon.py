@@ -474,6 +474,12 @@ def test_sparse_features_with_duplicate_entries(affinity):
     assert ref.score(D) == pytest.approx(ref.score(Xs))
     np.testing.assert_array_equal(D.data, kept.data)  # not summed in place
     np.testing.assert_array_equal(D.indices, kept.indices)
+    # falcon_batch reads them as the estimator does
+    from sklearn_falcon import falcon_batch
+
+    a, b = (falcon_batch([G], 3, backend="numba", **params) for G in (D, Xs))
+    np.testing.assert_array_equal(a.labels[0], b.labels[0])
+    np.testing.assert_array_equal(D.data, kept.data)
 
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])
