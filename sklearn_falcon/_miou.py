@@ -57,7 +57,10 @@ def _match_image(p, g, background, background_index):
     iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     rows, cols = linear_sum_assignment(iou, maximize=True)
     mapping = np.full(len(pu), -1, dtype=np.int64)  # pred row -> gt column, -1 none
-    mapping[rows] = cols
+    # a pair with no common pixel is no match: the assignment pairs the
+    # segments left over with classes they do not touch
+    keep = c[rows, cols] > 0
+    mapping[rows[keep]] = cols[keep]
     if background == "many_to_one":
         bg = np.flatnonzero(gu == background_index)
         if bg.size:
@@ -92,8 +95,9 @@ def miou(
     dropped; the predicted segments are matched one-to-one to the
     ground-truth classes present in the image by maximizing the summed IoU
     (:func:`scipy.optimize.linear_sum_assignment`). Unmatched predicted
-    segments (when there are more segments than classes) count as false
-    positives of no class, unless ``background="many_to_one"``.
+    segments (when there are more segments than classes, or a segment is
+    paired with a class it has no pixel of) count as false positives of no
+    class, unless ``background="many_to_one"``.
 
     Parameters
     ----------

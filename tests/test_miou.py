@@ -48,6 +48,25 @@ def test_extra_segments_and_many_to_one_background():
     assert miou(pred, gt, background="many_to_one") == 1.0
 
 
+def test_a_segment_that_touches_no_leftover_class_is_unmatched():
+    """The assignment pairs every segment it can, also with a class it does
+    not touch: such a segment was matched, not merged into the background
+    (many-to-one scored the background 1/2 for 1), and its pixels counted
+    as false positives of a class it has none of (dataset average)."""
+    gt = np.array([[0, 0, 1, 1, 2, 2, 2, 2]])
+    pred = np.array([[0, 0, 0, 0, 1, 1, 2, 2]])  # 1 and 2 split class 2
+    score, per_class = miou(pred, gt, background="many_to_one",
+                            background_index=2, return_per_class=True)
+    assert per_class == {0: 0.5, 1: 0.0, 2: 1.0}
+    assert score == pytest.approx(0.5)
+    # strict matching: class 1 of the second map is found whole; the first
+    # map's leftover segment is no false positive of class 1
+    gts = [gt, np.array([[0, 0, 1, 1, 1, 1, 1, 1]])]
+    preds = [pred, np.array([[0, 0, 1, 1, 1, 1, 1, 1]])]
+    _, per_class = miou(preds, gts, average="dataset", return_per_class=True)
+    assert per_class[1] == pytest.approx(6 / 8)
+
+
 def test_fewer_segments_than_classes():
     gt = np.array([[0, 1, 2, 2]])
     pred = np.zeros((1, 4), int)
