@@ -280,15 +280,16 @@ def _check_out(out):
 
 def _output_paths(paths, out):
     """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
-    repeated NAME takes a ``_``), refused where one is an input: it was
+    repeated NAME takes a ``_``; names that differ only in case are the
+    same file on Windows and macOS), refused where one is an input: it was
     overwritten, and the image later read from it was an earlier output."""
     inputs = {_entry(p): p for p in paths}
     used, outputs = set(), []
     for p in paths:
         stem = p.stem
-        while stem in used:
+        while stem.casefold() in used:
             stem += "_"
-        used.add(stem)
+        used.add(stem.casefold())
         pair = (out / f"{stem}_labels.png", out / f"{stem}_overlay.png")
         for o in pair:
             if _entry(o) in inputs:

@@ -414,3 +414,18 @@ def test_cli_out_that_is_a_file_is_one_clear_line(tmp_path, capsys, monkeypatch,
     assert rc == 1 and built == [] and target.read_bytes() == b"precious"
     assert "is a file, not a directory" in err and "--out" in err
     assert "Errno" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_names_that_differ_in_case_get_distinct_outputs(tmp_path, capsys):
+    # IMG_1.JPG and img_1.png (a camera's and an edited copy) both wrote
+    # img_1_labels.png on a case-insensitive file system (Windows, macOS):
+    # the second image's outputs replaced the first's without a word
+    (tmp_path / "a").mkdir()
+    first, _ = _write(tmp_path / "a", "IMG_1.png")
+    second, _ = _write(tmp_path, "img_1.png", shape=(32, 48))
+    out = tmp_path / "out"
+    assert main(["segment", str(first), str(second), "-o", str(out), "-k", "2"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert len({n.casefold() for n in names}) == 4, names
+    printed = capsys.readouterr().out
+    assert "IMG_1_labels.png" in printed and "img_1__labels.png" in printed
