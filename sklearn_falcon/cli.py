@@ -29,8 +29,8 @@ line and exits with status 2, as argparse does.
 
 import argparse
 import os
+import secrets
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -63,8 +63,13 @@ def _write_replacing(path, write):
     rename it to ``path``: a symbolic link (or any file) at ``path`` is
     replaced, its target never written."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    while True:  # not mkstemp, whose file is 0600: no one else could read it
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:  # a new file, with the permissions of any (the umask's)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
     try:
         write(tmp)
         os.replace(tmp, path)

@@ -429,3 +429,23 @@ def test_cli_names_that_differ_in_case_get_distinct_outputs(tmp_path, capsys):
     assert len({n.casefold() for n in names}) == 4, names
     printed = capsys.readouterr().out
     assert "IMG_1_labels.png" in printed and "img_1__labels.png" in printed
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permissions")
+def test_cli_outputs_have_the_permissions_of_any_new_file(tmp_path):
+    # the outputs were written to a mkstemp file and renamed: mode 0600, so
+    # a web server or a colleague could not read them (a new file is 0644
+    # under the usual umask 022)
+    from sklearn_falcon.cli import save_label_png
+
+    old = os.umask(0o022)
+    try:
+        assert _segment(tmp_path) == 0
+        save_label_png(np.zeros((2, 3), int), tmp_path / "own.png")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    for path in (out / "img_labels.png", out / "img_overlay.png", tmp_path / "own.png"):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+    assert sorted(p.name for p in out.iterdir()) == ["img_labels.png",
+                                                     "img_overlay.png"]
