@@ -51,6 +51,18 @@ def test_rgba_drops_alpha(tmp_path):
     np.testing.assert_array_equal(load_image(path), rgba[..., :3])
 
 
+def test_premultiplied_grey_and_alpha_is_read():
+    # a PIL image of mode "La" (grey with premultiplied alpha, as Pillow
+    # makes LA images to resample them) raised Pillow's "conversion from La
+    # to L not supported", where the docstring takes a PIL image in any mode
+    la = np.dstack([np.arange(35, dtype=np.uint8).reshape(5, 7) * 7,
+                    np.full((5, 7), 255, np.uint8)])
+    img = Image.fromarray(la, "LA").convert("La")
+    assert img.mode == "La"
+    out = load_image(img)
+    np.testing.assert_array_equal(out, np.repeat(la[..., :1], 3, axis=2))
+
+
 def test_16bit_is_scaled(tmp_path):
     g16 = np.array([[0, 257, 65535]], dtype=np.uint16)
     np.testing.assert_array_equal(load_image(g16)[..., 0], [[0, 1, 255]])

@@ -104,6 +104,8 @@ def _pil_to_rgb(img, *, source):
             mode == "P" and "transparency" in img.info):
         # a palette with alpha (PNG-8 from pngquant, a GIF): through RGBA,
         # or Pillow warns that it "should be converted to RGBA images"
+        if mode == "La":  # Pillow converts premultiplied grey to LA only
+            img = img.convert("LA")
         arr = np.asarray(img.convert("RGBA"))[:, :, :3]
     else:  # "1", "P", "CMYK", "YCbCr", "LAB", "HSV", ...
         arr = np.asarray(img.convert("RGB"))
