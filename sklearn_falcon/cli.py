@@ -308,6 +308,7 @@ def _output_paths(paths, out):
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
+    from .image._extractors import OFFLINE_MODELS
     from .image._io import opened_image
 
     paths = [Path(p) for p in args.images]
@@ -346,6 +347,12 @@ def _run_segment(args):
         if args.pretrained and args.checkpoint is None:
             raise RuntimeError(_weights_unavailable(args, exc)) from exc
         raise
+    if args.model not in OFFLINE_MODELS and not (args.pretrained or args.checkpoint):
+        # it segmented with untrained features without a word
+        _say(f"sklearn-falcon: warning: --model {args.model} without --pretrained "
+             "or --checkpoint: its weights are timm's random initialization, "
+             "whose tokens carry little meaning; pass --pretrained or "
+             "--checkpoint PATH for the learned features.", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
 
     for p, (lab_path, ov_path) in zip(paths, outputs):

@@ -449,3 +449,16 @@ def test_cli_outputs_have_the_permissions_of_any_new_file(tmp_path):
         assert path.stat().st_mode & 0o777 == 0o644, path
     assert sorted(p.name for p in out.iterdir()) == ["img_labels.png",
                                                      "img_overlay.png"]
+
+
+def test_cli_vit_without_weights_warns(tmp_path, capsys):
+    # --model vit_small_patch8_224.dino alone segmented with timm's random
+    # initialization, without a word: the name says DINO, the weights were not
+    pytest.importorskip("timm")
+    rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--resolution", "32")
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    line, = [x for x in err.splitlines() if "warning" in x]  # (and a JIT notice)
+    assert line.startswith("sklearn-falcon: warning: --model vit_tiny_patch16_224")
+    assert "random" in line and "--pretrained" in line and "--checkpoint" in line
+    assert _segment(tmp_path) == 0 and "warning" not in capsys.readouterr().err
