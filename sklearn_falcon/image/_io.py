@@ -61,7 +61,7 @@ def _to_uint8(arr, *, source):
 
 
 def _array_to_rgb(arr, *, source):
-    arr = np.asarray(arr)
+    arr = given = np.asarray(arr)
     if arr.ndim == 3 and arr.shape[2] in (1, 2, 3, 4):
         pass
     elif arr.ndim == 2:
@@ -79,7 +79,12 @@ def _array_to_rgb(arr, *, source):
         arr = np.repeat(arr[:, :, :1], 3, axis=2)
     elif channels == 4:  # RGBA: alpha is discarded
         arr = arr[:, :, :3]
-    return np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr)
+    if np.may_share_memory(arr, given) or not arr.flags.writeable:
+        # an RGB uint8 array (or tensor) came back itself, and a PIL image's
+        # pixels read-only: a new array, which the caller may write into
+        arr = arr.copy()
+    return arr
 
 
 def _pil_to_rgb(img, *, source):
