@@ -93,6 +93,16 @@ def save_label_png(labels, path):
     """
     Image = _import_pillow()
     labels = np.asarray(labels)
+    if labels.ndim != 2:
+        raise ValueError(
+            f"labels must be a 2-D label map (H, W); got shape {labels.shape}.")
+    if labels.dtype.kind not in "biu":  # whole floats pass; 1.7 was saved as 1
+        whole = (labels.dtype.kind == "f" and np.all(np.isfinite(labels))
+                 and np.all(labels == np.round(labels)))
+        if not whole:
+            raise ValueError(
+                f"Label ids must be integers; got labels of dtype {labels.dtype} "
+                "with values that are not whole numbers.")
     if labels.min(initial=0) < 0 or labels.max(initial=0) > 65535:
         raise ValueError("Label ids must lie in 0..65535 to be saved as PNG.")
     dtype = np.uint8 if labels.max(initial=0) <= 255 else np.uint16

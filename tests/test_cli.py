@@ -462,3 +462,19 @@ def test_cli_vit_without_weights_warns(tmp_path, capsys):
     assert line.startswith("sklearn-falcon: warning: --model vit_tiny_patch16_224")
     assert "random" in line and "--pretrained" in line and "--checkpoint" in line
     assert _segment(tmp_path) == 0 and "warning" not in capsys.readouterr().err
+
+
+def test_save_label_png_refuses_what_is_no_label_map(tmp_path):
+    # float ids were truncated without a word (1.7 saved as 1, NaN as 0), and
+    # an (H, W, 1) map said Pillow's "Cannot handle this data type"
+    from sklearn_falcon.cli import save_label_png
+
+    path = tmp_path / "l.png"
+    for labels in (np.array([[0.5, 1.7]]), np.array([[np.nan, 1.0]])):
+        with pytest.raises(ValueError, match="must be integers; got labels of dtype"):
+            save_label_png(labels, path)
+    with pytest.raises(ValueError, match=r"2-D label map \(H, W\); got shape"):
+        save_label_png(np.zeros((2, 2, 1), int), path)
+    assert not path.exists()
+    save_label_png(np.array([[0.0, 3.0]]), path)  # whole numbers are ids
+    assert np.asarray(Image.open(path)).tolist() == [[0, 3]]
