@@ -18,8 +18,12 @@ __all__ = ["miou"]
 
 def _as_list(x, name):
     """The label maps of ``x``: one 2-D map, or a sequence of them (a 3-D
-    array or tensor, or a list or tuple of 2-D maps).  A list of equally
-    long 1-D rows (nested lists) is one map."""
+    array or tensor, or a list or tuple of 2-D maps, or any iterable of
+    them, e.g. the generator of ``segment_video``: read into a list).  A
+    list of equally long 1-D rows (nested lists) is one map."""
+    if not (isinstance(x, (list, tuple, str, bytes)) or hasattr(x, "shape")
+            or hasattr(x, "__array__")) and hasattr(x, "__iter__"):
+        x = list(x)  # it said "got shape ()"
     if isinstance(x, (list, tuple)):
         out = [np.asarray(a) for a in x]
         if out and all(a.ndim == 1 and a.shape == out[0].shape for a in out):
@@ -101,9 +105,11 @@ def miou(
 
     Parameters
     ----------
-    pred : array-like of shape (H, W) or sequence of such arrays
-        Predicted label maps (any integer ids).
-    gt : array-like of shape (H, W) or sequence of such arrays
+    pred : array-like of shape (H, W) or iterable of such arrays
+        Predicted label maps (any integer ids); an iterator (the generator
+        of :meth:`~sklearn_falcon.ImageSegmenter.segment_video`) is read
+        once, into a list.
+    gt : array-like of shape (H, W) or iterable of such arrays
         Ground-truth class maps, same shapes as ``pred``.
     ignore_index : int or None, default=255
         Ground-truth value excluded from evaluation (VOC's "void").

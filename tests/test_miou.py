@@ -118,6 +118,17 @@ def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():
         miou(np.zeros(3, int), np.zeros(3, int))
 
 
+def test_maps_from_a_generator():
+    # segment_video yields its maps: miou(seg.segment_video(frames), truths)
+    # said "pred must be a 2-D label map or a sequence of them; got shape ()"
+    gts = [np.array([[0, 0, 1, 1]]), np.array([[0, 0, 0, 1]])]
+    preds = [np.array([[4, 4, 2, 2]]), np.array([[1, 1, 1, 1]])]
+    expected = miou(preds, gts)
+    assert miou((p for p in preds), iter(gts)) == expected
+    assert miou(map(np.asarray, preds), gts, average="dataset") == \
+        miou(preds, gts, average="dataset")
+
+
 def test_metrics_reexport():
     metrics = pytest.importorskip("sklearn_falcon.metrics")
     if not hasattr(metrics, "miou"):
