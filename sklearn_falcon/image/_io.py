@@ -167,7 +167,9 @@ def load_image(image):
         - a path to any file Pillow can read (HEIC through the pillow-heif
           plugin, where installed), turned as its EXIF orientation tag says
           (as image viewers show phone photos);
-        - a PIL image in any mode;
+        - a PIL image in any mode, its pixels as they are, so that the
+          label map matches ``np.asarray(image)`` (not turned by its EXIF
+          tag: ``PIL.ImageOps.exif_transpose(image)`` turns it first);
         - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
           ``(H, W, 4)``;
         - a torch tensor of shape ``(C, H, W)`` or ``(1, C, H, W)`` with
