@@ -237,6 +237,9 @@ def _run_demo(args):
           f"{ari:7.3f} {t_fit:9.3f}   (first fit, incl. JIT load: {t_first:.2f} s)")
     if args.no_spectral:
         return
+    if args.n_clusters < 2:  # scikit-learn's lobpcg embedding: a bare ValueError
+        print("SpectralClustering: skipped (its lobpcg solver needs n_clusters >= 2)")
+        return
     W = est.affinity_matrix_
     for assign in ("kmeans", "cluster_qr"):
         sc = SpectralClustering(n_clusters=args.n_clusters, affinity="precomputed",

@@ -478,3 +478,13 @@ def test_save_label_png_refuses_what_is_no_label_map(tmp_path):
     assert not path.exists()
     save_label_png(np.array([[0.0, 3.0]]), path)  # whole numbers are ids
     assert np.asarray(Image.open(path)).tolist() == [[0, 3]]
+
+
+def test_cli_demo_with_one_cluster(capsys):
+    # `sklearn-falcon demo --n-clusters 1` printed FalconNCut's line, then
+    # "sklearn-falcon: error: ValueError" (scikit-learn's lobpcg spectral
+    # embedding raises a bare ValueError for one component) and exit 1
+    assert main(["demo", "--n-clusters", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "FalconNCut" in captured.out and "error" not in captured.err
+    assert "SpectralClustering: skipped" in captured.out
