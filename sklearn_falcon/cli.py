@@ -28,6 +28,7 @@ line and exits with status 2, as argparse does.
 """
 
 import argparse
+import glob
 import os
 import secrets
 import sys
@@ -162,7 +163,9 @@ def build_parser(prog="sklearn-falcon"):
             "pip install 'sklearn-falcon[image]'."
         ),
     )
-    seg.add_argument("images", nargs="+", metavar="IMAGE", help="input image files")
+    seg.add_argument("images", nargs="+", metavar="IMAGE",
+                     help="input image files; a wildcard such as 'photos/*.jpg' "
+                          "is expanded where the shell does not (cmd, PowerShell)")
     seg.add_argument("--segments", "-k", type=_segments_arg, default=6, metavar="K",
                      help="number of segments, or 'auto' to choose it per image "
                           "(default: %(default)s)")
@@ -283,6 +286,18 @@ def _entry(path):
     return os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
 
 
+def _expand(arg):
+    """The files of an IMAGE argument: itself, or where no file has that
+    name and it holds a wildcard, the files it matches, sorted (cmd and
+    PowerShell pass ``photos\\*.jpg`` as it is: "Image file not found")."""
+    if os.path.lexists(arg) or not any(c in arg for c in "*?["):
+        return [Path(arg)]
+    matches = sorted(m for m in glob.glob(arg) if os.path.isfile(m))
+    if not matches:
+        raise FileNotFoundError(f"No image file matches '{arg}'.")
+    return [Path(m) for m in matches]
+
+
 def _check_out(out):
     """Refuse an ``--out`` that is, or lies under, a file, before any work
     (it failed after the model was built, with "[Errno 17] File exists")."""
@@ -324,7 +339,7 @@ def _run_segment(args):
     from .image._extractors import OFFLINE_MODELS
     from .image._io import opened_image
 
-    paths = [Path(p) for p in args.images]
+    paths = [p for arg in args.images for p in _expand(arg)]
     for p in paths:  # fail fast, before any model is built
         if not p.exists():
             raise FileNotFoundError(f"Image file not found: '{p}'.")

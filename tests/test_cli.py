@@ -488,3 +488,24 @@ def test_cli_demo_with_one_cluster(capsys):
     captured = capsys.readouterr()
     assert "FalconNCut" in captured.out and "error" not in captured.err
     assert "SpectralClustering: skipped" in captured.out
+
+
+def test_cli_expands_a_wildcard_the_shell_left(tmp_path, capsys):
+    # cmd and PowerShell pass `photos\*.png` as it is (as bash does a pattern
+    # that matches nothing): "Image file not found: 'photos/*.png'", so a
+    # folder could not be segmented on Windows without a loop
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _write(photos, "b.png")
+    _write(photos, "a.png", shape=(32, 48))
+    (photos / "sub.png").mkdir()  # a folder the pattern matches is no image
+    out = tmp_path / "out"
+    assert main(["segment", str(photos / "*.png"), "-k", "2", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed] == [
+        str(photos / "a.png"), str(photos / "b.png")]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "a_labels.png", "a_overlay.png", "b_labels.png", "b_overlay.png"]
+    rc = main(["segment", str(photos / "*.jpg"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "No image file matches" in err and "*.jpg" in err
