@@ -153,6 +153,9 @@ def miou(
         raise ValueError(f"average must be 'image' or 'dataset'; got {average!r}.")
     if ignore_index is not None and not isinstance(ignore_index, numbers.Integral):
         raise ValueError(f"ignore_index must be an integer or None; got {ignore_index!r}.")
+    if not isinstance(background_index, numbers.Integral):  # None matched no class
+        raise ValueError(
+            f"background_index must be an integer; got {background_index!r}.")
     preds, gts = _as_list(pred, "pred"), _as_list(gt, "gt")
     if len(preds) != len(gts):
         raise ValueError(f"Got {len(preds)} predicted maps but {len(gts)} ground-truth maps.")

@@ -95,6 +95,11 @@ def test_validation():
         miou(a.astype(float), a)
     with pytest.raises(ValueError, match="ground-truth maps"):
         miou([a, a], [a])
+    # a background_index of no integer class matched none: many-to-one was
+    # strict matching without a word
+    for bad in (None, "0"):
+        with pytest.raises(ValueError, match="background_index must be an integer"):
+            miou(a, a, background="many_to_one", background_index=bad)
 
 
 def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():
