@@ -16,6 +16,15 @@ from scipy.optimize import linear_sum_assignment
 __all__ = ["miou"]
 
 
+def _host(a):
+    """``a``, or a torch tensor on any device as a NumPy array (NumPy reads
+    only a CPU tensor: "can't convert cuda:0 device type tensor to numpy");
+    told by its module, as ``_backends.is_tensor`` does, without torch."""
+    if type(a).__module__.split(".")[0] == "torch" and hasattr(a, "detach"):
+        return a.detach().cpu().numpy()
+    return a
+
+
 def _as_list(x, name):
     """The label maps of ``x``: one 2-D map, or a sequence of them (a 3-D
     array or tensor, or a list or tuple of 2-D maps, or any iterable of
@@ -24,8 +33,9 @@ def _as_list(x, name):
     if not (isinstance(x, (list, tuple, str, bytes)) or hasattr(x, "shape")
             or hasattr(x, "__array__")) and hasattr(x, "__iter__"):
         x = list(x)  # it said "got shape ()"
+    x = _host(x)
     if isinstance(x, (list, tuple)):
-        out = [np.asarray(a) for a in x]
+        out = [np.asarray(_host(a)) for a in x]
         if out and all(a.ndim == 1 and a.shape == out[0].shape for a in out):
             out = [np.stack(out)]  # the rows of one map
     else:

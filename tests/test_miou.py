@@ -134,6 +134,26 @@ def test_maps_from_a_generator():
         miou(preds, gts, average="dataset")
 
 
+def test_maps_as_tensors_on_a_device(monkeypatch):
+    # label maps on a GPU (`logits.argmax(1)`): NumPy reads only CPU tensors,
+    # and miou said torch's "can't convert cuda:0 device type tensor to
+    # numpy", where the rest of the package reads a tensor on any device.
+    # A CUDA tensor is played by CPU tensors that NumPy cannot read.
+    torch = pytest.importorskip("torch")
+
+    def on_a_device(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy.")
+
+    gt = np.array([[0, 0, 1, 1], [0, 0, 1, 1]])
+    pred = np.array([[5, 5, 7, 7], [5, 5, 7, 5]])
+    want = miou(pred, gt)
+    monkeypatch.setattr(torch.Tensor, "__array__", on_a_device)
+    t = torch.as_tensor
+    assert miou(t(pred), t(gt)) == want
+    assert miou([t(pred)] * 2, [t(gt)] * 2) == want
+    assert miou(t(np.stack([pred, pred])), (t(gt) for _ in range(2))) == want
+
+
 def test_metrics_reexport():
     metrics = pytest.importorskip("sklearn_falcon.metrics")
     if not hasattr(metrics, "miou"):
