@@ -16,12 +16,26 @@ from scipy.optimize import linear_sum_assignment
 __all__ = ["miou"]
 
 
+def _host(a):
+    """``a``, or a torch tensor on any device as a NumPy array (NumPy reads
+    only a CPU tensor: "can't convert cuda:0 device type tensor to numpy");
+    told by its module, as ``_backends.is_tensor`` does, without torch."""
+    if type(a).__module__.split(".")[0] == "torch" and hasattr(a, "detach"):
+        return a.detach().cpu().numpy()
+    return a
+
+
 def _as_list(x, name):
     """The label maps of ``x``: one 2-D map, or a sequence of them (a 3-D
-    array or tensor, or a list or tuple of 2-D maps).  A list of equally
-    long 1-D rows (nested lists) is one map."""
+    array or tensor, or a list or tuple of 2-D maps, or any iterable of
+    them, e.g. the generator of ``segment_video``: read into a list).  A
+    list of equally long 1-D rows (nested lists) is one map."""
+    if not (isinstance(x, (list, tuple, str, bytes)) or hasattr(x, "shape")
+            or hasattr(x, "__array__")) and hasattr(x, "__iter__"):
+        x = list(x)  # it said "got shape ()"
+    x = _host(x)
     if isinstance(x, (list, tuple)):
-        out = [np.asarray(a) for a in x]
+        out = [np.asarray(_host(a)) for a in x]
         if out and all(a.ndim == 1 and a.shape == out[0].shape for a in out):
             out = [np.stack(out)]  # the rows of one map
     else:
@@ -57,7 +71,10 @@ def _match_image(p, g, background, background_index):
     iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
     rows, cols = linear_sum_assignment(iou, maximize=True)
     mapping = np.full(len(pu), -1, dtype=np.int64)  # pred row -> gt column, -1 none
-    mapping[rows] = cols
+    # a pair with no common pixel is no match: the assignment pairs the
+    # segments left over with classes they do not touch
+    keep = c[rows, cols] > 0
+    mapping[rows[keep]] = cols[keep]
     if background == "many_to_one":
         bg = np.flatnonzero(gu == background_index)
         if bg.size:
@@ -92,14 +109,17 @@ def miou(
     dropped; the predicted segments are matched one-to-one to the
     ground-truth classes present in the image by maximizing the summed IoU
     (:func:`scipy.optimize.linear_sum_assignment`). Unmatched predicted
-    segments (when there are more segments than classes) count as false
-    positives of no class, unless ``background="many_to_one"``.
+    segments (when there are more segments than classes, or a segment is
+    paired with a class it has no pixel of) count as false positives of no
+    class, unless ``background="many_to_one"``.
 
     Parameters
     ----------
-    pred : array-like of shape (H, W) or sequence of such arrays
-        Predicted label maps (any integer ids).
-    gt : array-like of shape (H, W) or sequence of such arrays
+    pred : array-like of shape (H, W) or iterable of such arrays
+        Predicted label maps (any integer ids); an iterator (the generator
+        of :meth:`~sklearn_falcon.ImageSegmenter.segment_video`) is read
+        once, into a list.
+    gt : array-like of shape (H, W) or iterable of such arrays
         Ground-truth class maps, same shapes as ``pred``.
     ignore_index : int or None, default=255
         Ground-truth value excluded from evaluation (VOC's "void").
@@ -143,6 +163,9 @@ def miou(
         raise ValueError(f"average must be 'image' or 'dataset'; got {average!r}.")
     if ignore_index is not None and not isinstance(ignore_index, numbers.Integral):
         raise ValueError(f"ignore_index must be an integer or None; got {ignore_index!r}.")
+    if not isinstance(background_index, numbers.Integral):  # None matched no class
+        raise ValueError(
+            f"background_index must be an integer; got {background_index!r}.")
     preds, gts = _as_list(pred, "pred"), _as_list(gt, "gt")
     if len(preds) != len(gts):
         raise ValueError(f"Got {len(preds)} predicted maps but {len(gts)} ground-truth maps.")

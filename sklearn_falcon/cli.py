@@ -28,9 +28,10 @@ line and exits with status 2, as argparse does.
 """
 
 import argparse
+import glob
 import os
+import secrets
 import sys
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -63,8 +64,13 @@ def _write_replacing(path, write):
     rename it to ``path``: a symbolic link (or any file) at ``path`` is
     replaced, its target never written."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    while True:  # not mkstemp, whose file is 0600: no one else could read it
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:  # a new file, with the permissions of any (the umask's)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            break
+        except FileExistsError:
+            continue
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -88,6 +94,16 @@ def save_label_png(labels, path):
     """
     Image = _import_pillow()
     labels = np.asarray(labels)
+    if labels.ndim != 2:
+        raise ValueError(
+            f"labels must be a 2-D label map (H, W); got shape {labels.shape}.")
+    if labels.dtype.kind not in "biu":  # whole floats pass; 1.7 was saved as 1
+        whole = (labels.dtype.kind == "f" and np.all(np.isfinite(labels))
+                 and np.all(labels == np.round(labels)))
+        if not whole:
+            raise ValueError(
+                f"Label ids must be integers; got labels of dtype {labels.dtype} "
+                "with values that are not whole numbers.")
     if labels.min(initial=0) < 0 or labels.max(initial=0) > 65535:
         raise ValueError("Label ids must lie in 0..65535 to be saved as PNG.")
     dtype = np.uint8 if labels.max(initial=0) <= 255 else np.uint16
@@ -147,7 +163,9 @@ def build_parser(prog="sklearn-falcon"):
             "pip install 'sklearn-falcon[image]'."
         ),
     )
-    seg.add_argument("images", nargs="+", metavar="IMAGE", help="input image files")
+    seg.add_argument("images", nargs="+", metavar="IMAGE",
+                     help="input image files; a wildcard such as 'photos/*.jpg' "
+                          "is expanded where the shell does not (cmd, PowerShell)")
     seg.add_argument("--segments", "-k", type=_segments_arg, default=6, metavar="K",
                      help="number of segments, or 'auto' to choose it per image "
                           "(default: %(default)s)")
@@ -222,6 +240,9 @@ def _run_demo(args):
           f"{ari:7.3f} {t_fit:9.3f}   (first fit, incl. JIT load: {t_first:.2f} s)")
     if args.no_spectral:
         return
+    if args.n_clusters < 2:  # scikit-learn's lobpcg embedding: a bare ValueError
+        print("SpectralClustering: skipped (its lobpcg solver needs n_clusters >= 2)")
+        return
     W = est.affinity_matrix_
     for assign in ("kmeans", "cluster_qr"):
         sc = SpectralClustering(n_clusters=args.n_clusters, affinity="precomputed",
@@ -265,6 +286,18 @@ def _entry(path):
     return os.path.normcase(os.path.join(os.path.realpath(path.parent), path.name))
 
 
+def _expand(arg):
+    """The files of an IMAGE argument: itself, or where no file has that
+    name and it holds a wildcard, the files it matches, sorted (cmd and
+    PowerShell pass ``photos\\*.jpg`` as it is: "Image file not found")."""
+    if os.path.lexists(arg) or not any(c in arg for c in "*?["):
+        return [Path(arg)]
+    matches = sorted(m for m in glob.glob(arg) if os.path.isfile(m))
+    if not matches:
+        raise FileNotFoundError(f"No image file matches '{arg}'.")
+    return [Path(m) for m in matches]
+
+
 def _check_out(out):
     """Refuse an ``--out`` that is, or lies under, a file, before any work
     (it failed after the model was built, with "[Errno 17] File exists")."""
@@ -280,15 +313,16 @@ def _check_out(out):
 
 def _output_paths(paths, out):
     """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
-    repeated NAME takes a ``_``), refused where one is an input: it was
+    repeated NAME takes a ``_``; names that differ only in case are the
+    same file on Windows and macOS), refused where one is an input: it was
     overwritten, and the image later read from it was an earlier output."""
     inputs = {_entry(p): p for p in paths}
     used, outputs = set(), []
     for p in paths:
         stem = p.stem
-        while stem in used:
+        while stem.casefold() in used:
             stem += "_"
-        used.add(stem)
+        used.add(stem.casefold())
         pair = (out / f"{stem}_labels.png", out / f"{stem}_overlay.png")
         for o in pair:
             if _entry(o) in inputs:
@@ -302,9 +336,10 @@ def _output_paths(paths, out):
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
+    from .image._extractors import OFFLINE_MODELS
     from .image._io import opened_image
 
-    paths = [Path(p) for p in args.images]
+    paths = [p for arg in args.images for p in _expand(arg)]
     for p in paths:  # fail fast, before any model is built
         if not p.exists():
             raise FileNotFoundError(f"Image file not found: '{p}'.")
@@ -340,6 +375,12 @@ def _run_segment(args):
         if args.pretrained and args.checkpoint is None:
             raise RuntimeError(_weights_unavailable(args, exc)) from exc
         raise
+    if args.model not in OFFLINE_MODELS and not (args.pretrained or args.checkpoint):
+        # it segmented with untrained features without a word
+        _say(f"sklearn-falcon: warning: --model {args.model} without --pretrained "
+             "or --checkpoint: its weights are timm's random initialization, "
+             "whose tokens carry little meaning; pass --pretrained or "
+             "--checkpoint PATH for the learned features.", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
 
     for p, (lab_path, ov_path) in zip(paths, outputs):

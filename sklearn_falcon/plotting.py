@@ -21,6 +21,9 @@ _PALETTE = np.array(
     ],
     dtype=np.uint8,
 )
+# label ids below this are coloured by id (label_colors(id)); a map with
+# other ids (negative, larger, not integers) by the rank of its ids
+_BY_ID = 65536
 
 
 def label_colors(n_labels):
@@ -71,7 +74,10 @@ def overlay(image, labels, *, alpha=0.5):
         :func:`sklearn_falcon.image.load_image` converts any image to this
         form.
     labels : ndarray of shape (H, W), int
-        Segment ids.
+        Segment ids.  Ids in ``0..65535`` take colour ``label_colors(id)``,
+        so an id has the same colour in every map (the frames of
+        :meth:`~sklearn_falcon.ImageSegmenter.segment_video`); other
+        ids are coloured in the order of their values.
     alpha : float in [0, 1], default=0.5
         Weight of the segment colours (:func:`label_colors`).
 
@@ -109,7 +115,11 @@ def overlay(image, labels, *, alpha=0.5):
         image = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image[:, :, :3]
     if not labels.size:
         return image.copy()
-    ids = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
+    if (np.issubdtype(labels.dtype, np.integer) and labels.min() >= 0
+            and labels.max() < _BY_ID):
+        ids = labels  # its own colour: the same id, the same colour in any map
+    else:
+        ids = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
     palette = label_colors(int(ids.max()) + 1).astype(np.float64)
     out = (1 - alpha) * image.astype(np.float64) + alpha * palette[ids]
     edge = np.zeros(labels.shape, bool)

@@ -414,3 +414,98 @@ def test_cli_out_that_is_a_file_is_one_clear_line(tmp_path, capsys, monkeypatch,
     assert rc == 1 and built == [] and target.read_bytes() == b"precious"
     assert "is a file, not a directory" in err and "--out" in err
     assert "Errno" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_names_that_differ_in_case_get_distinct_outputs(tmp_path, capsys):
+    # IMG_1.JPG and img_1.png (a camera's and an edited copy) both wrote
+    # img_1_labels.png on a case-insensitive file system (Windows, macOS):
+    # the second image's outputs replaced the first's without a word
+    (tmp_path / "a").mkdir()
+    first, _ = _write(tmp_path / "a", "IMG_1.png")
+    second, _ = _write(tmp_path, "img_1.png", shape=(32, 48))
+    out = tmp_path / "out"
+    assert main(["segment", str(first), str(second), "-o", str(out), "-k", "2"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert len({n.casefold() for n in names}) == 4, names
+    printed = capsys.readouterr().out
+    assert "IMG_1_labels.png" in printed and "img_1__labels.png" in printed
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permissions")
+def test_cli_outputs_have_the_permissions_of_any_new_file(tmp_path):
+    # the outputs were written to a mkstemp file and renamed: mode 0600, so
+    # a web server or a colleague could not read them (a new file is 0644
+    # under the usual umask 022)
+    from sklearn_falcon.cli import save_label_png
+
+    old = os.umask(0o022)
+    try:
+        assert _segment(tmp_path) == 0
+        save_label_png(np.zeros((2, 3), int), tmp_path / "own.png")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    for path in (out / "img_labels.png", out / "img_overlay.png", tmp_path / "own.png"):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+    assert sorted(p.name for p in out.iterdir()) == ["img_labels.png",
+                                                     "img_overlay.png"]
+
+
+def test_cli_vit_without_weights_warns(tmp_path, capsys):
+    # --model vit_small_patch8_224.dino alone segmented with timm's random
+    # initialization, without a word: the name says DINO, the weights were not
+    pytest.importorskip("timm")
+    rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--resolution", "32")
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    line, = [x for x in err.splitlines() if "warning" in x]  # (and a JIT notice)
+    assert line.startswith("sklearn-falcon: warning: --model vit_tiny_patch16_224")
+    assert "random" in line and "--pretrained" in line and "--checkpoint" in line
+    assert _segment(tmp_path) == 0 and "warning" not in capsys.readouterr().err
+
+
+def test_save_label_png_refuses_what_is_no_label_map(tmp_path):
+    # float ids were truncated without a word (1.7 saved as 1, NaN as 0), and
+    # an (H, W, 1) map said Pillow's "Cannot handle this data type"
+    from sklearn_falcon.cli import save_label_png
+
+    path = tmp_path / "l.png"
+    for labels in (np.array([[0.5, 1.7]]), np.array([[np.nan, 1.0]])):
+        with pytest.raises(ValueError, match="must be integers; got labels of dtype"):
+            save_label_png(labels, path)
+    with pytest.raises(ValueError, match=r"2-D label map \(H, W\); got shape"):
+        save_label_png(np.zeros((2, 2, 1), int), path)
+    assert not path.exists()
+    save_label_png(np.array([[0.0, 3.0]]), path)  # whole numbers are ids
+    assert np.asarray(Image.open(path)).tolist() == [[0, 3]]
+
+
+def test_cli_demo_with_one_cluster(capsys):
+    # `sklearn-falcon demo --n-clusters 1` printed FalconNCut's line, then
+    # "sklearn-falcon: error: ValueError" (scikit-learn's lobpcg spectral
+    # embedding raises a bare ValueError for one component) and exit 1
+    assert main(["demo", "--n-clusters", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "FalconNCut" in captured.out and "error" not in captured.err
+    assert "SpectralClustering: skipped" in captured.out
+
+
+def test_cli_expands_a_wildcard_the_shell_left(tmp_path, capsys):
+    # cmd and PowerShell pass `photos\*.png` as it is (as bash does a pattern
+    # that matches nothing): "Image file not found: 'photos/*.png'", so a
+    # folder could not be segmented on Windows without a loop
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    _write(photos, "b.png")
+    _write(photos, "a.png", shape=(32, 48))
+    (photos / "sub.png").mkdir()  # a folder the pattern matches is no image
+    out = tmp_path / "out"
+    assert main(["segment", str(photos / "*.png"), "-k", "2", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in printed] == [
+        str(photos / "a.png"), str(photos / "b.png")]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "a_labels.png", "a_overlay.png", "b_labels.png", "b_overlay.png"]
+    rc = main(["segment", str(photos / "*.jpg"), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "No image file matches" in err and "*.jpg" in err

@@ -22,6 +22,29 @@ def test_array_rgb_roundtrip_and_copy():
     assert load_image(img).shape == img.shape
 
 
+def test_the_result_is_a_new_writable_array(tmp_path):
+    # "A new array; the input is never modified": an (H, W, 3) uint8 array
+    # or tensor came back itself (writing into the result wrote into the
+    # caller's image), and a file's or PIL image's pixels were read-only
+    # ("assignment destination is read-only")
+    img = _rgb()
+    keep = img.copy()
+    path = tmp_path / "x.png"
+    Image.fromarray(img).save(path)
+    inputs = [img, path, Image.fromarray(img), img[:, :, :1], img[:, :, [0, 1, 2, 0]]]
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is optional
+        torch = None
+    if torch is not None:
+        inputs.append(torch.from_numpy(img))
+    for image in inputs:
+        out = load_image(image)
+        assert out.flags.writeable and out.flags.c_contiguous
+        out[:] = 0
+    np.testing.assert_array_equal(img, keep)
+
+
 def test_path_and_pil(tmp_path):
     img = _rgb()
     path = tmp_path / "x.png"
@@ -49,6 +72,18 @@ def test_rgba_drops_alpha(tmp_path):
     path = tmp_path / "a.png"
     Image.fromarray(rgba, "RGBA").save(path)
     np.testing.assert_array_equal(load_image(path), rgba[..., :3])
+
+
+def test_premultiplied_grey_and_alpha_is_read():
+    # a PIL image of mode "La" (grey with premultiplied alpha, as Pillow
+    # makes LA images to resample them) raised Pillow's "conversion from La
+    # to L not supported", where the docstring takes a PIL image in any mode
+    la = np.dstack([np.arange(35, dtype=np.uint8).reshape(5, 7) * 7,
+                    np.full((5, 7), 255, np.uint8)])
+    img = Image.fromarray(la, "LA").convert("La")
+    assert img.mode == "La"
+    out = load_image(img)
+    np.testing.assert_array_equal(out, np.repeat(la[..., :1], 3, axis=2))
 
 
 def test_16bit_is_scaled(tmp_path):

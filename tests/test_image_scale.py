@@ -352,6 +352,28 @@ def test_segment_dataset_batched_solve_on_cpu_torch():
     assert all(len(np.unique(o)) <= 3 for o in out)
 
 
+def test_segment_dataset_on_a_device_keeps_n_init(monkeypatch):
+    # on a CUDA device, segment_dataset solved each batch with falcon_batch,
+    # one start per image: n_init=3 was ignored without a word (labels of
+    # one start, where segment() takes the best of three)
+    from sklearn_falcon.image import _dataset
+
+    images = [_blocks(48, 64, seed=s)[0] for s in range(2)]
+    batched = []
+    monkeypatch.setattr(_dataset, "segment_batch_on_device",
+                        lambda seg, batch, dev: batched.append(1) or [
+                            np.zeros(im.shape[:2], np.int64) for im in batch])
+    for n_init, expected in ((1, [1]), (3, [])):
+        seg = ImageSegmenter(n_segments=3, n_init=n_init, random_state=0)
+        monkeypatch.setattr(seg, "_torch_device", lambda: "cuda")  # a GPU's path
+        batched.clear()
+        out = seg.segment_dataset(images, batch_size=2, progress=False)
+        assert batched == expected
+    plain = ImageSegmenter(n_segments=3, n_init=3, random_state=0)
+    for o, im in zip(out, images):
+        np.testing.assert_array_equal(o, plain.segment(im))
+
+
 def _cuda():
     try:
         import torch

@@ -48,6 +48,25 @@ def test_extra_segments_and_many_to_one_background():
     assert miou(pred, gt, background="many_to_one") == 1.0
 
 
+def test_a_segment_that_touches_no_leftover_class_is_unmatched():
+    """The assignment pairs every segment it can, also with a class it does
+    not touch: such a segment was matched, not merged into the background
+    (many-to-one scored the background 1/2 for 1), and its pixels counted
+    as false positives of a class it has none of (dataset average)."""
+    gt = np.array([[0, 0, 1, 1, 2, 2, 2, 2]])
+    pred = np.array([[0, 0, 0, 0, 1, 1, 2, 2]])  # 1 and 2 split class 2
+    score, per_class = miou(pred, gt, background="many_to_one",
+                            background_index=2, return_per_class=True)
+    assert per_class == {0: 0.5, 1: 0.0, 2: 1.0}
+    assert score == pytest.approx(0.5)
+    # strict matching: class 1 of the second map is found whole; the first
+    # map's leftover segment is no false positive of class 1
+    gts = [gt, np.array([[0, 0, 1, 1, 1, 1, 1, 1]])]
+    preds = [pred, np.array([[0, 0, 1, 1, 1, 1, 1, 1]])]
+    _, per_class = miou(preds, gts, average="dataset", return_per_class=True)
+    assert per_class[1] == pytest.approx(6 / 8)
+
+
 def test_fewer_segments_than_classes():
     gt = np.array([[0, 1, 2, 2]])
     pred = np.zeros((1, 4), int)
@@ -85,6 +104,11 @@ def test_validation():
     with pytest.raises(ValueError, match="Every ground-truth pixel equals "
                        "ignore_index=7"):
         miou(a, a + 7, ignore_index=7)
+    # a background_index of no integer class matched none: many-to-one was
+    # strict matching without a word
+    for bad in (None, "0"):
+        with pytest.raises(ValueError, match="background_index must be an integer"):
+            miou(a, a, background="many_to_one", background_index=bad)
 
 
 def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():
@@ -106,6 +130,37 @@ def test_one_map_as_nested_lists_and_maps_as_a_3d_tensor():
     with pytest.raises(ValueError, match=r"pred must be a 2-D label map or a "
                        r"sequence of them; got shape \(3,\)"):
         miou(np.zeros(3, int), np.zeros(3, int))
+
+
+def test_maps_from_a_generator():
+    # segment_video yields its maps: miou(seg.segment_video(frames), truths)
+    # said "pred must be a 2-D label map or a sequence of them; got shape ()"
+    gts = [np.array([[0, 0, 1, 1]]), np.array([[0, 0, 0, 1]])]
+    preds = [np.array([[4, 4, 2, 2]]), np.array([[1, 1, 1, 1]])]
+    expected = miou(preds, gts)
+    assert miou((p for p in preds), iter(gts)) == expected
+    assert miou(map(np.asarray, preds), gts, average="dataset") == \
+        miou(preds, gts, average="dataset")
+
+
+def test_maps_as_tensors_on_a_device(monkeypatch):
+    # label maps on a GPU (`logits.argmax(1)`): NumPy reads only CPU tensors,
+    # and miou said torch's "can't convert cuda:0 device type tensor to
+    # numpy", where the rest of the package reads a tensor on any device.
+    # A CUDA tensor is played by CPU tensors that NumPy cannot read.
+    torch = pytest.importorskip("torch")
+
+    def on_a_device(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy.")
+
+    gt = np.array([[0, 0, 1, 1], [0, 0, 1, 1]])
+    pred = np.array([[5, 5, 7, 7], [5, 5, 7, 5]])
+    want = miou(pred, gt)
+    monkeypatch.setattr(torch.Tensor, "__array__", on_a_device)
+    t = torch.as_tensor
+    assert miou(t(pred), t(gt)) == want
+    assert miou([t(pred)] * 2, [t(gt)] * 2) == want
+    assert miou(t(np.stack([pred, pred])), (t(gt) for _ in range(2))) == want
 
 
 def test_metrics_reexport():

@@ -66,3 +66,21 @@ def test_label_colors_refuses_a_negative_or_fractional_count():
     assert label_colors(np.int64(3)).shape == (3, 3)
     assert label_colors(np.array(25)).shape == (25, 3)
     assert label_colors(0).shape == (0, 3)
+
+
+def test_an_id_has_the_same_colour_in_every_map():
+    """The colours followed the rank of the ids present, not the ids: in the
+    frames of segment_video, whose ids are kept across frames, segment 3
+    took segment 2's colour in a frame without a segment 2."""
+    image = np.zeros((1, 8, 3), np.uint8)
+    colors = label_colors(40)
+    for labels in ([0, 0, 1, 1, 3, 3, 3, 3], [3, 3, 3, 3, 5, 5, 5, 5],
+                   [3, 3, 3, 3, 30, 30, 30, 30]):
+        out = overlay(image, np.array([labels]), alpha=1.0)
+        inner = [i for i in range(1, 7) if labels[i - 1] == labels[i] == labels[i + 1]]
+        for i in inner:
+            np.testing.assert_array_equal(out[0, i], colors[labels[i]])
+    # ids outside 0..65535 (negative, huge, floats) are coloured by rank
+    for labels in ([-1, -1, -1, 7, 7, 7], [0, 0, 0, 10**9, 10**9, 10**9]):
+        out = overlay(np.zeros((1, 6, 3), np.uint8), np.array([labels]), alpha=1.0)
+        np.testing.assert_array_equal(out[0, [1, 4]], colors[:2])

@@ -25,7 +25,9 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     results = []
     bar = progress_bar(len(items)) if progress else None
     try:
-        if dev is not None and seg.n_segments != "auto":
+        # the batched solve makes one start per graph: n_init > 1 (as "auto")
+        # goes image by image, or it was ignored without a word
+        if dev is not None and seg.n_segments != "auto" and seg.n_init == 1:
             out = (segment_batch_on_device(seg, batch, dev) for batch in batches)
         else:
             params = seg.get_params(deep=False)

@@ -61,7 +61,7 @@ def _to_uint8(arr, *, source):
 
 
 def _array_to_rgb(arr, *, source):
-    arr = np.asarray(arr)
+    arr = given = np.asarray(arr)
     if arr.ndim == 3 and arr.shape[2] in (1, 2, 3, 4):
         pass
     elif arr.ndim == 2:
@@ -79,7 +79,12 @@ def _array_to_rgb(arr, *, source):
         arr = np.repeat(arr[:, :, :1], 3, axis=2)
     elif channels == 4:  # RGBA: alpha is discarded
         arr = arr[:, :, :3]
-    return np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr)
+    if np.may_share_memory(arr, given) or not arr.flags.writeable:
+        # an RGB uint8 array (or tensor) came back itself, and a PIL image's
+        # pixels read-only: a new array, which the caller may write into
+        arr = arr.copy()
+    return arr
 
 
 def _pil_to_rgb(img, *, source):
@@ -104,6 +109,8 @@ def _pil_to_rgb(img, *, source):
             mode == "P" and "transparency" in img.info):
         # a palette with alpha (PNG-8 from pngquant, a GIF): through RGBA,
         # or Pillow warns that it "should be converted to RGBA images"
+        if mode == "La":  # Pillow converts premultiplied grey to LA only
+            img = img.convert("LA")
         arr = np.asarray(img.convert("RGBA"))[:, :, :3]
     else:  # "1", "P", "CMYK", "YCbCr", "LAB", "HSV", ...
         arr = np.asarray(img.convert("RGB"))
@@ -160,7 +167,9 @@ def load_image(image):
         - a path to any file Pillow can read (HEIC through the pillow-heif
           plugin, where installed), turned as its EXIF orientation tag says
           (as image viewers show phone photos);
-        - a PIL image in any mode;
+        - a PIL image in any mode, its pixels as they are, so that the
+          label map matches ``np.asarray(image)`` (not turned by its EXIF
+          tag: ``PIL.ImageOps.exif_transpose(image)`` turns it first);
         - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
           ``(H, W, 4)``;
         - a torch tensor of shape ``(C, H, W)`` or ``(1, C, H, W)`` with

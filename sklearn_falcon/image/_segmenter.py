@@ -550,9 +550,9 @@ class ImageSegmenter(BaseEstimator):
         run in parallel by joblib (each task builds the feature extractor
         once); inside ``joblib.parallel_config(backend="dask")`` the tasks
         run on the active Dask cluster.  On a CUDA ``device`` with an
-        integer ``n_segments``, each group of ``batch_size`` images is
-        solved in one batched Falcon call on the GPU
-        (:func:`~sklearn_falcon.falcon_batch`, matrix-free), and the
+        integer ``n_segments`` and ``n_init=1``, each group of
+        ``batch_size`` images is solved in one batched Falcon call on the
+        GPU (:func:`~sklearn_falcon.falcon_batch`, matrix-free), and the
         upsampling and PAMR run there too.
 
         Parameters
