@@ -509,3 +509,20 @@ def test_cli_expands_a_wildcard_the_shell_left(tmp_path, capsys):
     rc = main(["segment", str(photos / "*.jpg"), "-o", str(out)])
     err = capsys.readouterr().err
     assert rc == 1 and "No image file matches" in err and "*.jpg" in err
+
+
+def test_cli_unreadable_checkpoint_does_not_advise_weights_only_false(tmp_path, capsys):
+    # torch's message for a file it cannot read with weights_only=True
+    # advised "Re-running torch.load with weights_only set to False", which
+    # the loader never does (it would run the file's code)
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    garbage, pickled = tmp_path / "garbage.pth", tmp_path / "pickled.pth"
+    garbage.write_bytes(b"not a checkpoint")
+    torch.save({"model": {}, "args": object}, pickled)  # a training checkpoint
+    for ckpt in (garbage, pickled):
+        rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--checkpoint",
+                      str(ckpt))
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 1 and "Cannot read checkpoint" in line, line
+        assert "Re-running" not in line and "state dict alone" in line, line

@@ -62,8 +62,14 @@ def _load_state_dict(path, torch):
     else:
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - report any decoding failure clearly
-            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - not torch's weights_only=False advice
+            raise ValueError(
+                f"Cannot read checkpoint '{path}': not a .safetensors file nor "
+                "tensors that torch.load(weights_only=True) reads "
+                f"({type(exc).__name__}). A trusted training checkpoint holding "
+                "other objects can be saved as its state dict alone: torch.save("
+                "torch.load(path, weights_only=False)['model'], 'weights.pth')."
+            ) from None
     for key in ("state_dict_ema", "state_dict", "model", "module", "teacher"):
         if isinstance(state, dict) and key in state and isinstance(state[key], dict):
             state = state[key]
