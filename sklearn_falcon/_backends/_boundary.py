@@ -57,10 +57,13 @@ def to_tensor(array, device, dtype=None):
     ``dtype`` is a torch dtype, or None to keep the array's."""
     torch = import_torch()
     array = np.asarray(array)
-    if not array.flags.writeable:
+    if (not array.flags.writeable or not array.dtype.isnative
+            or any(s < 0 for s in array.strides)):
         # torch has no read-only tensors (it would share the memory and warn
-        # that writing to it is undefined behaviour): a copy
-        return torch.tensor(array, dtype=dtype, device=device)
+        # that writing to it is undefined behaviour), and refuses negative
+        # strides (a flipped image, ``img[..., ::-1]``) and a non-native byte
+        # order: a native, C-ordered copy
+        array = np.array(array, dtype=array.dtype.newbyteorder("="))
     t = torch.as_tensor(array)
     return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
 
