@@ -439,6 +439,19 @@ def test_unavailable_cuda_is_reported(monkeypatch):
         make_problem_from_features(np.ones((3, 2)), 2, device="cuda:0")
     assert resolve_backend("torch", "auto") == ("torch", "cpu")
     assert resolve_backend("auto", "auto") == ("numba", "cpu")
+    # a torch.device, or an int, went to torch unchecked: "Found no NVIDIA
+    # driver on your system" (a RuntimeError) from pamr and TorchProblem
+    from sklearn_falcon.image import pamr
+
+    img, lab = np.zeros((4, 4, 3)), np.eye(4, dtype=int)
+    for dev in (torch.device("cuda"), torch.device("cuda", 1)):
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            TorchProblem.from_affinity(np.eye(3), 2, device=dev)
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            pamr(img, lab, device=dev)
+    with pytest.raises(ValueError, match="device must be .* got device=0"):
+        pamr(img, lab, device=0)
+    assert pamr(img, lab, device=torch.device("cpu")).shape == (4, 4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ValueError, match=r"only 1 CUDA device"):

@@ -30,7 +30,10 @@ def torch_device(device):
     torch = import_torch()
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif isinstance(device, str):
+    elif isinstance(device, torch.device):
+        if device.type == "cuda":  # the same check as a "cuda:N" string
+            check_cuda(torch, str(device))
+    else:
         check_device_string(device)
         if device.startswith("cuda"):
             check_cuda(torch, device)
