@@ -183,6 +183,29 @@ def test_matrix_free_matches_dense(kind, kw):
         assert lo[0] == pytest.approx(S.min()) and hi[0] == pytest.approx(S.max())
 
 
+
+def test_matrix_free_rbf_in_float32_far_from_the_origin():
+    """In float32 (the CUDA default) the matrix-free rbf formed
+    ||x||^2 + ||y||^2 - 2 x.y of the raw features: 1e3 from the origin its
+    entries were off by 0.3, and 1e4 from it the squared distances cancelled
+    to garbage and the NCut of three separated blobs was 1.58 instead of
+    0.01.  The features are centred first (rbf is translation invariant)."""
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X, _ = make_blobs(300, centers=3, cluster_std=0.4, random_state=0)
+    ref = falcon_batch([X], 3, affinity="rbf", dtype="float64", init="kmeans",
+                       random_state=0, backend="torch", device="cpu")
+    for offset in (1e3, 1e4):
+        Z = X + offset
+        P = make_problem_from_features(Z, 3, affinity="rbf", dtype="float32")
+        np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                                   rbf_kernel(Z, gamma=1.0), atol=1e-5)
+        res = falcon_batch([Z], 3, affinity="rbf", dtype="float32", init="kmeans",
+                           random_state=0, backend="torch", device="cpu")
+        assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-4)
+
+
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node

@@ -213,6 +213,12 @@ class TorchProblem:
         in_dtype = np.result_type(*[F.dtype for F in feats])
         zero_norm = 10 * float(np.finfo(in_dtype if in_dtype.kind == "f"
                                         else np.float64).eps)
+        if affinity == "rbf":
+            # rbf is translation invariant: centred features (in float64, on
+            # the host) keep ||x||^2 + ||y||^2 - 2 x.y from cancelling in
+            # float32, the CUDA default (features 1e4 from the origin made
+            # every entry of W exp(0) or garbage)
+            feats = [F - F.mean(axis=0, dtype=np.float64) for F in feats]
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
