@@ -25,6 +25,7 @@ from ._affinity import (
     restrict_to_active,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
+from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
@@ -77,7 +78,8 @@ class BatchResult:
 
 
 def _check_graphs(graphs, affinity):
-    graphs = host_array(graphs)  # a 3-D torch tensor: on the host
+    if is_tensor(graphs) and graphs.dim() == 3:  # dense or sparse: by graph
+        graphs = list(graphs.unbind(0))
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:

@@ -617,6 +617,27 @@ def test_torch_tensors_of_block_sparse_layouts_are_accepted(backend):
             normalized_cut(W, res.labels[0]), abs=1e-12)
 
 
+def test_batched_and_hybrid_sparse_tensors():
+    """A 3-D sparse COO tensor of graphs (``torch.stack`` of sparse ones)
+    made falcon_batch say "too many values to unpack (expected 2)", and a
+    hybrid COO tensor (rows stored dense) made fit say "not enough values to
+    unpack"; the first is read graph by graph, the second as the matrix it
+    holds, and a sparse tensor of another rank is refused by its shape."""
+    rng = np.random.default_rng(0)
+    A = (rng.random((3, 20, 20)) < 0.3).astype(float)
+    W = A + A.transpose(0, 2, 1)
+    Wt = torch.asarray(W)
+    kw = dict(affinity="precomputed", device="cpu", random_state=0)
+    ref = falcon_batch(W, 2, **kw)
+    res = falcon_batch(Wt.to_sparse(), 2, **kw)
+    np.testing.assert_array_equal(res.ncut, ref.ncut)
+    est = FalconNCut(2, affinity="precomputed", random_state=0)
+    np.testing.assert_array_equal(est.fit(Wt[0].to_sparse(1)).labels_,
+                                  est.fit(W[0]).labels_)
+    with pytest.raises(ValueError, match=r"2-D sparse tensor.*\(3, 20, 20\)"):
+        est.fit(Wt.to_sparse())
+
+
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
     X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))
     with pytest.raises(TypeError, match="X has dtype=bool"):

@@ -99,8 +99,9 @@ def host_array(X):
     """``X`` itself, or a torch tensor (on any device, with or without
     autograd) brought to the host: a NumPy array of its dtype (bfloat16,
     which NumPy lacks, as float32), or a SciPy CSR matrix for a sparse one
-    (COO, CSR, CSC, or the block layouts BSR and BSC), so that the input
-    checks see what the user passed.  A CPU tensor's array shares its
+    (COO, CSR, CSC, or the block layouts BSR and BSC; a hybrid one, with
+    dense dimensions, as a NumPy array), so that the input checks see what
+    the user passed.  A CPU tensor's array shares its
     memory, as ``tensor.numpy()`` does."""
     if not is_tensor(X):
         return X
@@ -110,6 +111,11 @@ def host_array(X):
         X = X.float()
     if X.layout == torch.strided:
         return X.resolve_conj().resolve_neg().cpu().numpy()
+    if X.dim() != 2:
+        raise ValueError(
+            f"Expected a 2-D sparse tensor; got one of shape {tuple(X.shape)}.")
+    if X.dense_dim():  # a hybrid layout (rows or blocks stored dense): dense
+        return X.to_dense().resolve_conj().resolve_neg().cpu().numpy()
     if X.layout in (torch.sparse_bsr, torch.sparse_bsc):
         X = X.to_sparse_coo()  # (torch converts no block layout to CSR)
     if X.layout != torch.sparse_csr:
