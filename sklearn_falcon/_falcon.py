@@ -433,12 +433,13 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             starts = [init[active]]
         else:
             ctx = InitContext(K, rng, options, W=W_act, degrees=d_act)
+            X_act = X if active.all() else X[np.flatnonzero(active)]
             if INITS[init].needs_features:
-                ctx.X = X if active.all() else X[np.flatnonzero(active)]
+                ctx.X = X_act
             if matrix_free and INITS[init].needs_graph:
                 # the graph inits need an explicit W: the kNN graph of X
                 ctx.W = make_affinity("nearest_neighbors", n_neighbors=self.n_neighbors,
-                                      n_jobs=self.n_jobs).fit(X)
+                                      n_jobs=self.n_jobs).fit(X_act)
                 ctx.degrees = degrees_of(ctx.W)
             t0 = time.perf_counter()
             starts = make_starts(init, ctx, self.n_init)
@@ -460,7 +461,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         On the matrix-free path (a backend that forms this affinity in row
         blocks) ``W`` is None and ``problem`` is the backend's problem that
-        forms it; otherwise ``problem`` is None (it is built on the graph of
+        forms it, on the samples of nonzero degree; otherwise ``problem`` is None (it is built on the graph of
         the connected samples).
         """
         self._affinity = self._make_affinity()
@@ -482,10 +483,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                           "about one such pass",
                           self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
                           time.perf_counter() - t0)
-            if np.all(degrees > 0):
-                self._affinity.adopt(X, problem)
-            else:  # isolated samples need the explicit sub-graph: dense path
-                problem = None
+            self._affinity.adopt(X, problem)
+            if not np.all(degrees > 0):  # zero rows: the others' problem, same W
+                problem = problem.restricted(degrees > 0)
         if problem is None:
             W = self._affinity.fit(X)
             degrees = degrees_of(W)

@@ -559,6 +559,45 @@ def test_estimator_matrix_free_matches_numba(affinity, init):
         assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
 
 
+
+@pytest.mark.parametrize("init", ["random", "multilevel"])
+def test_matrix_free_fit_with_zero_rows_stays_matrix_free(monkeypatch, init):
+    """A zero row (an empty document in TF-IDF, a black patch's colour
+    histogram) has zero degree in the cosine affinity of nonnegative
+    features.  The torch fit then built the dense W anyway, silently O(n^2)
+    memory, and where it did not fit raised a MemoryError telling the user
+    to use backend='torch'.  The solve now stays matrix-free on the other
+    samples, with the same W."""
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import normalized_cut
+    from sklearn_falcon._affinity import _kinds
+
+    X, _ = make_blobs(300, centers=3, random_state=0)
+    X = np.abs(X)
+    X[[5, 50]] = 0.0
+    kw = dict(affinity="cosine", power=3.0, init=init, random_state=0)
+    ref = FalconNCut(3, backend="numba", **kw).fit(X)
+
+    def no_dense(*args, **kwargs):
+        raise AssertionError("the dense affinity was formed")
+
+    monkeypatch.setattr(_kinds, "cosine_power_affinity", no_dense)
+    with pytest.warns(UserWarning, match="2 sample.s. have zero degree"):
+        est = FalconNCut(3, backend="torch", device="cpu", **kw).fit(X)
+    assert est._affinity_matrix is None
+    np.testing.assert_array_equal(est.isolated_, [5, 50])
+    W = est.affinity_matrix_
+    np.testing.assert_allclose(W, ref.affinity_matrix_, atol=1e-12)
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
+    np.testing.assert_allclose(est.cluster_volumes_.sum(), W.sum(), rtol=1e-12)
+    if init == "random":  # the same start: the same solve
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_array_equal(est.predict(X[:40]), ref.predict(X[:40]))
+    else:  # matrix-free, the graph inits start on the kNN graph of X
+        assert est.ncut_ <= 1.05 * ref.ncut_
+
+
 # ------------------------------------------------------ torch tensors as input
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
