@@ -677,6 +677,7 @@ def test_batched_and_hybrid_sparse_tensors():
         est.fit(Wt.to_sparse())
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support:UserWarning")
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
     X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))
     with pytest.raises(TypeError, match="X has dtype=bool"):
@@ -687,3 +688,12 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
         FalconNCut(2).fit(torch.full((10, 2), float("nan")))
     # bfloat16, which NumPy lacks, is read as float32
     assert FalconNCut(2, random_state=0).fit(X.bfloat16()).labels_.shape == (20,)
+    # and so are the float8 types, which said "Got unsupported ScalarType
+    # Float8_e4m3fn"; complex32 is refused as complex, by name
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        Xq = X.to(dtype)
+        ref = FalconNCut(2, random_state=0).fit(Xq.float().numpy()).labels_
+        np.testing.assert_array_equal(FalconNCut(2, random_state=0).fit(Xq).labels_,
+                                      ref)
+    with pytest.raises(ValueError, match="X has dtype=complex64"):
+        FalconNCut(2).fit(X.to(torch.complex32))

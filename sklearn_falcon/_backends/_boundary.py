@@ -97,8 +97,8 @@ def is_tensor(obj):
 
 def host_array(X):
     """``X`` itself, or a torch tensor (on any device, with or without
-    autograd) brought to the host: a NumPy array of its dtype (bfloat16,
-    which NumPy lacks, as float32), or a SciPy CSR matrix for a sparse one
+    autograd) brought to the host: a NumPy array of its dtype (bfloat16 and
+    the float8 types, which NumPy lacks, as float32), or a SciPy CSR matrix for a sparse one
     (COO, CSR, CSC, or the block layouts BSR and BSC; a hybrid one, with
     dense dimensions, as a NumPy array), so that the input checks see what
     the user passed.  A CPU tensor's array shares its
@@ -107,8 +107,11 @@ def host_array(X):
         return X
     torch = import_torch()
     X = X.detach()
-    if X.dtype == torch.bfloat16:
-        X = X.float()
+    if X.dtype.is_floating_point and X.dtype not in (
+            torch.float16, torch.float32, torch.float64):
+        X = X.float()  # bfloat16 and the float8 types: NumPy has none
+    elif X.dtype == torch.complex32:
+        X = X.to(torch.complex64)  # (refused as complex, by name)
     if X.layout == torch.strided:
         return X.resolve_conj().resolve_neg().cpu().numpy()
     if X.dim() != 2:
