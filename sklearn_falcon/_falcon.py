@@ -30,6 +30,7 @@ from ._memory import row_chunks
 from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
+    affinity_statistics,
     bipartite_ncut,
     cluster_statistics,
     degrees_of,
@@ -587,8 +588,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
-        W = self._make_affinity().fit(Xv)
-        return -ncut_of(*cluster_statistics(W, labels, K))
+        return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels, K,
+                                             self.backend_, self.device))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -598,6 +598,26 @@ def test_matrix_free_fit_with_zero_rows_stays_matrix_free(monkeypatch, init):
         assert est.ncut_ <= 1.05 * ref.ncut_
 
 
+
+@pytest.mark.parametrize("affinity", ["cosine", "rbf"])
+def test_score_after_a_matrix_free_fit_is_matrix_free(monkeypatch, affinity):
+    """score built the dense affinity of X even after a matrix-free fit: an
+    X too large for it raised a MemoryError advising backend='torch', the
+    backend in use.  The graph of X is now formed in row blocks too."""
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import _memory
+
+    X, _ = make_blobs(400, centers=3, random_state=0)
+    kw = dict(affinity=affinity, gamma=0.1, power=2.0, init="random",
+              random_state=0)
+    ref = FalconNCut(3, backend="numba", **kw).fit(X[:300])
+    est = FalconNCut(3, backend="torch", device="cpu", **kw).fit(X[:300])
+    expected = ref.score(X[100:])
+    monkeypatch.setattr(_memory, "available_memory", lambda: 200_000)
+    assert est.score(X[100:]) == pytest.approx(expected, abs=1e-9)
+
+
 # ------------------------------------------------------ torch tensors as input
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
