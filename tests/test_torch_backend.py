@@ -697,6 +697,28 @@ def test_batched_and_hybrid_sparse_tensors():
         est.fit(Wt.to_sparse())
 
 
+class _TensorSubclass(torch.Tensor):
+    """As torchvision's ``tv_tensors.Image``: a subclass from another module."""
+
+
+def test_tensor_subclasses_are_tensors():
+    """A tensor subclass defined outside torch (torchvision's
+    ``tv_tensors.Image``, which its v2 transforms return) was not taken for
+    a tensor: load_image said "image must be ... a torch tensor; got Image",
+    and fit called numpy() on it ("Can't call numpy() on Tensor that
+    requires grad")."""
+    from sklearn_falcon.image import load_image
+
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    Xs = torch.asarray(X).as_subclass(_TensorSubclass).requires_grad_()
+    ref = FalconNCut(2, random_state=0).fit(X)
+    np.testing.assert_array_equal(FalconNCut(2, random_state=0).fit(Xs).labels_,
+                                  ref.labels_)
+    img = torch.randint(0, 255, (3, 6, 8), dtype=torch.uint8)
+    np.testing.assert_array_equal(load_image(img.as_subclass(_TensorSubclass)),
+                                  load_image(img))
+
+
 @pytest.mark.filterwarnings("ignore:ComplexHalf support:UserWarning")
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
     X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))

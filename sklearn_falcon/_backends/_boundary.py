@@ -91,8 +91,10 @@ def copy_into(tensor, array):
 
 
 def is_tensor(obj):
-    """Whether ``obj`` is a torch tensor (told without importing torch)."""
-    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach")
+    """Whether ``obj`` is a torch tensor, of a subclass too (torchvision's
+    ``tv_tensors.Image``, a ``Parameter``): told without importing torch."""
+    return any(c.__name__ == "Tensor" and c.__module__ == "torch"
+               for c in type(obj).__mro__)
 
 
 def host_array(X):
