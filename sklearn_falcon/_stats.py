@@ -33,12 +33,13 @@ def affinity_statistics(affinity, X, labels, n_clusters, backend="numba",
     """``(vol, assoc)`` of ``labels`` on the graph that ``affinity`` (an
     :class:`~sklearn_falcon._affinity.Affinity`) forms of the features
     ``X``: matrix-free, in row blocks on ``device``, where ``backend`` forms
-    this affinity so (the ``n x n`` matrix is never held), else from the
-    explicit ``W``."""
+    this affinity so (the ``n x n`` matrix is never held) and is installed
+    (an estimator unpickled without torch), else from the explicit ``W``."""
     from ._backends import BACKENDS
 
     spec = BACKENDS[backend]
-    if not (affinity.matrix_free and spec.make_problem_from_features is not None):
+    if not (affinity.matrix_free and spec.make_problem_from_features is not None
+            and spec.is_available()):
         return cluster_statistics(affinity.fit(X), labels, n_clusters)
     affinity.check_features(X)
     P = spec.make_problem_from_features(

@@ -614,6 +614,16 @@ def test_score_after_a_matrix_free_fit_is_matrix_free(monkeypatch, affinity):
     ref = FalconNCut(3, backend="numba", **kw).fit(X[:300])
     est = FalconNCut(3, backend="torch", device="cpu", **kw).fit(X[:300])
     expected = ref.score(X[100:])
+    # unpickled where torch is missing: from the explicit W, as before
+    import dataclasses
+
+    from sklearn_falcon._backends import BACKENDS
+
+    absent = dataclasses.replace(BACKENDS["torch"], is_available=lambda: False)
+    with monkeypatch.context() as m:
+        m.setitem(BACKENDS, "torch", absent)
+        m.setitem(sys.modules, "torch", None)  # `import torch` fails
+        assert est.score(X[100:]) == pytest.approx(expected, abs=1e-9)
     monkeypatch.setattr(_memory, "available_memory", lambda: 200_000)
     assert est.score(X[100:]) == pytest.approx(expected, abs=1e-9)
 
