@@ -327,7 +327,7 @@ def falcon_batch(
     True
     """
     _check_dtype(dtype)
-    tau_arr = np.asarray(tau, dtype=np.float64)
+    tau_arr = np.asarray(host_array(tau), dtype=np.float64)  # (a tensor too)
     if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
         raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")
     graphs = _check_graphs(graphs, affinity)

@@ -707,6 +707,21 @@ def test_batched_and_hybrid_sparse_tensors():
         est.fit(Wt.to_sparse())
 
 
+def test_falcon_batch_takes_a_tensor_of_per_graph_tau():
+    """An array of per-graph ``tau`` given as a tensor that requires grad
+    (or of bfloat16) raised "Can't call numpy() on Tensor that requires
+    grad"; it is read on the host as every other tensor input."""
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 3)) for _ in range(2)]
+    kw = dict(affinity="rbf", init="kmeans", random_state=0, device="cpu")
+    ref = falcon_batch(graphs, 2, tau=np.array([0.125, 0.25]), **kw)
+    for tau in (torch.tensor([0.125, 0.25], requires_grad=True),
+                torch.tensor([0.125, 0.25]).bfloat16()):
+        res = falcon_batch(graphs, 2, tau=tau, **kw)
+        np.testing.assert_array_equal(res.tau, ref.tau)
+        np.testing.assert_array_equal(res.ncut, ref.ncut)
+
+
 class _TensorSubclass(torch.Tensor):
     """As torchvision's ``tv_tensors.Image``: a subclass from another module."""
 
