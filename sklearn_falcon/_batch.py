@@ -29,7 +29,6 @@ from ._affinity import (
 )
 from ._backends import BACKENDS, host_array, resolve_backend
 from ._backends._boundary import is_tensor
-from ._backends._device import import_torch
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
@@ -83,10 +82,8 @@ class BatchResult:
 
 
 def _check_graphs(graphs, affinity):
-    if is_tensor(graphs) and graphs.ndim == 3 and (
-            graphs.layout != import_torch().strided):
-        graphs = list(graphs.unbind(0))  # sparse (B, n, n): graph by graph
-    graphs = host_array(graphs)  # a 3-D torch tensor: on the host
+    if is_tensor(graphs) and graphs.dim() == 3:  # dense or sparse: by graph
+        graphs = list(graphs.unbind(0))
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
@@ -329,7 +326,7 @@ def falcon_batch(
     True
     """
     _check_dtype(dtype)
-    tau_arr = np.asarray(tau, dtype=np.float64)
+    tau_arr = np.asarray(host_array(tau), dtype=np.float64)  # (a tensor too)
     if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
         raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")
     graphs = _check_graphs(graphs, affinity)

@@ -32,6 +32,7 @@ from ._memory import row_chunks
 from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
+    affinity_statistics,
     bipartite_ncut,
     cluster_statistics,
     degrees_of,
@@ -434,11 +435,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             starts = [init[active]]
         else:
             ctx = InitContext(K, rng, options, W=W_act, degrees=d_act)
+            X_act = X if active.all() else X[np.flatnonzero(active)]
             if INITS[init].needs_features:
-                ctx.X = X if active.all() else X[np.flatnonzero(active)]
+                ctx.X = X_act
             if matrix_free and INITS[init].needs_graph:
                 # the graph inits need an explicit W: the kNN graph of X
-                ctx.W = start_graph(X, self.n_neighbors, self.n_jobs)
+                ctx.W = start_graph(X_act, self.n_neighbors, self.n_jobs)
                 ctx.degrees = degrees_of(ctx.W)
             t0 = time.perf_counter()
             starts = make_starts(init, ctx, self.n_init)
@@ -460,8 +462,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         On the matrix-free path (a backend that forms this affinity in row
         blocks) ``W`` is None and ``problem`` is the backend's problem that
-        forms it; otherwise ``problem`` is None (it is built on the graph of
-        the connected samples).
+        forms it, on the samples of nonzero degree; otherwise ``problem`` is
+        None (it is built on the graph of the connected samples).
         """
         self._affinity = self._make_affinity()
         spec = BACKENDS[backend]
@@ -482,10 +484,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                           "about one such pass",
                           self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
                           time.perf_counter() - t0)
-            if np.all(degrees > 0):
-                self._affinity.adopt(X, problem)
-            else:  # isolated samples need the explicit sub-graph: dense path
-                problem = None
+            self._affinity.adopt(X, problem)
+            if not np.all(degrees > 0):  # zero rows: the others' problem, same W
+                problem = problem.restricted(degrees > 0)
         if problem is None:
             W = self._affinity.fit(X)
             degrees = degrees_of(W)
@@ -587,8 +588,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
-        W = self._make_affinity().fit(Xv)
-        return -ncut_of(*cluster_statistics(W, labels, K))
+        return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels, K,
+                                             self.backend_, self.device))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -12,9 +12,10 @@ import scipy.sparse as sp
 
 from ._backends import _numba as nb
 
-__all__ = ["bipartite_ncut", "cluster_pair_weights", "cluster_statistics",
-           "cluster_weight_summary", "degrees_of", "n_entries",
-           "ncut_from_objective", "ncut_of", "objective_of", "with_isolated"]
+__all__ = ["affinity_statistics", "bipartite_ncut", "cluster_pair_weights",
+           "cluster_statistics", "cluster_weight_summary", "degrees_of",
+           "n_entries", "ncut_from_objective", "ncut_of", "objective_of",
+           "with_isolated"]
 
 
 def degrees_of(W):
@@ -25,6 +26,27 @@ def degrees_of(W):
 def n_entries(W):
     """Stored entries of a graph: ``nnz`` (sparse) or ``n**2`` (dense)."""
     return W.nnz if sp.issparse(W) else W.size
+
+
+def affinity_statistics(affinity, X, labels, n_clusters, backend="numba",
+                        device="cpu"):
+    """``(vol, assoc)`` of ``labels`` on the graph that ``affinity`` (an
+    :class:`~sklearn_falcon._affinity.Affinity`) forms of the features
+    ``X``: matrix-free, in row blocks on ``device``, where ``backend`` forms
+    this affinity so (the ``n x n`` matrix is never held) and is installed
+    (an estimator unpickled without torch), else from the explicit ``W``."""
+    from ._backends import BACKENDS
+
+    spec = BACKENDS[backend]
+    if not (affinity.matrix_free and spec.make_problem_from_features is not None
+            and spec.is_available()):
+        return cluster_statistics(affinity.fit(X), labels, n_clusters)
+    affinity.check_features(X)
+    P = spec.make_problem_from_features(
+        X, n_clusters, affinity=affinity.name, power=affinity.power,
+        gamma=affinity.gamma, device=spec.resolve_device(device))
+    vol, assoc = P.cluster_statistics(labels)
+    return vol[0], assoc[0]
 
 
 def cluster_statistics(W, labels, n_clusters, degrees=None):

@@ -127,6 +127,31 @@ def test_device_twins_match_on_cpu_torch():
     assert np.mean(p1 == p2) > 0.999 and set(np.unique(p2)) <= {0, 5, 10}
 
 
+
+def test_device_twins_take_flipped_and_big_endian_arrays():
+    """A flipped image (``img[..., ::-1]``, BGR to RGB) or features, or a
+    big-endian array, raised torch's "At least one stride in the given numpy
+    array is negative" / "byte order different from the native byte order"
+    on a torch device; they are copied across instead."""
+    pytest.importorskip("torch")
+    img, mask = _blocks(45, 60, seed=2)
+    from sklearn_falcon.image._budget import resize_rgb
+
+    small = resize_rgb(img, (15, 20))
+    coarse = resize_labels(mask, (15, 20))
+    for im, sm in ((img[..., ::-1], small[..., ::-1]), (img[:, ::-1], small[:, ::-1]),
+                   (img.astype(">f8"), small.astype(">f8"))):
+        lab = coarse[:, ::-1] if im.strides[1] < 0 else coarse
+        ref = upsample_labels(lab, np.array(im, "=" + im.dtype.char),
+                              np.array(sm, "=" + sm.dtype.char))
+        np.testing.assert_array_equal(upsample_labels(lab, im, sm, device="cpu"), ref)
+    F = np.random.default_rng(0).normal(size=(6, 8, 16)).astype(np.float32)
+    tok = np.arange(48).reshape(6, 8) % 3
+    for f in (F[:, ::-1], F.astype(">f4")):
+        np.testing.assert_array_equal(prototype_upsample(f, tok, (24, 32), device="cpu"),
+                                      prototype_upsample(f, tok, (24, 32)))
+
+
 # ----------------------------------------------------------- kNN token graph
 def test_knn_affinity_keeps_the_dense_weights():
     rng = np.random.default_rng(0)

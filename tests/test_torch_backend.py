@@ -184,6 +184,29 @@ def test_matrix_free_matches_dense(kind, kw):
         assert lo[0] == pytest.approx(S.min()) and hi[0] == pytest.approx(S.max())
 
 
+
+def test_matrix_free_rbf_in_float32_far_from_the_origin():
+    """In float32 (the CUDA default) the matrix-free rbf formed
+    ||x||^2 + ||y||^2 - 2 x.y of the raw features: 1e3 from the origin its
+    entries were off by 0.3, and 1e4 from it the squared distances cancelled
+    to garbage and the NCut of three separated blobs was 1.58 instead of
+    0.01.  The features are centred first (rbf is translation invariant)."""
+    from sklearn.datasets import make_blobs
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X, _ = make_blobs(300, centers=3, cluster_std=0.4, random_state=0)
+    ref = falcon_batch([X], 3, affinity="rbf", dtype="float64", init="kmeans",
+                       random_state=0, backend="torch", device="cpu")
+    for offset in (1e3, 1e4):
+        Z = X + offset
+        P = make_problem_from_features(Z, 3, affinity="rbf", dtype="float32")
+        np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                                   rbf_kernel(Z, gamma=1.0), atol=1e-5)
+        res = falcon_batch([Z], 3, affinity="rbf", dtype="float32", init="kmeans",
+                           random_state=0, backend="torch", device="cpu")
+        assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-4)
+
+
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node
@@ -455,6 +478,19 @@ def test_unavailable_cuda_is_reported(monkeypatch):
         make_problem_from_features(np.ones((3, 2)), 2, device="cuda:0")
     assert resolve_backend("torch", "auto") == ("torch", "cpu")
     assert resolve_backend("auto", "auto") == ("numba", "cpu")
+    # a torch.device, or an int, went to torch unchecked: "Found no NVIDIA
+    # driver on your system" (a RuntimeError) from pamr and TorchProblem
+    from sklearn_falcon.image import pamr
+
+    img, lab = np.zeros((4, 4, 3)), np.eye(4, dtype=int)
+    for dev in (torch.device("cuda"), torch.device("cuda", 1)):
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            TorchProblem.from_affinity(np.eye(3), 2, device=dev)
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            pamr(img, lab, device=dev)
+    with pytest.raises(ValueError, match="device must be .* got device=0"):
+        pamr(img, lab, device=0)
+    assert pamr(img, lab, device=torch.device("cpu")).shape == (4, 4)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ValueError, match=r"only 1 CUDA device"):
@@ -539,6 +575,75 @@ def test_estimator_matrix_free_matches_numba(affinity, init):
         assert adjusted_rand_score(est.predict(X[:60]), ref.predict(X[:60])) > 0.99
 
 
+
+@pytest.mark.parametrize("init", ["random", "multilevel"])
+def test_matrix_free_fit_with_zero_rows_stays_matrix_free(monkeypatch, init):
+    """A zero row (an empty document in TF-IDF, a black patch's colour
+    histogram) has zero degree in the cosine affinity of nonnegative
+    features.  The torch fit then built the dense W anyway, silently O(n^2)
+    memory, and where it did not fit raised a MemoryError telling the user
+    to use backend='torch'.  The solve now stays matrix-free on the other
+    samples, with the same W."""
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import normalized_cut
+    from sklearn_falcon._affinity import _kinds
+
+    X, _ = make_blobs(300, centers=3, random_state=0)
+    X = np.abs(X)
+    X[[5, 50]] = 0.0
+    kw = dict(affinity="cosine", power=3.0, init=init, random_state=0)
+    ref = FalconNCut(3, backend="numba", **kw).fit(X)
+
+    def no_dense(*args, **kwargs):
+        raise AssertionError("the dense affinity was formed")
+
+    monkeypatch.setattr(_kinds, "cosine_power_affinity", no_dense)
+    with pytest.warns(UserWarning, match="2 sample.s. have zero degree"):
+        est = FalconNCut(3, backend="torch", device="cpu", **kw).fit(X)
+    assert est._affinity_matrix is None
+    np.testing.assert_array_equal(est.isolated_, [5, 50])
+    W = est.affinity_matrix_
+    np.testing.assert_allclose(W, ref.affinity_matrix_, atol=1e-12)
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
+    np.testing.assert_allclose(est.cluster_volumes_.sum(), W.sum(), rtol=1e-12)
+    if init == "random":  # the same start: the same solve
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_array_equal(est.predict(X[:40]), ref.predict(X[:40]))
+    else:  # matrix-free, the graph inits start on the kNN graph of X
+        assert est.ncut_ <= 1.05 * ref.ncut_
+
+
+
+@pytest.mark.parametrize("affinity", ["cosine", "rbf"])
+def test_score_after_a_matrix_free_fit_is_matrix_free(monkeypatch, affinity):
+    """score built the dense affinity of X even after a matrix-free fit: an
+    X too large for it raised a MemoryError advising backend='torch', the
+    backend in use.  The graph of X is now formed in row blocks too."""
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import _memory
+
+    X, _ = make_blobs(400, centers=3, random_state=0)
+    kw = dict(affinity=affinity, gamma=0.1, power=2.0, init="random",
+              random_state=0)
+    ref = FalconNCut(3, backend="numba", **kw).fit(X[:300])
+    est = FalconNCut(3, backend="torch", device="cpu", **kw).fit(X[:300])
+    expected = ref.score(X[100:])
+    # unpickled where torch is missing: from the explicit W, as before
+    import dataclasses
+
+    from sklearn_falcon._backends import BACKENDS
+
+    absent = dataclasses.replace(BACKENDS["torch"], is_available=lambda: False)
+    with monkeypatch.context() as m:
+        m.setitem(BACKENDS, "torch", absent)
+        m.setitem(sys.modules, "torch", None)  # `import torch` fails
+        assert est.score(X[100:]) == pytest.approx(expected, abs=1e-9)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 200_000)
+    assert est.score(X[100:]) == pytest.approx(expected, abs=1e-9)
+
+
 # ------------------------------------------------------ torch tensors as input
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_torch_tensors_are_accepted_wherever_arrays_are(backend):
@@ -597,6 +702,65 @@ def test_torch_tensors_of_block_sparse_layouts_are_accepted(backend):
             normalized_cut(W, res.labels[0]), abs=1e-12)
 
 
+def test_batched_and_hybrid_sparse_tensors():
+    """A 3-D sparse COO tensor of graphs (``torch.stack`` of sparse ones)
+    made falcon_batch say "too many values to unpack (expected 2)", and a
+    hybrid COO tensor (rows stored dense) made fit say "not enough values to
+    unpack"; the first is read graph by graph, the second as the matrix it
+    holds, and a sparse tensor of another rank is refused by its shape."""
+    rng = np.random.default_rng(0)
+    A = (rng.random((3, 20, 20)) < 0.3).astype(float)
+    W = A + A.transpose(0, 2, 1)
+    Wt = torch.asarray(W)
+    kw = dict(affinity="precomputed", device="cpu", random_state=0)
+    ref = falcon_batch(W, 2, **kw)
+    res = falcon_batch(Wt.to_sparse(), 2, **kw)
+    np.testing.assert_array_equal(res.ncut, ref.ncut)
+    est = FalconNCut(2, affinity="precomputed", random_state=0)
+    np.testing.assert_array_equal(est.fit(Wt[0].to_sparse(1)).labels_,
+                                  est.fit(W[0]).labels_)
+    with pytest.raises(ValueError, match=r"2-D sparse tensor.*\(3, 20, 20\)"):
+        est.fit(Wt.to_sparse())
+
+
+def test_falcon_batch_takes_a_tensor_of_per_graph_tau():
+    """An array of per-graph ``tau`` given as a tensor that requires grad
+    (or of bfloat16) raised "Can't call numpy() on Tensor that requires
+    grad"; it is read on the host as every other tensor input."""
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 3)) for _ in range(2)]
+    kw = dict(affinity="rbf", init="kmeans", random_state=0, device="cpu")
+    ref = falcon_batch(graphs, 2, tau=np.array([0.125, 0.25]), **kw)
+    for tau in (torch.tensor([0.125, 0.25], requires_grad=True),
+                torch.tensor([0.125, 0.25]).bfloat16()):
+        res = falcon_batch(graphs, 2, tau=tau, **kw)
+        np.testing.assert_array_equal(res.tau, ref.tau)
+        np.testing.assert_array_equal(res.ncut, ref.ncut)
+
+
+class _TensorSubclass(torch.Tensor):
+    """As torchvision's ``tv_tensors.Image``: a subclass from another module."""
+
+
+def test_tensor_subclasses_are_tensors():
+    """A tensor subclass defined outside torch (torchvision's
+    ``tv_tensors.Image``, which its v2 transforms return) was not taken for
+    a tensor: load_image said "image must be ... a torch tensor; got Image",
+    and fit called numpy() on it ("Can't call numpy() on Tensor that
+    requires grad")."""
+    from sklearn_falcon.image import load_image
+
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    Xs = torch.asarray(X).as_subclass(_TensorSubclass).requires_grad_()
+    ref = FalconNCut(2, random_state=0).fit(X)
+    np.testing.assert_array_equal(FalconNCut(2, random_state=0).fit(Xs).labels_,
+                                  ref.labels_)
+    img = torch.randint(0, 255, (3, 6, 8), dtype=torch.uint8)
+    np.testing.assert_array_equal(load_image(img.as_subclass(_TensorSubclass)),
+                                  load_image(img))
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support:UserWarning")
 def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
     X = torch.asarray(np.random.default_rng(0).normal(size=(20, 2)))
     with pytest.raises(TypeError, match="X has dtype=bool"):
@@ -607,6 +771,15 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
         FalconNCut(2).fit(torch.full((10, 2), float("nan")))
     # bfloat16, which NumPy lacks, is read as float32
     assert FalconNCut(2, random_state=0).fit(X.bfloat16()).labels_.shape == (20,)
+    # and so are the float8 types, which said "Got unsupported ScalarType
+    # Float8_e4m3fn"; complex32 is refused as complex, by name
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        Xq = X.to(dtype)
+        ref = FalconNCut(2, random_state=0).fit(Xq.float().numpy()).labels_
+        np.testing.assert_array_equal(FalconNCut(2, random_state=0).fit(Xq).labels_,
+                                      ref)
+    with pytest.raises(ValueError, match="X has dtype=complex64"):
+        FalconNCut(2).fit(X.to(torch.complex32))
 
 
 def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():

@@ -454,7 +454,7 @@ def active_subgraph(W, degrees, active, n_clusters, hint=None):
     degree; warns when some have none (they are left out, and the caller
     gives them the cluster of largest volume) and when the remaining graph
     is not connected (:func:`warn_if_disconnected`).  ``W`` is None on the
-    matrix-free path (where every degree is positive).
+    matrix-free path (and stays None).
 
     Returns
     -------
@@ -463,7 +463,7 @@ def active_subgraph(W, degrees, active, n_clusters, hint=None):
     n_samples = degrees.shape[0]
     n_active = int(active.sum())
     if not check_active_count(n_active, n_samples, n_clusters):
-        W = restrict_to_active(W, active)
+        W = None if W is None else restrict_to_active(W, active)
         degrees = degrees[active]
     warn_if_disconnected(W, n_clusters, hint)
     return W, degrees

@@ -48,7 +48,9 @@ class Backend:
         ``(X, n_clusters, *, affinity, power, gamma, device, dtype,
         block_elems) -> Problem``: a matrix-free problem, if offered; it
         forms every affinity marked ``matrix_free`` in
-        :data:`sklearn_falcon._affinity.AFFINITIES`.
+        :data:`sklearn_falcon._affinity.AFFINITIES`, and its
+        ``restricted(keep)`` is the problem of the nodes ``keep`` (the
+        others of zero degree) with the same entries.
     batched : bool
         Whether one problem holds a batch of graphs (``falcon_batch``).
     limit_blas : bool

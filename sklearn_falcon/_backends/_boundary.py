@@ -30,7 +30,10 @@ def torch_device(device):
     torch = import_torch()
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif isinstance(device, str):
+    elif isinstance(device, torch.device):
+        if device.type == "cuda":  # the same check as a "cuda:N" string
+            check_cuda(torch, str(device))
+    else:
         check_device_string(device)
         if device.startswith("cuda"):
             check_cuda(torch, device)
@@ -57,10 +60,13 @@ def to_tensor(array, device, dtype=None):
     ``dtype`` is a torch dtype, or None to keep the array's."""
     torch = import_torch()
     array = np.asarray(array)
-    if not array.flags.writeable:
+    if (not array.flags.writeable or not array.dtype.isnative
+            or any(s < 0 for s in array.strides)):
         # torch has no read-only tensors (it would share the memory and warn
-        # that writing to it is undefined behaviour): a copy
-        return torch.tensor(array, dtype=dtype, device=device)
+        # that writing to it is undefined behaviour), and refuses negative
+        # strides (a flipped image, ``img[..., ::-1]``) and a non-native byte
+        # order: a native, C-ordered copy
+        array = np.array(array, dtype=array.dtype.newbyteorder("="))
     t = torch.as_tensor(array)
     return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
 
@@ -85,25 +91,36 @@ def copy_into(tensor, array):
 
 
 def is_tensor(obj):
-    """Whether ``obj`` is a torch tensor (told without importing torch)."""
-    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "detach")
+    """Whether ``obj`` is a torch tensor, of a subclass too (torchvision's
+    ``tv_tensors.Image``, a ``Parameter``): told without importing torch."""
+    return any(c.__name__ == "Tensor" and c.__module__ == "torch"
+               for c in type(obj).__mro__)
 
 
 def host_array(X):
     """``X`` itself, or a torch tensor (on any device, with or without
-    autograd) brought to the host: a NumPy array of its dtype (bfloat16,
-    which NumPy lacks, as float32), or a SciPy CSR matrix for a sparse one
-    (COO, CSR, CSC, or the block layouts BSR and BSC), so that the input
+    autograd) brought to the host: a NumPy array of its dtype (bfloat16 and
+    the float8 types, which NumPy lacks, as float32), or a SciPy CSR matrix
+    for a sparse one (COO, CSR, CSC, or the block layouts BSR and BSC; a
+    hybrid one, with dense dimensions, as a NumPy array), so that the input
     checks see what the user passed.  A CPU tensor's array shares its
     memory, as ``tensor.numpy()`` does."""
     if not is_tensor(X):
         return X
     torch = import_torch()
     X = X.detach()
-    if X.dtype == torch.bfloat16:
-        X = X.float()
+    if X.dtype.is_floating_point and X.dtype not in (
+            torch.float16, torch.float32, torch.float64):
+        X = X.float()  # bfloat16 and the float8 types: NumPy has none
+    elif X.dtype == torch.complex32:
+        X = X.to(torch.complex64)  # (refused as complex, by name)
     if X.layout == torch.strided:
         return X.resolve_conj().resolve_neg().cpu().numpy()
+    if X.dim() != 2:
+        raise ValueError(
+            f"Expected a 2-D sparse tensor; got one of shape {tuple(X.shape)}.")
+    if X.dense_dim():  # a hybrid layout (rows or blocks stored dense): dense
+        return X.to_dense().resolve_conj().resolve_neg().cpu().numpy()
     if X.layout in (torch.sparse_bsr, torch.sparse_bsc):
         X = X.to_sparse_coo()  # (torch converts no block layout to CSR)
     if X.layout != torch.sparse_csr:

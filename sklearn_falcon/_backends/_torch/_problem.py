@@ -6,6 +6,8 @@ imports torch at import time; :mod:`sklearn_falcon._backends._torch` imports
 it only when a torch problem is built.
 """
 
+import copy
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -213,6 +215,12 @@ class TorchProblem:
         in_dtype = np.result_type(*[F.dtype for F in feats])
         zero_norm = 10 * float(np.finfo(in_dtype if in_dtype.kind == "f"
                                         else np.float64).eps)
+        if affinity == "rbf":
+            # rbf is translation invariant: centred features (in float64, on
+            # the host) keep ||x||^2 + ||y||^2 - 2 x.y from cancelling in
+            # float32, the CUDA default (features 1e4 from the origin made
+            # every entry of W exp(0) or garbage)
+            feats = [F - F.mean(axis=0, dtype=np.float64) for F in feats]
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
@@ -225,6 +233,21 @@ class TorchProblem:
         degrees = [d[b, : sizes[b]] for b in range(B)]
         return cls("features", n_clusters, device, dtype, sizes, degrees,
                    affinity=A)
+
+    def restricted(self, keep):
+        """The matrix-free problem of one graph's nodes ``keep`` (a boolean
+        mask), with the same affinity entries: their rows of the features,
+        the cosine range of the whole graph, and their degrees (the others
+        must have none, so these are unchanged)."""
+        A = copy.copy(self.affinity)
+        keep = np.asarray(keep, dtype=bool)
+        idx = bd.to_tensor(np.flatnonzero(keep), self.device)
+        A.X, A.valid = A.X[:, idx], A.valid[:, idx]
+        A.shape = (1, int(idx.shape[0]))
+        if A.kind == "rbf":
+            A.sqn = A.sqn[:, idx]
+        return TorchProblem("features", self.n_clusters, self.device, self.dtype,
+                            [A.shape[1]], [self.host_degrees[0][keep]], affinity=A)
 
     # -- helpers -----------------------------------------------------------
     @property
