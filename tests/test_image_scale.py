@@ -152,6 +152,26 @@ def test_device_twins_take_flipped_and_big_endian_arrays():
                                       prototype_upsample(f, tok, (24, 32)))
 
 
+def test_numba_upsampling_takes_big_endian_arrays_and_returns_int64():
+    """The Numba kernel raised Numba's "non-precise type pyobject" for a
+    big-endian image (FITS files are), and prototype_upsample returned the
+    token labels' dtype where it documents int64."""
+    img, mask = _blocks(45, 60, seed=2)
+    from sklearn_falcon.image._budget import resize_rgb
+
+    small = resize_rgb(img, (15, 20)).astype(np.float64)
+    coarse = resize_labels(mask, (15, 20))
+    ref = upsample_labels(coarse, img.astype(np.float64), small)
+    np.testing.assert_array_equal(
+        upsample_labels(coarse.astype(">i8"), img.astype(">f8"), small.astype(">f8")),
+        ref)
+    F = np.random.default_rng(0).normal(size=(6, 8, 16)).astype(np.float32)
+    tok = (np.arange(48).reshape(6, 8) % 3).astype(np.int32)
+    out = prototype_upsample(F, tok, (24, 32))
+    assert out.dtype == np.int64
+    assert prototype_upsample(F, tok, (24, 32), return_scores=True)[0].dtype == np.int64
+
+
 # ----------------------------------------------------------- kNN token graph
 def test_knn_affinity_keeps_the_dense_weights():
     rng = np.random.default_rng(0)

@@ -96,7 +96,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     gh, gw, c = f.shape
     lab = np.asarray(token_labels).reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
-    inv = inv.reshape(-1)
+    uniq, inv = uniq.astype(np.int64), inv.reshape(-1)  # int64, as documented
     if device is not None and not return_scores:
         return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, device)]
     fn = f.reshape(-1, c)
@@ -242,9 +242,11 @@ def upsample_labels(labels, image, small_image, *, device=None):
     # compile of their own): the working image is small, so it is copied
     # where it is not a writable C array; the full image only where it is
     # not C-contiguous (``prebuild`` compiles both of its flags)
-    if not (small.flags.c_contiguous and small.flags.writeable):
-        small = np.array(small, order="C")
-    img = np.ascontiguousarray(img)
+    # (and in the machine's byte order: Numba types no big-endian array)
+    if not (small.flags.c_contiguous and small.flags.writeable
+            and small.dtype.isnative):
+        small = np.array(small, order="C", dtype=small.dtype.newbyteorder("="))
+    img = np.ascontiguousarray(img, dtype=img.dtype.newbyteorder("="))
     out = np.empty(img.shape[:2], dtype=np.int64)
     return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
                                    _JBU_SIGMA_C, _JBU_FLOOR, out)
