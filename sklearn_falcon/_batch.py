@@ -260,8 +260,8 @@ def falcon_batch(
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch with such nodes forms its affinities on the
-        host, as the estimator's matrix-free fit does); a graph with fewer
-        other nodes than ``n_clusters`` is refused.
+        host); a graph with fewer other nodes than ``n_clusters`` is
+        refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
