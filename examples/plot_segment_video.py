@@ -63,8 +63,8 @@ for t in range(1, n_frames):
 
 # %%
 # The same colour means the same segment id in every frame. Four segments
-# are asked for: the grass, lit unevenly, takes two of them, the disc and
-# the square one each.
+# are asked for: the grass and the square take one each, and the disc two
+# (the cup of coffee, and the saucer and table beside it).
 fig, axes = plt.subplots(2, n_frames // 2, figsize=(10, 6.5))
 for ax, img, lab, t in zip(axes.ravel(), frames, maps, range(n_frames)):
     ax.imshow(overlay(img, lab))

@@ -126,15 +126,17 @@ def logs_progress(func):
 
 
 def _library_dirs():
+    import joblib
     import sklearn
 
+    # joblib runs the fits of a grid search (sequential or not)
     return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                 for m in (sys.modules[__package__], sklearn))
+                 for m in (sys.modules[__package__], sklearn, joblib))
 
 
 def warn_user(message, category=UserWarning):
     """``warnings.warn(message, category)`` attributed to the first frame
-    outside this package and scikit-learn: the user's line that called
+    outside this package, scikit-learn and joblib: the user's line that called
     ``fit``, ``fit_predict``, a grid search or a metric, however deep the
     package's own calls (a fixed ``stacklevel`` points at a different frame
     for each path).  Without such a frame (a command of the package), the

@@ -181,7 +181,7 @@ def build_parser(prog="sklearn-falcon"):
     seg.add_argument("--refine", choices=("pamr", "none"), default="pamr",
                      help="pixel-level refinement of the masks (default: %(default)s)")
     seg.add_argument("--feature", choices=("token", "key"), default="token",
-                     help="ViT patch tokens or last-block attention keys "
+                     help="ViT patch tokens or attention keys of block --layer "
                           "(default: %(default)s)")
     seg.add_argument("--layer", type=int, default=-1,
                      help="ViT block to read features from (default: %(default)s)")

@@ -347,6 +347,25 @@ def test_warnings_point_at_the_users_call():
             (w.filename, str(w.message)[:40]) for w in rec]
 
 
+def test_warnings_of_a_grid_search_point_at_the_users_call():
+    """The fits of a grid search run through joblib: their warnings were
+    attributed to joblib/parallel.py, not to the user's ``search.fit``."""
+    import warnings
+
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(size=(40, 2)), rng.normal(size=(40, 2)) + 100]
+    search = GridSearchCV(FalconNCut(2, random_state=0), {"tau": [0.1]},
+                          cv=KFold(2, shuffle=True, random_state=0))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        search.fit(X)
+    user = [w for w in rec if issubclass(w.category, UserWarning)]
+    assert len(user) >= 3 and all(w.filename == __file__ for w in user), [
+        (w.filename, str(w.message)[:40]) for w in rec]
+
+
 @pytest.mark.parametrize("bad", [np.zeros((0, 2)), np.zeros(2), np.zeros((5, 0)),
                                  [["a", "b"]] * 5])
 def test_falcon_batch_names_the_graph_it_refuses(bad):
