@@ -102,14 +102,15 @@ def dijkstra_csr(indptr, indices, lengths, sources, bound):
 def _lengths(W, degrees):
     """The graph with edge lengths ``sqrt(d_i d_j) / W_ij`` (self-loops
     dropped), as CSR."""
-    G = sp.csr_matrix(W, dtype=np.float64, copy=True)
-    G.setdiag(0)
-    G.eliminate_zeros()
-    C = G.tocoo()
+    C = sp.csr_matrix(W, dtype=np.float64).tocoo()
+    # (not setdiag(0): SciPy < 1.11 warns that it changes a CSR's structure
+    # where the diagonal is not stored)
+    keep = (C.row != C.col) & (C.data != 0)
+    row, col, data = C.row[keep], C.col[keep], C.data[keep]
     s = np.sqrt(degrees)
     with np.errstate(over="ignore"):  # an affinity of 1e-320: infinitely far
-        length = s[C.row] * s[C.col] / C.data
-    return sp.csr_matrix((length, (C.row, C.col)), shape=G.shape)
+        length = s[row] * s[col] / data
+    return sp.csr_matrix((length, (row, col)), shape=C.shape)
 
 
 def region_growing(W, degrees, n_clusters, rng, lengths=None):
