@@ -379,8 +379,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         if K > n_samples:
             raise ValueError(f"n_clusters={K} must be <= n_samples={n_samples}.")
         backend, device = resolve_backend(self.backend, self.device)
-        warm = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init)
-                if self.warm_start else None)
+        warm = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init,
+                            self.verbose) if self.warm_start else None)
         init = self.init if warm is None else warm
         if not isinstance(init, str):
             init = check_init_labels(host_array(init), n_samples, K)

@@ -121,7 +121,7 @@ def fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
-    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init)
+    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
     init = _check_init(est, est.init if init is None else init, n)
     options = SolverOptions.from_params(est.get_params(deep=False))
