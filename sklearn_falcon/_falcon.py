@@ -375,7 +375,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return fit_sharded(self, X)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
-        K = self.n_clusters
+        K = int(self.n_clusters)  # np.int8(100): no overflow in K-sized arithmetic
         if K > n_samples:
             raise ValueError(f"n_clusters={K} must be <= n_samples={n_samples}.")
         backend, device = resolve_backend(self.backend, self.device)
@@ -583,7 +583,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         check_is_fitted(self)
         labels = self.predict(X)
         Xv = self._validate_X(X, reset=False)
-        K = self.n_clusters
+        K = int(self.n_clusters)
         if self.affinity in PRECOMPUTED:
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:

@@ -109,7 +109,7 @@ def fit_sharded(est, X):
     from ._starts import fill_empty_blocks, isolated_to, random_start
 
     _check_call(est, X)
-    K = est.n_clusters
+    K = int(est.n_clusters)  # a NumPy integer of a narrow type would overflow
     as_dask = _labels_setting() == "dask"
     t0 = time.perf_counter()
     G = ShardedGraph.from_dask(X, name="X")
