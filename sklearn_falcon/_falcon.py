@@ -33,6 +33,7 @@ from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
     affinity_statistics,
+    best_result,
     bipartite_ncut,
     cluster_statistics,
     degrees_of,
@@ -448,14 +449,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             if self.verbose:
                 log_stage("init", "%s, n_init=%d: %d starting labellings in %.2f s",
                           init, self.n_init, len(starts), time.perf_counter() - t0)
-        best = None
+        results = []
         for i, y0 in enumerate(starts):
             if self.verbose:
                 log_stage("solve", "start %d of %d", i + 1, len(starts))
-            res = solve(problem, fill_empty(y0, K, rng), options)
-            if best is None or res.objective[0] > best.objective[0]:
-                best = res
-        return best, problem
+            results.append(solve(problem, fill_empty(y0, K, rng), options))
+        return best_result(results, W_act, K, d_act, problem), problem
 
     def _affinity_graph(self, X, K, backend, device):
         """``(W, degrees, problem)``: the affinity of X and its degrees.
