@@ -33,6 +33,7 @@ from ._sharded import fit_sharded, is_dask_array
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, out_of_sample_labels, solve
 from ._stats import (
     affinity_statistics,
+    best_result,
     bipartite_ncut,
     cluster_statistics,
     degrees_of,
@@ -375,12 +376,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return fit_sharded(self, X)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
-        K = self.n_clusters
+        K = int(self.n_clusters)  # np.int8(100): no overflow in K-sized arithmetic
         if K > n_samples:
             raise ValueError(f"n_clusters={K} must be <= n_samples={n_samples}.")
         backend, device = resolve_backend(self.backend, self.device)
-        warm = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init)
-                if self.warm_start else None)
+        warm = (warm_labels(self.__dict__.get("labels_"), n_samples, K, self.init,
+                            self.verbose) if self.warm_start else None)
         init = self.init if warm is None else warm
         if not isinstance(init, str):
             init = check_init_labels(host_array(init), n_samples, K)
@@ -448,14 +449,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             if self.verbose:
                 log_stage("init", "%s, n_init=%d: %d starting labellings in %.2f s",
                           init, self.n_init, len(starts), time.perf_counter() - t0)
-        best = None
+        results = []
         for i, y0 in enumerate(starts):
             if self.verbose:
                 log_stage("solve", "start %d of %d", i + 1, len(starts))
-            res = solve(problem, fill_empty(y0, K, rng), options)
-            if best is None or res.objective[0] > best.objective[0]:
-                best = res
-        return best, problem
+            results.append(solve(problem, fill_empty(y0, K, rng), options))
+        return best_result(results, W_act, K, d_act, problem), problem
 
     def _affinity_graph(self, X, K, backend, device):
         """``(W, degrees, problem)``: the affinity of X and its degrees.
@@ -583,7 +582,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         check_is_fitted(self)
         labels = self.predict(X)
         Xv = self._validate_X(X, reset=False)
-        K = self.n_clusters
+        K = int(self.n_clusters)
         if self.affinity in PRECOMPUTED:
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:

@@ -924,3 +924,23 @@ def test_multilevel_fast_skips_the_coarse_spectral_start_at_many_clusters(monkey
         assert bool(calls) is started, (K, init, calls)
         if started:
             assert all(m * k * k <= 10**7 for m, k in calls)
+
+
+@pytest.mark.parametrize("init", ["multilevel", "multilevel_fast"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_n_clusters_as_a_narrow_numpy_integer(init, dtype):
+    """``n_clusters=np.uint8(100)`` (e.g. ``labels.max() + 1`` of uint8
+    segment labels) passes the parameter check, but its K-sized arithmetic
+    overflowed in the initializations: an OverflowError, "negative
+    dimensions are not allowed", or a corrupted heap that aborted Python.
+    The fit now takes it as a Python int: the same labels as ``100``."""
+    rng = np.random.default_rng(0)
+    n, m = 1000, 3000
+    W = sp.coo_matrix((rng.random(m), (rng.integers(n, size=m),
+                                       rng.integers(n, size=m))), shape=(n, n))
+    W = (W + W.T).tocsr()
+    kw = dict(affinity="precomputed", init=init, random_state=0, max_iter=5)
+    ref = FalconNCut(100, **kw).fit(W)
+    est = FalconNCut(dtype(100), **kw).fit(W)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.score(W[:5]) == ref.score(W[:5])

@@ -92,3 +92,16 @@ def test_warm_start_with_more_clusters_runs_init(caplog):
     np.testing.assert_array_equal(est.labels_, cold.labels_)
     est.fit(X)  # the same number of clusters again: warm
     assert "warm start from the previous labels_" in _messages(caplog)
+
+
+def test_warm_start_is_silent_without_verbose(caplog):
+    """With ``verbose=0`` a warm fit logged its choice ("warm start from the
+    previous labels_", or why not) to an application's INFO logging, though
+    ``verbose=0`` is documented as silent whatever the logging set-up."""
+    caplog.set_level(logging.INFO, logger="sklearn_falcon")
+    W, _ = _planted(seed=1)
+    est = FalconNCut(4, affinity="precomputed", warm_start=True, random_state=0)
+    est.fit(W)
+    est.fit(W)
+    est.set_params(n_clusters=3).fit(W)
+    assert _messages(caplog) == ""

@@ -39,17 +39,20 @@ def kmeans_labels(X, n_clusters, rng):
     return fill_empty(km.labels_, n_clusters, rng)
 
 
-def warm_labels(prev, n_samples, n_clusters, init):
+def warm_labels(prev, n_samples, n_clusters, init, verbose=0):
     """Start labels of a ``warm_start`` fit: a copy of the previous
     ``labels_`` when the previous fit had ``n_samples`` samples and
     ``n_clusters`` clusters (every cluster of ``labels_`` is non-empty), else
-    None (the usual ``init`` runs); the choice and its reason are logged.
-    Fewer previous clusters are no start: the new ones would be single
-    nodes, far from any optimum."""
+    None (the usual ``init`` runs); with ``verbose``, the choice and its
+    reason are logged.  Fewer previous clusters are no start: the new ones
+    would be single nodes, far from any optimum."""
     if prev is not None and prev.shape[0] == n_samples and \
             int(prev.max()) + 1 == n_clusters:
-        log_stage("init", "warm start from the previous labels_")
+        if verbose:
+            log_stage("init", "warm start from the previous labels_")
         return prev.copy()
+    if not verbose:
+        return None
     reason = ("no previous fit" if prev is None else
               f"the previous fit had {prev.shape[0]} samples, not {n_samples}"
               if prev.shape[0] != n_samples else

@@ -109,7 +109,7 @@ def fit_sharded(est, X):
     from ._starts import fill_empty_blocks, isolated_to, random_start
 
     _check_call(est, X)
-    K = est.n_clusters
+    K = int(est.n_clusters)  # a NumPy integer of a narrow type would overflow
     as_dask = _labels_setting() == "dask"
     t0 = time.perf_counter()
     G = ShardedGraph.from_dask(X, name="X")
@@ -121,7 +121,7 @@ def fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
-    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init)
+    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
     init = _check_init(est, est.init if init is None else init, n)
     options = SolverOptions.from_params(est.get_params(deep=False))
