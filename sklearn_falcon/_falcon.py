@@ -449,12 +449,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             if self.verbose:
                 log_stage("init", "%s, n_init=%d: %d starting labellings in %.2f s",
                           init, self.n_init, len(starts), time.perf_counter() - t0)
-        results = []
-        for i, y0 in enumerate(starts):
-            if self.verbose:
-                log_stage("solve", "start %d of %d", i + 1, len(starts))
-            results.append(solve(problem, fill_empty(y0, K, rng), options))
-        return best_result(results, W_act, K, d_act, problem), problem
+        def runs():  # one solve at a time: only the best is held
+            for i, y0 in enumerate(starts):
+                if self.verbose:
+                    log_stage("solve", "start %d of %d", i + 1, len(starts))
+                yield solve(problem, fill_empty(y0, K, rng), options)
+        return best_result(runs(), W_act, K, d_act, problem), problem
 
     def _affinity_graph(self, X, K, backend, device):
         """``(W, degrees, problem)``: the affinity of X and its degrees.

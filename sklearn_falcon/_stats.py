@@ -101,14 +101,13 @@ def objective_of(vol, assoc):
 
 
 def best_result(results, W, n_clusters, degrees, problem=None):
-    """The first of the solve results ``results`` (one graph each) of
-    highest ``f``, ranked, where there are several, by ``f`` of their labels
-    from a fresh pass over ``W`` (on ``problem`` where ``W`` is None,
-    matrix-free): the solver's own ``f`` is a running sum, which drifts on
-    weights spanning some 20 orders of magnitude (a restart of NCut 34.5
-    was kept over one of 30.0)."""
-    if len(results) == 1:
-        return results[0]
+    """The first of the solve results ``results`` (one graph each; an
+    iterable, consumed one at a time, only the best held) of highest ``f``,
+    ranked, where there are several, by ``f`` of their labels from a fresh
+    pass over ``W`` (on ``problem`` where ``W`` is None, matrix-free): the
+    solver's own ``f`` is a running sum, which drifts on weights spanning
+    some 20 orders of magnitude (a restart of NCut 34.5 was kept over one of
+    30.0)."""
 
     def f(res):
         if W is None:
@@ -117,8 +116,17 @@ def best_result(results, W, n_clusters, degrees, problem=None):
         return objective_of(*cluster_statistics(W, res.labels[0], n_clusters,
                                                 degrees))
 
-    scores = [f(res) for res in results]
-    return results[int(np.argmax(scores))]
+    best = best_f = None
+    for res in results:
+        if best is None:  # a single result costs no pass
+            best = res
+            continue
+        if best_f is None:
+            best_f = f(best)
+        f_res = f(res)
+        if f_res > best_f:  # ties: the first
+            best, best_f = res, f_res
+    return best
 
 
 def with_isolated(labels, keep, n, degrees, n_clusters):
