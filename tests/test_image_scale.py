@@ -148,8 +148,9 @@ def test_device_twins_take_flipped_and_big_endian_arrays():
     F = np.random.default_rng(0).normal(size=(6, 8, 16)).astype(np.float32)
     tok = np.arange(48).reshape(6, 8) % 3
     for f in (F[:, ::-1], F.astype(">f4")):
-        np.testing.assert_array_equal(prototype_upsample(f, tok, (24, 32), device="cpu"),
-                                      prototype_upsample(f, tok, (24, 32)))
+        np.testing.assert_array_equal(
+            prototype_upsample(f, tok, (24, 32), device="cpu"),
+            prototype_upsample(f, tok, (24, 32)))
 
 
 def test_numba_upsampling_takes_big_endian_arrays_and_returns_int64():
