@@ -362,7 +362,7 @@ def _dense_n_components(W, chunk=1 << 22):
         n_comp += 1
         frontier = np.array([int(np.argmin(seen))])
         seen[frontier] = True
-        while frontier.size:
+        while frontier.size and not seen.all():  # (all seen: nothing to find)
             reach = np.zeros(n, dtype=bool)
             step = max(1, chunk // n)
             for i in range(0, frontier.size, step):
