@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 import dask
 
+from .._affinity import restrict_to_active
 from .._backends import make_problem
 from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
@@ -47,7 +48,7 @@ from .._inits._coarsen import coarsen
 from .._inits._contract import coarsen_csr
 from .._log import warn_user
 from .._solver import solve
-from .._stats import with_isolated
+from .._stats import best_result, with_isolated
 from ._starts import random_start
 
 __all__ = ["coarse_max_entries", "coarsen_sharded", "multilevel_start"]
@@ -124,15 +125,14 @@ def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
     active = d > 0
     idx = np.flatnonzero(active)
     if idx.size < W.shape[0]:
-        W = W[idx][:, idx].tocsr()
+        W = restrict_to_active(W, active)
     d_act = d[idx]
     ctx = InitContext(n_clusters, rng, options, W=W, degrees=d_act)
     problem = make_problem(W, n_clusters, degrees=d_act)
-    best, best_f = None, -np.inf
-    for y0 in make_starts(init, ctx, n_init):
-        res = solve(problem, fill_empty(y0, n_clusters, rng), options.quieter())
-        if res.objective[0] > best_f:
-            best, best_f = res.labels[0], float(res.objective[0])
+    # ranked by the exact objective, as the estimator's restarts are
+    runs = (solve(problem, fill_empty(y0, n_clusters, rng), options.quieter())
+            for y0 in make_starts(init, ctx, n_init))
+    best = best_result(runs, W, n_clusters, d_act).labels[0]
     labels = with_isolated(best, idx, d.shape[0], d_act, n_clusters)
     return labels.astype(label_dtype(n_clusters))
 
