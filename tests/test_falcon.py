@@ -480,6 +480,11 @@ def test_sparse_features_with_duplicate_entries(affinity):
     a, b = (falcon_batch([G], 3, backend="numba", **params) for G in (D, Xs))
     np.testing.assert_array_equal(a.labels[0], b.labels[0])
     np.testing.assert_array_equal(D.data, kept.data)
+    # a CSC matrix with duplicates too (the batch takes CSC as it is)
+    Dc = D.tocsc()  # (SciPy keeps the duplicates)
+    assert not Dc.has_canonical_format
+    c = falcon_batch([Dc], 3, backend="numba", **params)
+    np.testing.assert_array_equal(c.labels[0], b.labels[0])
 
 
 @pytest.mark.parametrize("backend", ["numba", "torch"])

@@ -79,11 +79,12 @@ def clean_csr(W):
 
 
 def canonical_sparse(X):
-    """``X`` itself, or, for a sparse ``X`` with duplicate entries or
+    """``X`` itself, or, for a CSR or CSC ``X`` with duplicate entries or
     unsorted indices, a canonical copy: duplicates summed, as SciPy reads
     them (scikit-learn's row norms, of the kNN, RBF and cosine affinities,
     would add their squares instead)."""
-    if not sp.issparse(X) or X.format != "csr" or X.has_canonical_format:
+    if (not sp.issparse(X) or X.format not in ("csr", "csc")
+            or X.has_canonical_format):
         return X
     X = X.copy()
     X.sum_duplicates()
