@@ -32,8 +32,7 @@ from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
-from ._stats import (cluster_statistics, degrees_of, ncut_from_objective, objective_of,
-                     with_isolated)
+from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._threads import fit_threads
 
 # the solver settings have their defaults in one place
@@ -51,12 +50,15 @@ class BatchResult:
     labels : list of ndarray
         ``B`` label vectors, one per graph (of its own size).
     ncut : ndarray of shape (B,)
-        Normalized cut of each labelling (clusters of zero volume count 0).
+        Normalized cut of each labelling (clusters of zero volume count 0),
+        from a fresh pass over its graph, as the estimator's ``ncut_``.
     objective : ndarray of shape (B,)
-        Final normalized association ``f``.
+        Normalized association ``f`` of each labelling, from the same pass.
     objective_path : list of ndarray
         ``f`` at the initial labels, after each accepted iteration and each
-        polishing sweep, per graph; non-decreasing.
+        polishing sweep, per graph; non-decreasing (the solver's running
+        values: on weights spanning many orders of magnitude the last may
+        differ slightly from ``objective``).
     n_iter : ndarray of shape (B,)
         Accepted proximal iterations.
     n_backtracks : ndarray of shape (B,)
@@ -412,10 +414,15 @@ def falcon_batch(
             n_back = np.array([r.n_backtracks[0] for r in results])
             conv = np.array([r.converged[0] for r in results])
             tau_out = np.array([r.tau[0] for r in results])
-    ncut = np.array([
-        ncut_from_objective(np.bincount(y, weights=d, minlength=n_clusters), fb)
-        for y, d, fb in zip(labels, degrees, f)
-    ])
+    # exact, from a fresh pass over each graph (the solver's f is a running
+    # sum, which drifts on weights spanning many orders of magnitude)
+    if spec.batched:
+        stats = list(zip(*P.cluster_statistics(labels)))
+    else:
+        stats = [cluster_statistics(W, y, n_clusters, d)
+                 for W, y, d in zip(Ws, labels, degrees)]
+    f = np.array([objective_of(vol, assoc) for vol, assoc in stats])
+    ncut = np.array([ncut_of(vol, assoc) for vol, assoc in stats])
     labels = [with_isolated(y, idx, n, d, n_clusters)
               for y, idx, n, d in zip(labels, keep, sizes, degrees)]
     return BatchResult(
