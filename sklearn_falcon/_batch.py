@@ -166,9 +166,10 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
         *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
 
 
-def _active_parts(Ws, graphs, init, n_clusters):
+def _active_parts(Ws, graphs, init, n_clusters, degrees=None):
     """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
-    of nonzero degree (``keep[b]``: their indices, None where all are):
+    of nonzero degree (``keep[b]``: their indices, None where all are;
+    ``degrees``: of the graphs, where ``Ws`` are None, matrix-free):
     as in :class:`~sklearn_falcon.FalconNCut`, zero-degree nodes stay out of
     the start and the solve (a graph initialization divides by degrees, and
     in the solve they counted in the empty-cluster guard, so that a cluster
@@ -179,7 +180,7 @@ def _active_parts(Ws, graphs, init, n_clusters):
     init = init if isinstance(init, str) else list(init)
     keep = [None] * len(Ws)
     for b, W in enumerate(Ws):
-        active = np.asarray(degrees_of(W)) > 0
+        active = np.asarray(degrees_of(W) if degrees is None else degrees[b]) > 0
         if active.all():
             continue
         idx = np.flatnonzero(active)
@@ -189,7 +190,7 @@ def _active_parts(Ws, graphs, init, n_clusters):
                 f"n_clusters={n_clusters}; zero-degree nodes cannot form a cluster."
             )
         keep[b] = idx
-        sub = restrict_to_active(W, active)
+        sub = None if W is None else restrict_to_active(W, active)
         G = graphs[b]
         graphs[b] = sub if G is W else G[idx]
         Ws[b] = sub
@@ -261,9 +262,8 @@ def falcon_batch(
         host.  Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
-        (a matrix-free batch with such nodes forms its affinities on the
-        host); a graph with fewer other nodes than ``n_clusters`` is
-        refused.
+        (a matrix-free batch stays matrix-free); a graph with fewer other
+        nodes than ``n_clusters`` is refused.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -367,21 +367,25 @@ def falcon_batch(
             P = spec.make_problem_from_features(
                 graphs, n_clusters, affinity=affinity, power=power, gamma=gamma,
                 device=device, dtype=dtype, block_elems=block_elems)
-        if not all(np.all(d > 0) for d in P.degrees_numpy()):
-            # (zero rows of cosine features): zero-degree nodes are left out on
-            # the explicit graph, as by FalconNCut
-            P, matrix_free = None, False
+    keep = [None] * B
     if matrix_free:
         Ws = [None] * B
         if affinity == "rbf":  # as the graphs formed on the host do
             warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs))
+        degrees = P.degrees_numpy()
+        if not all(np.all(d > 0) for d in degrees):
+            # (zero rows of cosine features): the problem of the others, with
+            # the same affinity entries, as FalconNCut's
+            Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters,
+                                                   degrees)
+            P = P.restricted([None if k is None else d > 0
+                              for k, d in zip(keep, degrees)])
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
     else:
         Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                             power=power).fit(G) for G in graphs]
 
-    keep = [None] * B
     if not matrix_free:
         Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters)
 

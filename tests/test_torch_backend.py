@@ -806,6 +806,44 @@ def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():
     assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-9)
 
 
+def test_falcon_batch_cosine_zero_rows_stay_matrix_free(monkeypatch):
+    # a graph with zero rows of features (zero-degree nodes) made the whole
+    # batch build its dense n x n affinities on the host and solve them as
+    # explicit graphs (a batch of 4,096-token images: 134 MB a graph); the
+    # others' problem is formed from the features, as the estimator's is
+    rng = np.random.default_rng(0)
+    graphs, inits = [], []
+    for b, n in enumerate((20, 26, 23)):
+        y = rng.integers(3, size=n)
+        X = np.abs(5.0 * np.eye(3)[y] + rng.normal(size=(n, 3)))
+        if b != 1:
+            X[b:b + 4] = 0.0
+        graphs.append(X)
+        inits.append(np.r_[rng.integers(3, size=n)])
+    ref = falcon_batch(graphs, 3, affinity="cosine", init=inits, polish=False,
+                       backend="numba")
+
+    def explicit(*args, **kwargs):
+        raise AssertionError("the affinities were built on the host")
+
+    monkeypatch.setattr(TorchProblem, "from_affinity", explicit)
+    for init in (inits, "kmeans"):
+        res = falcon_batch(graphs, 3, affinity="cosine", init=init,
+                           polish=init == "kmeans", random_state=0,
+                           backend="torch", device="cpu")
+        for b, X in enumerate(graphs):
+            W = make_affinity("cosine").fit(X)
+            d = W.sum(axis=1)
+            vol = np.bincount(res.labels[b], weights=d, minlength=3)
+            assert np.all(vol > 0), vol
+            assert np.all(res.labels[b][d == 0] == np.argmax(vol))
+            assert res.ncut[b] == pytest.approx(
+                normalized_cut(W, res.labels[b]), abs=1e-9)
+            if init is inits:
+                assert res.ncut[b] == pytest.approx(ref.ncut[b], abs=1e-9)
+                np.testing.assert_array_equal(res.labels[b], ref.labels[b])
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_coo_features_with_zero_degree_nodes(backend):
     # COO features were kept as COO; leaving out the zero-degree nodes (zero

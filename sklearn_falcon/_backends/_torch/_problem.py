@@ -235,19 +235,30 @@ class TorchProblem:
                    affinity=A)
 
     def restricted(self, keep):
-        """The matrix-free problem of one graph's nodes ``keep`` (a boolean
-        mask), with the same affinity entries: their rows of the features,
-        the cosine range of the whole graph, and their degrees (the others
-        must have none, so these are unchanged)."""
+        """The matrix-free problem of the nodes ``keep`` of its graphs (a
+        boolean mask of one graph's nodes, or a list of one mask, or None
+        for all, per graph), with the same affinity entries: their rows of
+        the features, the cosine range of the whole graph, and their
+        degrees (the others must have none, so these are unchanged)."""
+        masks = list(keep) if isinstance(keep, (list, tuple)) else [keep]
+        masks = [np.ones(m, dtype=bool) if k is None else np.asarray(k, dtype=bool)
+                 for k, m in zip(masks, self.sizes)]
+        sizes = [int(k.sum()) for k in masks]
+        n = max(sizes)
+        rows = np.zeros((len(masks), n), dtype=np.int64)  # padding: row 0
+        for b, k in enumerate(masks):
+            rows[b, : sizes[b]] = np.flatnonzero(k)
+        idx = bd.to_tensor(rows, self.device)
         A = copy.copy(self.affinity)
-        keep = np.asarray(keep, dtype=bool)
-        idx = bd.to_tensor(np.flatnonzero(keep), self.device)
-        A.X, A.valid = A.X[:, idx], A.valid[:, idx]
-        A.shape = (1, int(idx.shape[0]))
+        A.X = A.X.gather(1, idx.unsqueeze(-1).expand(-1, -1, A.X.shape[2]))
+        A.valid = (torch.arange(n, device=self.device).unsqueeze(0)
+                   < bd.to_tensor(np.asarray(sizes), self.device).unsqueeze(1))
+        A.shape = (len(masks), n)
         if A.kind == "rbf":
-            A.sqn = A.sqn[:, idx]
+            A.sqn = A.sqn.gather(1, idx)
         return TorchProblem("features", self.n_clusters, self.device, self.dtype,
-                            [A.shape[1]], [self.host_degrees[0][keep]], affinity=A)
+                            sizes, [d[k] for d, k in zip(self.host_degrees, masks)],
+                            affinity=A)
 
     # -- helpers -----------------------------------------------------------
     @property
