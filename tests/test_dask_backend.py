@@ -319,6 +319,15 @@ def test_invalid_calls_name_the_parameter(graph):
     with pytest.raises(ValueError, match="sklearn_falcon.dask.labels"):
         with dask.config.set({"sklearn_falcon.dask.labels": "list"}):
             _est().fit(X)
+    # a bad coarse_max_entries raised int()'s "invalid literal for int() with
+    # base 10: '8e6'" (a YAML file gives 8e6 as a string), or was taken as 1
+    for value in ("8e6", "many", None, True, 0, -5, 2.5):
+        with pytest.raises(ValueError, match=r"sklearn_falcon.dask.coarse_max_"
+                           rf"entries must be an integer >= 1; got {value!r}"):
+            with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": value}):
+                _est().fit(X)
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 3000.0}):
+        assert _est().fit(X)._dask_info["levels"][-1][1] <= 3000
     block = da.from_delayed(dask.delayed([[1.0, 1.0]]), shape=(1, 2), dtype=float,
                             meta=np.empty((0, 0)))
     with pytest.raises(TypeError, match="block of type list"):

@@ -32,6 +32,7 @@ fairly on the coarsest graph.
 
 import copy
 import time
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,8 +67,14 @@ def coarse_max_entries():
     needs several copies of its graph)."""
     from .._backends._dask._graph import _worker_memory_limits
 
-    limit = int(dask.config.get("sklearn_falcon.dask.coarse_max_entries",
-                                COARSE_MAX_ENTRIES))
+    value = dask.config.get("sklearn_falcon.dask.coarse_max_entries",
+                            COARSE_MAX_ENTRIES)
+    if not (isinstance(value, Real) and not isinstance(value, bool)
+            and np.isfinite(value) and value == int(value) and value >= 1):
+        raise ValueError(
+            "The Dask config key sklearn_falcon.dask.coarse_max_entries must be an "
+            f"integer >= 1; got {value!r}.")
+    limit = int(value)
     limits = _worker_memory_limits()
     if limits and min(limits) > 0:
         limit = min(limit, min(limits) // (20 * 12))
