@@ -37,7 +37,6 @@ from ._stats import (
     bipartite_ncut,
     cluster_statistics,
     degrees_of,
-    ncut_from_objective,
     ncut_of,
     with_isolated,
 )
@@ -409,13 +408,13 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol
-        if W is None:  # matrix-free: the statistics come from the device
+        # exact, from one pass over W (not the solver's running sums); on
+        # the device where it is matrix-free
+        if W is None:
             self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
-            self.ncut_ = ncut_from_objective(vol, best.objective[0])
         else:
-            # exact, from one pass over W (not the solver's running sums)
             self.cluster_associations_ = cluster_statistics(W, labels, K, degrees)[1]
-            self.ncut_ = ncut_of(vol, self.cluster_associations_)
+        self.ncut_ = ncut_of(vol, self.cluster_associations_)
         self.objective_path_ = best.objective_path[0]
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])

@@ -891,3 +891,23 @@ def test_matrix_free_start_graph_does_not_warn_that_it_is_complete():
                      init="multilevel", random_state=0)
     with pytest.warns(UserWarning, match="every sample is a neighbour"):
         FalconNCut(2, random_state=0).fit(X)  # the user's own kNN graph
+
+
+def test_matrix_free_ncut_is_that_of_the_labels():
+    """A matrix-free fit reported ``K - f`` of the solver's running ``f`` as
+    ``ncut_`` (1.790390e-10 at ``gamma=300``), while its
+    ``cluster_associations_`` came from a fresh pass (``sum((vol - assoc)
+    / vol)`` = 1.790408e-10): ``ncut_`` now comes from that pass, as on an
+    explicit graph."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 2)) * np.r_[1, 3]
+    X[:200] += 4
+    est = FalconNCut(5, affinity="rbf", gamma=300, backend="torch", device="cpu",
+                     random_state=0).fit(X)
+    vol, assoc = est.cluster_volumes_, est.cluster_associations_
+    assert est.ncut_ == pytest.approx(np.sum((vol - assoc) / vol), rel=1e-12, abs=0)
+    # vol - assoc cancels: about 1e-16 apart from the cut summed
+    assert est.ncut_ == pytest.approx(
+        normalized_cut(rbf_kernel(X, gamma=300), est.labels_), rel=0, abs=1e-14)
