@@ -14,8 +14,7 @@ from ._backends import _numba as nb
 
 __all__ = ["affinity_statistics", "best_result", "bipartite_ncut",
            "cluster_pair_weights", "cluster_statistics", "cluster_weight_summary",
-           "degrees_of", "n_entries", "ncut_from_objective", "ncut_of",
-           "objective_of", "with_isolated"]
+           "degrees_of", "n_entries", "ncut_of", "objective_of", "with_isolated"]
 
 
 def degrees_of(W):
@@ -85,12 +84,6 @@ def ncut_of(vol, assoc):
     volume."""
     pos = vol > 0
     return float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
-
-
-def ncut_from_objective(vol, f):
-    """NCut from the objective: ``K' - f`` for ``K'`` clusters of nonzero
-    volume (where only ``f`` is known, e.g. on a matrix-free graph)."""
-    return float(np.count_nonzero(np.asarray(vol) > 0) - f)
 
 
 def objective_of(vol, assoc):
