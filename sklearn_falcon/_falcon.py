@@ -501,10 +501,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         when this attribute is read.
         """
         if "_affinity_matrix" not in self.__dict__:
-            raise AttributeError(
-                "This FalconNCut instance is not fitted yet: 'affinity_matrix_' "
-                "does not exist."
-            )
+            raise AttributeError("This FalconNCut instance is not fitted yet: "
+                                 "'affinity_matrix_' does not exist.")
         W = self._affinity_matrix
         if W is None:
             W = self._affinity.recompute()
@@ -538,7 +536,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         labels : ndarray of shape (n_new,)
         """
         check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
+        return self._predict(self._validate_X(X, reset=False))
+
+    def _predict(self, X):  # predict's labels of a validated X (score's too)
         labels = np.empty(X.shape[0], dtype=np.int64)
         row_bytes = self._affinity.cross_row_bytes(self.labels_.shape[0])
         with fit_threads(self.n_jobs, limit_blas=False):
@@ -580,8 +580,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             In ``[-n_clusters, 0]``.
         """
         check_is_fitted(self)
-        labels = self.predict(X)
-        Xv = self._validate_X(X, reset=False)
+        Xv = self._validate_X(X, reset=False)  # once: a Dask array is computed
+        labels = self._predict(Xv)
         K = int(self.n_clusters)
         if self.affinity in PRECOMPUTED:
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)

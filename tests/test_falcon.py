@@ -290,6 +290,29 @@ def test_score_is_negative_ncut(blobs):
     assert s <= 0
 
 
+def test_score_reads_its_input_once(blobs, monkeypatch):
+    """``score`` validated ``X`` twice (in ``predict``, then for the graph):
+    a Dask array of new samples was computed twice, and a warning of the
+    input check (``X`` without the feature names of the fit) was raised
+    twice.  It is read once."""
+    X, _ = blobs
+    est = FalconNCut(4, random_state=0).fit(X)
+    want = est.score(X[:100])
+    seen = []
+    validate = FalconNCut._validate_X
+    monkeypatch.setattr(FalconNCut, "_validate_X",
+                        lambda self, X, reset: seen.append(X) or validate(self, X,
+                                                                           reset))
+    assert est.score(X[:100]) == want
+    assert len(seen) == 1
+    da = pytest.importorskip("dask.array")
+    computed = []
+    Xd = da.from_array(X[:100], chunks=50).map_blocks(
+        lambda b: computed.append(len(b)) or b, meta=np.empty((0, 2)))
+    assert est.score(Xd) == want
+    assert len(computed) == 2  # each block once
+
+
 def test_isolated_nodes_deterministic():
     W, _ = sbm(seed=4)
     W = sp.lil_matrix(W)
