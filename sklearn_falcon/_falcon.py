@@ -402,20 +402,20 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
                                         backend, device, rng, options)
-
-        labels = with_isolated(best.labels[0].astype(np.int64), active, n_samples,
-                               d_act, K)
+            labels = with_isolated(best.labels[0].astype(np.int64), active,
+                                   n_samples, d_act, K)
+            # exact, from one pass over W (not the solver's running sums); on
+            # n_jobs threads too (a parallel kernel on large graphs)
+            assoc = (problem.cluster_statistics(best.labels)[1][0] if W is None
+                     else cluster_statistics(W, labels, K, degrees)[1])
         vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol
-        if W is None:  # matrix-free: the statistics come from the device
-            self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
-            self.ncut_ = ncut_from_objective(vol, best.objective[0])
-        else:
-            # exact, from one pass over W (not the solver's running sums)
-            self.cluster_associations_ = cluster_statistics(W, labels, K, degrees)[1]
-            self.ncut_ = ncut_of(vol, self.cluster_associations_)
+        self.cluster_associations_ = assoc
+        # matrix-free (W is None): from the device's f
+        self.ncut_ = (ncut_from_objective(vol, best.objective[0]) if W is None
+                      else ncut_of(vol, assoc))
         self.objective_path_ = best.objective_path[0]
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])

@@ -385,6 +385,28 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
     assert seen and set(seen) == {want}
 
 
+def test_n_jobs_holds_for_the_final_statistics_of_a_fit(monkeypatch, blobs):
+    """The pass over ``W`` that gives ``cluster_associations_`` and ``ncut_``
+    ran after the ``n_jobs`` block: on a graph of 1M stored entries, where
+    it is a parallel kernel, ``n_jobs=1`` launched it on every Numba
+    thread.  The whole fit after the affinity runs on ``n_jobs`` threads."""
+    import numba
+
+    import sklearn_falcon._falcon as falcon_module
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: nothing to limit")
+    seen, real = [], falcon_module.cluster_statistics
+    monkeypatch.setattr(falcon_module, "cluster_statistics",
+                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        or real(*a, **k))
+    before = numba.get_num_threads()
+    est = FalconNCut(4, n_jobs=1, random_state=0).fit(blobs[0])
+    assert seen == [1] and numba.get_num_threads() == before
+    assert est.ncut_ == pytest.approx(normalized_cut(est.affinity_matrix_,
+                                                     est.labels_))
+
+
 def test_n_jobs_zero_is_an_error(blobs):
     with pytest.raises(ValueError, match="n_jobs == 0"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
