@@ -196,7 +196,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
 
     n_jobs : int, default=None
-        Parallelism of the fit and of ``predict``: the jobs of the
+        Parallelism of ``fit``, ``predict`` and ``score``: the jobs of the
         nearest-neighbour search, and the threads of the Numba kernels for
         the duration of the call (restored afterwards), at most the CPUs
         the process may use (a container's CPU quota counts, unless
@@ -587,8 +587,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
-        return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels, K,
-                                             self.backend_, self.device))
+        with fit_threads(self.n_jobs, limit_blas=False):  # as in predict
+            return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels,
+                                                 K, self.backend_, self.device))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -407,6 +407,30 @@ def test_n_jobs_holds_for_the_final_statistics_of_a_fit(monkeypatch, blobs):
                                                      est.labels_))
 
 
+def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
+    """``score`` forms the graph of ``X`` and makes one pass over it (a
+    parallel kernel from 1M stored entries) outside the ``n_jobs`` block of
+    ``predict``: inside ``GridSearchCV(n_jobs=...)`` with ``n_jobs=1`` per
+    estimator, as the user guide advises, every held-out fold's pass ran on
+    every Numba thread."""
+    import numba
+
+    import sklearn_falcon._stats as stats_module
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: nothing to limit")
+    X = blobs[0]
+    est = FalconNCut(4, n_jobs=1, random_state=0).fit(X)
+    want = est.score(X[:200])
+    seen, real = [], stats_module.cluster_statistics
+    monkeypatch.setattr(stats_module, "cluster_statistics",
+                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        or real(*a, **k))
+    before = numba.get_num_threads()
+    assert est.score(X[:200]) == want
+    assert seen == [1] and numba.get_num_threads() == before
+
+
 def test_n_jobs_zero_is_an_error(blobs):
     with pytest.raises(ValueError, match="n_jobs == 0"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
