@@ -28,3 +28,8 @@ def __getattr__(name):
 
         return ImageSegmenter
     raise AttributeError(f"module 'sklearn_falcon' has no attribute {name!r}")
+
+
+def __dir__():
+    # the lazy name too (IPython's completion and help() read dir())
+    return sorted(set(globals()) | {"ImageSegmenter"})

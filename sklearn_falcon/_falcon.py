@@ -195,7 +195,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
 
     n_jobs : int, default=None
-        Parallelism of the fit and of ``predict``: the jobs of the
+        Parallelism of ``fit``, ``predict`` and ``score``: the jobs of the
         nearest-neighbour search, and the threads of the Numba kernels for
         the duration of the call (restored afterwards), at most the CPUs
         the process may use (a container's CPU quota counts, unless
@@ -401,20 +401,18 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
                                         backend, device, rng, options)
-
-        labels = with_isolated(best.labels[0].astype(np.int64), active, n_samples,
-                               d_act, K)
+            labels = with_isolated(best.labels[0].astype(np.int64), active,
+                                   n_samples, d_act, K)
+            # exact, from one pass over W (not the solver's running sums); on
+            # n_jobs threads too (a parallel kernel on large graphs)
+            assoc = (problem.cluster_statistics(best.labels)[1][0] if W is None
+                     else cluster_statistics(W, labels, K, degrees)[1])
         vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol
-        # exact, from one pass over W (not the solver's running sums); on
-        # the device where it is matrix-free
-        if W is None:
-            self.cluster_associations_ = problem.cluster_statistics(best.labels)[1][0]
-        else:
-            self.cluster_associations_ = cluster_statistics(W, labels, K, degrees)[1]
-        self.ncut_ = ncut_of(vol, self.cluster_associations_)
+        self.cluster_associations_ = assoc
+        self.ncut_ = ncut_of(vol, assoc)
         self.objective_path_ = best.objective_path[0]
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])
@@ -500,10 +498,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         when this attribute is read.
         """
         if "_affinity_matrix" not in self.__dict__:
-            raise AttributeError(
-                "This FalconNCut instance is not fitted yet: 'affinity_matrix_' "
-                "does not exist."
-            )
+            raise AttributeError("This FalconNCut instance is not fitted yet: "
+                                 "'affinity_matrix_' does not exist.")
         W = self._affinity_matrix
         if W is None:
             W = self._affinity.recompute()
@@ -537,7 +533,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         labels : ndarray of shape (n_new,)
         """
         check_is_fitted(self)
-        X = self._validate_X(X, reset=False)
+        return self._predict(self._validate_X(X, reset=False))
+
+    def _predict(self, X):  # predict's labels of a validated X (score's too)
         labels = np.empty(X.shape[0], dtype=np.int64)
         row_bytes = self._affinity.cross_row_bytes(self.labels_.shape[0])
         with fit_threads(self.n_jobs, limit_blas=False):
@@ -579,15 +577,16 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             In ``[-n_clusters, 0]``.
         """
         check_is_fitted(self)
-        labels = self.predict(X)
-        Xv = self._validate_X(X, reset=False)
+        Xv = self._validate_X(X, reset=False)  # once: a Dask array is computed
+        labels = self._predict(Xv)
         K = int(self.n_clusters)
         if self.affinity in PRECOMPUTED:
             return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
-        return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels, K,
-                                             self.backend_, self.device))
+        with fit_threads(self.n_jobs, limit_blas=False):  # as in predict
+            return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels,
+                                                 K, self.backend_, self.device))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

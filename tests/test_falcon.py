@@ -290,6 +290,29 @@ def test_score_is_negative_ncut(blobs):
     assert s <= 0
 
 
+def test_score_reads_its_input_once(blobs, monkeypatch):
+    """``score`` validated ``X`` twice (in ``predict``, then for the graph):
+    a Dask array of new samples was computed twice, and a warning of the
+    input check (``X`` without the feature names of the fit) was raised
+    twice.  It is read once."""
+    X, _ = blobs
+    est = FalconNCut(4, random_state=0).fit(X)
+    want = est.score(X[:100])
+    seen = []
+    validate = FalconNCut._validate_X
+    monkeypatch.setattr(FalconNCut, "_validate_X",
+                        lambda self, X, reset: seen.append(X) or validate(self, X,
+                                                                           reset))
+    assert est.score(X[:100]) == want
+    assert len(seen) == 1
+    da = pytest.importorskip("dask.array")
+    computed = []
+    Xd = da.from_array(X[:100], chunks=50).map_blocks(
+        lambda b: computed.append(len(b)) or b, meta=np.empty((0, 2)))
+    assert est.score(Xd) == want
+    assert len(computed) == 2  # each block once
+
+
 def test_isolated_nodes_deterministic():
     W, _ = sbm(seed=4)
     W = sp.lil_matrix(W)
@@ -360,6 +383,52 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
     want = {"max": numba.config.NUMBA_NUM_THREADS, "unchanged": before}.get(
         expected, expected)
     assert seen and set(seen) == {want}
+
+
+def test_n_jobs_holds_for_the_final_statistics_of_a_fit(monkeypatch, blobs):
+    """The pass over ``W`` that gives ``cluster_associations_`` and ``ncut_``
+    ran after the ``n_jobs`` block: on a graph of 1M stored entries, where
+    it is a parallel kernel, ``n_jobs=1`` launched it on every Numba
+    thread.  The whole fit after the affinity runs on ``n_jobs`` threads."""
+    import numba
+
+    import sklearn_falcon._falcon as falcon_module
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: nothing to limit")
+    seen, real = [], falcon_module.cluster_statistics
+    monkeypatch.setattr(falcon_module, "cluster_statistics",
+                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        or real(*a, **k))
+    before = numba.get_num_threads()
+    est = FalconNCut(4, n_jobs=1, random_state=0).fit(blobs[0])
+    assert seen == [1] and numba.get_num_threads() == before
+    assert est.ncut_ == pytest.approx(normalized_cut(est.affinity_matrix_,
+                                                     est.labels_))
+
+
+def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
+    """``score`` forms the graph of ``X`` and makes one pass over it (a
+    parallel kernel from 1M stored entries) outside the ``n_jobs`` block of
+    ``predict``: inside ``GridSearchCV(n_jobs=...)`` with ``n_jobs=1`` per
+    estimator, as the user guide advises, every held-out fold's pass ran on
+    every Numba thread."""
+    import numba
+
+    import sklearn_falcon._stats as stats_module
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one Numba thread: nothing to limit")
+    X = blobs[0]
+    est = FalconNCut(4, n_jobs=1, random_state=0).fit(X)
+    want = est.score(X[:200])
+    seen, real = [], stats_module.cluster_statistics
+    monkeypatch.setattr(stats_module, "cluster_statistics",
+                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        or real(*a, **k))
+    before = numba.get_num_threads()
+    assert est.score(X[:200]) == want
+    assert seen == [1] and numba.get_num_threads() == before
 
 
 def test_n_jobs_zero_is_an_error(blobs):

@@ -111,3 +111,18 @@ def test_backend_dask_without_dask_raises_clear_importerror():
             print("raised")
     """, block=BLOCK_DASK)
     assert out.strip() == "raised"
+
+
+def test_dir_lists_the_lazily_imported_image_segmenter():
+    """``ImageSegmenter`` is imported on first use (a module ``__getattr__``)
+    but was missing from ``dir(sklearn_falcon)``, so IPython's completion
+    and ``help`` did not offer it; listing it imports nothing."""
+    out = _run("""
+        import sklearn_falcon
+        names = dir(sklearn_falcon)
+        assert set(sklearn_falcon.__all__) <= set(names), names
+        assert "sklearn_falcon.image" not in sys.modules
+        assert names == sorted(names)
+        print("ok")
+    """)
+    assert out.startswith("ok")

@@ -54,6 +54,31 @@ def test_fit_predict_clone_and_params():
     np.testing.assert_array_equal(out[0], seg.segment(imgs[0]))  # deterministic
 
 
+@pytest.mark.parametrize("init", ["kmeans", "multilevel"])
+def test_init_kmeans_with_auto_n_segments_and_on_a_knn_token_graph(monkeypatch,
+                                                                   init):
+    """``init="kmeans"`` (k-means on the token features) failed on the CPU
+    with ``n_segments="auto"`` -- "init='kmeans' needs features, but
+    affinity='precomputed'", an affinity the user never chose: the sweep
+    clustered one precomputed ``W``.  It now clusters the features there.
+    On the kNN token graph of more than 16,384 tokens, which has no
+    features, the error names ``init`` and ``max_tokens``."""
+    from sklearn_falcon.image import _budget
+
+    img, mask = _quadrants()
+    lab = ImageSegmenter(n_segments="auto", init=init, refine=None).segment(img)
+    assert miou(lab, mask) > 0.95
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 20)
+    seg = ImageSegmenter(n_segments=4, init=init, refine=None)
+    if init == "multilevel":
+        assert miou(seg.segment(img), mask) > 0.95
+        return
+    for call in (seg.segment, lambda im: list(seg.segment_video([im]))):
+        with pytest.raises(ValueError, match=r"init='kmeans' needs the token "
+                           r"features.*48 tokens.*max_tokens \(now 4096\)"):
+            call(img)
+
+
 def test_pamr_does_not_increase_segments_in_pipeline():
     img = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
     raw = ImageSegmenter(n_segments=5, refine=None).segment(img)

@@ -413,3 +413,35 @@ def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):
         falcon_batch([X], 2, dtype=dtype, **kw)
     for ok in (None, "float32", np.float64):
         assert falcon_batch([X], 2, dtype=ok, **kw).labels[0].shape == (20,)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("affinity, sparse", [
+    ("nearest_neighbors", False), ("nearest_neighbors", True),
+    ("precomputed_nearest_neighbors", False)])
+def test_n_neighbors_as_a_narrow_numpy_integer(dtype, affinity, sparse):
+    """``n_neighbors=np.uint8(100)`` passes the parameter check, but the
+    neighbour searches' arithmetic on it overflowed: "OverflowError: Python
+    integer 4194304 out of bounds for uint8" in ``fit``, and an overflowing
+    ``predict`` chunk size.  It is taken as a Python int: the same graph,
+    labels and predictions as ``100``."""
+    from sklearn.metrics import pairwise_distances
+
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((400, 3))
+    if affinity.startswith("precomputed"):
+        X = pairwise_distances(X)
+    elif sparse:
+        X = sp.csr_matrix(X)
+    kw = dict(affinity=affinity, random_state=0, max_iter=5)
+    ref = FalconNCut(3, n_neighbors=100, **kw).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # numpy's overflow
+        est = FalconNCut(3, n_neighbors=dtype(100), **kw).fit(X)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        np.testing.assert_array_equal(est.predict(X[:50]), ref.predict(X[:50]))
+        if affinity == "nearest_neighbors":
+            got = falcon_batch([X], 3, n_neighbors=dtype(100), random_state=0)
+            want = falcon_batch([X], 3, n_neighbors=100, random_state=0)
+            np.testing.assert_array_equal(got.labels[0], want.labels[0])

@@ -191,7 +191,8 @@ class Affinity:
     connects = None  # ("Increase", "n_neighbors"): how a parameter connects W
 
     def __init__(self, *, n_neighbors=10, gamma=1.0, power=1.0, n_jobs=None):
-        self.n_neighbors = n_neighbors
+        # a Python int: np.uint8(200) overflowed the searches' arithmetic
+        self.n_neighbors = int(n_neighbors)
         self.gamma = gamma
         self.power = power
         self.n_jobs = n_jobs

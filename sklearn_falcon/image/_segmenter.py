@@ -10,7 +10,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .._inits import INITS
 from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
 from ._auto import conductance_sweep
-from ._budget import KNN_NEIGHBORS, check_memory, make_plan, resize_rgb
+from ._budget import (
+    DENSE_MAX_TOKENS,
+    KNN_NEIGHBORS,
+    check_memory,
+    make_plan,
+    resize_rgb,
+)
 from ._dataset import segment_dataset
 from ._extractors import make_extractor
 from ._io import as_image_list, check_image_size, load_image
@@ -122,7 +128,9 @@ class ImageSegmenter(BaseEstimator):
         Falcon initializations per image.
     init : {"multilevel", "multilevel_fast", "kmeans", "spectral", "random"}, \
             default="multilevel"
-        Falcon's initialization on the token graph (``"kmeans"``: features).
+        Falcon's initialization on the token graph (``"kmeans"``: k-means on
+        the token features, so not on the kNN graph of more than 16,384
+        tokens).
     device : str, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
         picks CUDA when available).  On CUDA, the token affinity (formed in
@@ -317,6 +325,13 @@ class ImageSegmenter(BaseEstimator):
     def _graph(self, X, plan):
         """``(input, affinity)`` of Falcon for the token features ``X``."""
         if plan.graph == "knn":
+            if INITS[self.init].needs_features:
+                raise ValueError(
+                    f"init={self.init!r} needs the token features, but the "
+                    f"{X.shape[0]} tokens of this image (more than "
+                    f"{DENSE_MAX_TOKENS}) are clustered on their kNN graph. Use "
+                    "init='multilevel' or a smaller max_tokens (now "
+                    f"{self.max_tokens}).")
             W = knn_cosine_power_affinity(X, self._power(), n_neighbors=KNN_NEIGHBORS,
                                           random_state=self.random_state)
             return W, "precomputed"
@@ -351,8 +366,10 @@ class ImageSegmenter(BaseEstimator):
 
     def _cluster_auto(self, X, affinity, grid_shape):
         """``n_segments="auto"``: :func:`._auto.conductance_sweep`."""
-        if affinity == "cosine" and self._torch_device() is None:
-            # one dense W for the whole sweep (on a device: matrix-free fits)
+        if (affinity == "cosine" and self._torch_device() is None
+                and not INITS[self.init].needs_features):
+            # one dense W for the whole sweep (on a device: matrix-free fits;
+            # with k-means on the features, one cosine W per K)
             X, affinity = cosine_power_affinity(X, self._power()), "precomputed"
         return conductance_sweep(lambda k: self._falcon(k, affinity).fit(X),
                                  X.shape[0], self.auto_range, self.auto_threshold,
