@@ -1,5 +1,6 @@
 """FalconNCut: discrete K-way normalized-cut clustering."""
 
+import copy
 import time
 from numbers import Integral, Real
 
@@ -335,10 +336,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
-    def _make_affinity(self):
-        return make_affinity(self.affinity, n_neighbors=self.n_neighbors,
-                             gamma=self.gamma, power=self.power, n_jobs=self.n_jobs)
-
     def _validate_X(self, X, reset):
         if is_dask_array(X):  # predict's rows: gathered (sparse blocks too)
             X = X.compute()
@@ -461,7 +458,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         forms it, on the samples of nonzero degree; otherwise ``problem`` is
         None (it is built on the graph of the connected samples).
         """
-        self._affinity = self._make_affinity()
+        self._affinity = make_affinity(self.affinity, n_neighbors=self.n_neighbors,
+                                       gamma=self.gamma, power=self.power,
+                                       n_jobs=self.n_jobs)
         spec = BACKENDS[backend]
         W, problem = None, None
         if spec.make_problem_from_features is not None and self._affinity.matrix_free:
@@ -579,14 +578,18 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         check_is_fitted(self)
         Xv = self._validate_X(X, reset=False)  # once: a Dask array is computed
         labels = self._predict(Xv)
-        K = int(self.n_clusters)
-        if self.affinity in PRECOMPUTED:
-            return -bipartite_ncut(self._affinity.cross(Xv), labels, self.labels_, K)
+        # the fit's K and affinity (a copy: its fitted state stays predict's),
+        # whatever set_params did since (a smaller n_clusters wrote past the
+        # kernels' arrays: glibc aborted)
+        K, A = self.cluster_volumes_.shape[0], copy.copy(self._affinity)
+        if A.precomputed:
+            return -bipartite_ncut(A.cross(Xv), labels, self.labels_, K)
         if Xv.shape[0] < 2:
             return 0.0
+        A.n_jobs = self.n_jobs
         with fit_threads(self.n_jobs, limit_blas=False):  # as in predict
-            return -ncut_of(*affinity_statistics(self._make_affinity(), Xv, labels,
-                                                 K, self.backend_, self.device))
+            return -ncut_of(*affinity_statistics(A, Xv, labels, K, self.backend_,
+                                                 self.device))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -285,9 +285,22 @@ def test_score_is_negative_ncut(blobs):
     X, _ = blobs
     est = FalconNCut(4, random_state=0).fit(X)
     s = est.score(X)
-    assert s == pytest.approx(-normalized_cut(est._make_affinity().fit(X),
-                                              est.predict(X)))
+    assert s == pytest.approx(-normalized_cut(est.affinity_matrix_, est.predict(X)))
     assert s <= 0
+
+
+@pytest.mark.parametrize("change", [dict(gamma=50.0), dict(n_clusters=2),
+                                    dict(affinity="nearest_neighbors")])
+def test_score_uses_the_parameters_of_fit(blobs, change):
+    """``score`` formed the graph of ``X`` with the parameters as they are
+    now: after ``set_params(gamma=50.0)`` it gave another score than the
+    fitted model's, and after ``set_params(n_clusters=2)`` the kernels
+    wrote past their arrays (glibc aborted the process).  It uses the
+    parameters of ``fit``, as its docstring says."""
+    X, _ = blobs
+    est = FalconNCut(3, affinity="rbf", gamma=0.5, random_state=0).fit(X)
+    want = est.score(X[:100])
+    assert est.set_params(**change).score(X[:100]) == want
 
 
 def test_score_reads_its_input_once(blobs, monkeypatch):
