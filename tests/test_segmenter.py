@@ -364,3 +364,12 @@ def test_pamr_runs_where_falcon_runs():
     torch = pytest.importorskip("torch")
     expected = "cuda" if torch.cuda.is_available() else None
     assert ImageSegmenter(device="auto")._torch_device() == expected
+
+
+def test_fit_of_no_images_is_refused():
+    """``fit([])`` (a glob that matched no file) returned empty ``labels_``
+    without a word, and without checking the parameters."""
+    with pytest.raises(ValueError, match="images is empty"):
+        ImageSegmenter(n_segments=2).fit([])
+    with pytest.raises(ValueError, match="n_segments"):
+        ImageSegmenter(n_segments=-3).fit([])

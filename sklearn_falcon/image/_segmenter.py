@@ -539,7 +539,11 @@ class ImageSegmenter(BaseEstimator):
         -------
         self : ImageSegmenter
         """
-        self.labels_ = [self.segment(im) for im in as_image_list(images)]
+        self._check_params()  # also without images
+        images = as_image_list(images)
+        if not images:  # e.g. a glob that matched no file
+            raise ValueError("images is empty: fit needs at least one image.")
+        self.labels_ = [self.segment(im) for im in images]
         self.n_segments_ = [int(lab.max()) + 1 for lab in self.labels_]
         return self
 
