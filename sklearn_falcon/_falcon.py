@@ -405,7 +405,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
         labels = with_isolated(best.labels[0].astype(np.int64), active, n_samples,
                                d_act, K)
-        vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
+        vol = np.bincount(best.labels[0], weights=degrees[active], minlength=K)
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol
