@@ -404,7 +404,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             # n_jobs threads too (a parallel kernel on large graphs)
             assoc = (problem.cluster_statistics(best.labels)[1][0] if W is None
                      else cluster_statistics(W, labels, K, degrees)[1])
-        vol = np.bincount(best.labels[0], weights=d_act, minlength=K)
+        vol = np.bincount(best.labels[0], weights=degrees[active], minlength=K)
         self.labels_ = labels
         self._affinity_matrix = W
         self.cluster_volumes_ = vol

@@ -178,3 +178,29 @@ def test_n_init_keeps_the_restart_of_highest_exact_f(monkeypatch):
                      random_state=21).fit(W)
     assert len(ncuts) == 4
     assert est.ncut_ == pytest.approx(min(ncuts), rel=1e-12)
+
+
+@pytest.mark.parametrize("fmt", [sp.csr_matrix, lambda W: W.toarray()])
+def test_polish_sums_again_a_cluster_that_a_huge_degree_node_leaves(fmt):
+    """One edge of 1e250 in a graph of weights below 1: when the random start
+    splits it, the polish moves one of its ends, and the running volume of
+    the cluster it leaves, (1e250 + 50) - 1e250, kept only rounding noise.
+    ``objective_path_`` then ended at 170.7 for K = 2 (f <= K), and the
+    sweeps that followed chose their moves on noise: NCut 0.46 where the
+    other starts reach 0.01.  The statistics of such a cluster are now
+    summed again from its rows."""
+    from sklearn_falcon import FalconNCut
+    from sklearn_falcon.metrics import normalized_association
+
+    A = sp.random(200, 200, density=0.05, random_state=3, format="csr")
+    W = (A + A.T).tolil()
+    W[3, 7] = W[7, 3] = 1e250
+    W = fmt(W.tocsr())
+    for seed in range(3):
+        est = FalconNCut(2, affinity="precomputed", init="random",
+                         random_state=seed).fit(W)
+        path = est.objective_path_
+        assert np.all(path <= 2.0) and np.all(np.diff(path) >= 0)
+        assert path[-1] == pytest.approx(normalized_association(W, est.labels_),
+                                          rel=1e-9)
+        assert est.ncut_ < 0.02

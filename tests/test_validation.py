@@ -108,6 +108,51 @@ def test_vanishing_affinities_fit_without_overflow(fmt, tiny):
     assert est.ncut_ < 1e-12
 
 
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+@pytest.mark.parametrize("init", ["multilevel", "multilevel_fast", "random"])
+def test_subnormal_affinity_gives_the_labels_of_the_same_graph_scaled(fmt, init):
+    """Integer weights times 5e-324 (exact: the degrees are subnormal too):
+    1 / d overflowed in the multilevel start's matching (ties everywhere)
+    and 1 / vol in the solver's scores, so the labels differed from those of
+    the same graph of integer weights (NCut 2.96 against 2.75 at K = 8).
+    The NCut does not depend on the scale of W; the reported volumes stay
+    those of the input."""
+    A = sp.random(300, 300, density=0.02, random_state=0, format="csr")
+    A.data = np.ceil(A.data * 8)
+    G = sp.triu(A)
+    G = (G + G.T).toarray()
+    assert np.array_equal(G * 5e-324 / 5e-324, G)  # exact
+    G, tiny = fmt(G), fmt(G * 5e-324)
+
+    def fit(W):
+        return FalconNCut(8, affinity="precomputed", init=init,
+                          random_state=0).fit(W)
+
+    ref, got = fit(G), fit(tiny)
+    np.testing.assert_array_equal(got.labels_, ref.labels_)
+    np.testing.assert_array_equal(got.objective_path_, ref.objective_path_)
+    np.testing.assert_array_equal(got.cluster_volumes_ / 5e-324,
+                                  ref.cluster_volumes_)
+
+
+def test_affinity_of_huge_and_tiny_weights_is_not_scaled_down():
+    """Weights from 1e-267 to 1e294 (degrees up to 7.5e293): scaled down by
+    a power of two, the smallest would be flushed to zero, and a node with
+    a degree of its own would have none (an infinite spectral embedding).
+    Only graphs of tiny degrees are scaled (up)."""
+    from sklearn_falcon._affinity._check import unit_scaled
+
+    rng = np.random.default_rng(60)
+    A = sp.random(60, 60, density=0.05, random_state=60, format="csr")
+    A.data = 10.0 ** rng.uniform(-267, 294, A.nnz)
+    W = sp.triu(A)
+    W = (W + W.T).toarray()
+    d = W.sum(1)
+    assert unit_scaled(W, d)[0] is W
+    y = _fit_pre(W, n_clusters=8, init="spectral").labels_
+    assert np.unique(y).size == 8
+
+
 def test_rbf_affinity_that_underflows_still_fits():
     """Digits with the default RBF gamma: off-diagonal affinities of at most
     7e-13, most of them 0 or subnormal.  It raised "Probabilities contain

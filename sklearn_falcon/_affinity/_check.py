@@ -16,7 +16,8 @@ from .._memory import check_allocation
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "clean_csr", "symmetric_part",
-           "warn_if_disconnected", "active_subgraph", "restrict_to_active"]
+           "warn_if_disconnected", "active_subgraph", "restrict_to_active",
+           "unit_scaled"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -460,6 +461,8 @@ def active_subgraph(W, degrees, active, n_clusters, hint=None):
     Returns
     -------
     W_active, degrees_active
+        Scaled up by a power of two where the degrees are tiny
+        (:func:`unit_scaled`): use ``degrees[active]`` for the volumes.
     """
     n_samples = degrees.shape[0]
     n_active = int(active.sum())
@@ -467,7 +470,44 @@ def active_subgraph(W, degrees, active, n_clusters, hint=None):
         W = None if W is None else restrict_to_active(W, active)
         degrees = degrees[active]
     warn_if_disconnected(W, n_clusters, hint)
-    return W, degrees
+    return unit_scaled(W, degrees)
+
+
+# A graph whose degrees are all below 2**-UNIT_SCALE_EXP is solved scaled
+# up by a power of two (unit_scaled).
+UNIT_SCALE_EXP = 200
+
+
+def unit_scaled(W, degrees):
+    """``(W, degrees)`` times the power of two that brings the largest degree
+    into ``[1, 2)``, when it is below ``2**-UNIT_SCALE_EXP``; otherwise as
+    they are (no copy).
+
+    The normalized cut does not depend on the scale of ``W``, but the
+    solver's and the initializations' arithmetic does at the low end of the
+    float range: with subnormal degrees (every weight near 1e-320),
+    ``1 / d`` and ``1 / vol`` overflow to infinity, the matching of the
+    multilevel start saw ties everywhere and the scores were NaN.  Scaling
+    up is exact (no entry can overflow: each is at most its degree; a
+    float32 ``W`` never needs it).  A graph of huge degrees is left alone:
+    scaling it down would flush its smallest entries to zero.  A new array
+    is made (``W`` is the caller's, or shares its data); ``None`` stays
+    None.
+    """
+    top = float(degrees.max()) if degrees.size else 1.0
+    if W is None or not np.isfinite(top) or top <= 0.0:
+        return W, degrees
+    e = int(np.frexp(top)[1]) - 1  # top / 2**e in [1, 2)
+    if e >= -UNIT_SCALE_EXP:
+        return W, degrees
+    if sp.issparse(W):  # a new data array; the index arrays are only read
+        sorted_ = W.has_sorted_indices
+        W = sp.csr_matrix((np.ldexp(W.data, -e), W.indices, W.indptr),
+                          shape=W.shape, copy=False)
+        W.has_sorted_indices = sorted_
+    else:
+        W = np.ldexp(W, -e)
+    return W, np.ldexp(degrees, -e)
 
 
 def restrict_to_active(W, active):

@@ -99,6 +99,20 @@ def _top_vectors(M, k):
     return vec
 
 
+def _scaled_back(inv):
+    """``D^-1/2`` (``inv``) for scaling the eigenvectors back, divided by a
+    power of two (exactly) when its entries are far from 1.
+
+    The embedding's rows are only compared up to a common factor, but a
+    graph of subnormal weights (degrees near 1e-323) has ``inv`` near
+    1e161: the squares of the rows' norms overflowed, every normalized row
+    became 0 and the spectral start was arbitrary.
+    """
+    top = float(inv.max()) if inv.size else 1.0
+    e = int(np.frexp(top)[1]) if np.isfinite(top) and top > 0 else 0
+    return np.ldexp(inv, -e) if abs(e) > 64 else inv
+
+
 def leading_vectors(W, degrees, n_vectors, rng, start=None):
     """The ``n_vectors`` leading eigenvectors of ``D^-1/2 W D^-1/2``, scaled
     back by ``D^-1/2`` (columns by decreasing eigenvalue).
@@ -113,10 +127,11 @@ def leading_vectors(W, degrees, n_vectors, rng, start=None):
     """
     n = W.shape[0]
     inv = 1.0 / np.sqrt(degrees)
+    back = _scaled_back(inv)
     if n <= _DENSE_MAX or n_vectors >= n // 2:
         M = W.toarray() if sp.issparse(W) else np.asarray(W, dtype=np.float64)
         M = inv[:, None] * M * inv[None, :]
-        return _top_vectors(M, n_vectors)[:, ::-1] * inv[:, None]
+        return _top_vectors(M, n_vectors)[:, ::-1] * back[:, None]
     M = _normalized(W, inv)
     if start is not None:
         vals, vec = _lobpcg(M, start * np.sqrt(degrees)[:, None], _LOBPCG_WARM_MAXITER)
@@ -133,7 +148,7 @@ def leading_vectors(W, degrees, n_vectors, rng, start=None):
             X[:, 0] = np.sqrt(degrees)
             vals, vec = _lobpcg(M, X, _LOBPCG_MAXITER)
     order = np.argsort(-vals)
-    return vec[:, order] * inv[:, None]
+    return vec[:, order] * back[:, None]
 
 
 def discretize(emb, W, degrees, n_clusters, rng, n_restarts=3):

@@ -5,14 +5,21 @@ improving single move by the exact change of ``f`` (the weighted kernel
 k-means gain), updating ``labels``, ``vol`` and ``assoc`` (and, on a dense
 graph, ``WX``) in place; on a CSR graph a node's weights to the clusters are
 summed from its row when it is visited.  ``f`` never decreases and no
-cluster is emptied.  Sequential by nature, it has no torch twin:
-:class:`sklearn_falcon._backends._torch.TorchProblem` runs these sweeps on
-the host.  Conventions as in :mod:`._kernels`.
+cluster is emptied.  A cluster that a node of huge degree leaves (weights
+spanning many orders of magnitude) has its statistics summed again: the
+running difference would keep only rounding noise.  Sequential by nature,
+it has no torch twin: :class:`sklearn_falcon._backends._torch.TorchProblem`
+runs these sweeps on the host.  Conventions as in :mod:`._kernels`.
 """
 
 import numpy as np
 
 from ..._jit import jit as _jit
+
+# A cluster whose volume falls below this fraction of its largest since its
+# statistics were last exact has lost that many bits to cancellation (a
+# node of huge degree left it): its vol and assoc are summed again.
+_CANCEL = 2.0 ** -20
 
 
 @_jit(inline=True)
@@ -89,6 +96,53 @@ def _move_node(i, b, indptr, indices, data, degrees, labels, vol, assoc, counts)
 
 
 @_jit(inline=True)
+def _cancelled(a, vol, peak):
+    """Whether cluster ``a``'s running volume has lost its precision to
+    cancellation (below ``_CANCEL`` times its ``peak``); ``peak`` holds each
+    cluster's largest volume since its statistics were exact."""
+    return vol[a] < _CANCEL * peak[a]
+
+
+@_jit(inline=True)
+def _resync_csr(a, indptr, indices, data, degrees, labels, vol, assoc, peak):
+    """``vol[a]`` and ``assoc[a]`` summed again from the rows of the members
+    of ``a`` (a CSR graph)."""
+    v = 0.0
+    s = 0.0
+    for i in range(labels.shape[0]):
+        if labels[i] == a:
+            v += degrees[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                if labels[indices[p]] == a:
+                    s += np.float64(data[p])
+    vol[a] = v
+    assoc[a] = s
+    peak[a] = v
+
+
+@_jit(inline=True)
+def _resync_dense(a, W, degrees, labels, WX, vol, assoc, peak):
+    """``WX[:, a]``, ``vol[a]`` and ``assoc[a]`` summed again from the rows
+    of the members of ``a`` (a dense graph)."""
+    n = labels.shape[0]
+    for j in range(n):
+        WX[j, a] = 0.0
+    v = 0.0
+    for i in range(n):
+        if labels[i] == a:
+            v += degrees[i]
+            for j in range(n):
+                WX[j, a] += W[i, j]
+    s = 0.0
+    for i in range(n):
+        if labels[i] == a:
+            s += WX[i, a]
+    vol[a] = v
+    assoc[a] = s
+    peak[a] = v
+
+
+@_jit(inline=True)
 def _cluster_counts(labels, n_clusters):
     counts = np.zeros(n_clusters, dtype=np.int64)
     for i in range(labels.shape[0]):
@@ -112,6 +166,7 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
     K = vol.shape[0]
     counts = _cluster_counts(labels, K)
     wx = np.zeros(K)
+    peak = vol.copy()
     n_moves = 0
     for i in range(labels.shape[0]):
         di = degrees[i]
@@ -127,6 +182,10 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
         b = _best_move(a, di, wii, wx, vol, assoc)
         if b >= 0:
             _move_stats(i, a, b, di, wii, wx[a], wx[b], vol, assoc, labels, counts)
+            peak[b] = max(peak[b], vol[b])
+            if _cancelled(a, vol, peak):
+                _resync_csr(a, indptr, indices, data, degrees, labels, vol, assoc,
+                            peak)
             n_moves += 1
         for p in range(indptr[i], indptr[i + 1]):
             wx[labels[indices[p]]] = 0.0
@@ -163,6 +222,34 @@ def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, ass
             for p in range(indptr[i], indptr[i + 1]):
                 WX[indices[p], a] -= data[p]
                 WX[indices[p], b] += data[p]
+            n_moves += 1
+    return n_moves
+
+
+@_jit(inline=True)
+def _sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts, full):
+    """The sweep of :func:`local_move_sweep_rows`; ``full``: ``rows`` is the
+    whole ``W`` (``start`` 0), so that a cluster whose volume cancels can
+    be summed again (:func:`_resync_dense`)."""
+    peak = vol.copy()
+    n_moves = 0
+    for t in range(rows.shape[0]):
+        i = start + t
+        di = degrees[i]
+        a = labels[i]
+        if di <= 0.0 or counts[a] <= 1:
+            continue
+        wii = rows[t, i]
+        b = _best_move(a, di, wii, WX[i], vol, assoc)
+        if b >= 0:
+            _move_stats(i, a, b, di, wii, WX[i, a], WX[i, b], vol, assoc, labels,
+                        counts)
+            for j in range(rows.shape[1]):
+                WX[j, a] -= rows[t, j]
+                WX[j, b] += rows[t, j]
+            peak[b] = max(peak[b], vol[b])
+            if full and _cancelled(a, vol, peak):
+                _resync_dense(a, rows, degrees, labels, WX, vol, assoc, peak)
             n_moves += 1
     return n_moves
 
@@ -207,28 +294,13 @@ def local_move_sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts):
     >>> local_move_sweep_rows(W, 0, d, labels, WX, vol, assoc, counts), labels
     (1, array([0, 0, 1]))
     """
-    n_moves = 0
-    for t in range(rows.shape[0]):
-        i = start + t
-        di = degrees[i]
-        a = labels[i]
-        if di <= 0.0 or counts[a] <= 1:
-            continue
-        wii = rows[t, i]
-        b = _best_move(a, di, wii, WX[i], vol, assoc)
-        if b >= 0:
-            _move_stats(i, a, b, di, wii, WX[i, a], WX[i, b], vol, assoc, labels,
-                        counts)
-            for j in range(rows.shape[1]):
-                WX[j, a] -= rows[t, j]
-                WX[j, b] += rows[t, j]
-            n_moves += 1
-    return n_moves
+    return _sweep_rows(rows, start, degrees, labels, WX, vol, assoc, counts,
+                       False)
 
 
 @_jit
 def local_move_sweep_dense(W, degrees, labels, WX, vol, assoc):
     """Dense twin of :func:`local_move_sweep_csr`."""
     counts = _cluster_counts(labels, WX.shape[1])
-    return local_move_sweep_rows(W, 0, degrees, labels, WX, vol, assoc, counts)
+    return _sweep_rows(W, 0, degrees, labels, WX, vol, assoc, counts, True)
 
