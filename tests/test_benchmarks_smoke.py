@@ -119,3 +119,23 @@ def test_table_formats():
     rst = t.rst()
     assert ".. list-table::" in rst and "n/a" in rst
     assert R._one_line("a\nb | c") == "a b / c"
+
+
+def test_bandwidth_cli_help_and_bad_options_never_run(monkeypatch, capsys):
+    # `--help` (or a typo) used to start the full run, which overwrites
+    # benchmarks/results/bandwidth.md after ~10 minutes
+    from benchmarks import bandwidth as BW
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the suite ran")
+
+    monkeypatch.setattr(BW, "suite", boom)
+    monkeypatch.setattr(BW, "before_after", boom)
+    with pytest.raises(SystemExit) as exc:
+        BW.main(["--help"])
+    assert exc.value.code == 0
+    assert "--before-after" in capsys.readouterr().out
+    for bad in (["--qiuck"], ["--before-after"], ["--before-after", "a", "1", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            BW.main(bad)
+        assert exc.value.code == 2
