@@ -139,3 +139,32 @@ def test_bandwidth_cli_help_and_bad_options_never_run(monkeypatch, capsys):
         with pytest.raises(SystemExit) as exc:
             BW.main(bad)
         assert exc.value.code == 2
+
+
+def test_gpu_check_reports_failures_and_goes_on(monkeypatch, tmp_path):
+    # gpu_check.py runs once, unattended, on a lent GPU: a failing target or
+    # section is a row of its table, never the end of the run
+    from benchmarks import gpu_check as GC
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    bench = GC.Bench(budget=60.0, cuda=False)
+    monkeypatch.setattr(GC, "_median_solve", boom)
+    table = GC.targets_section(bench, False, 1, 0, quick=True)
+    assert table.count("error: RuntimeError: boom") == 2
+    assert "| 2,048-token matrix-free solve on CUDA <= 20 ms (H200) | no CUDA |" \
+        in table
+    monkeypatch.undo()
+    monkeypatch.setattr(GC, "warm_up", lambda bench, cuda: None)
+    monkeypatch.setattr(GC, "batch_section", boom)
+    monkeypatch.setattr(GC, "memory_section",
+                        lambda sizes, timeout, errors=None: "memory table")
+    out = tmp_path / "gpu_check.md"
+    argv = ["--quick", "--cpu-only", "--strict", "--knn-n", "0", "--repeats", "1",
+            "--sections", "batch,targets", "--out", str(out)]
+    assert GC.main(argv) == 1  # --strict: a failure is exit status 1
+    text = out.read_text()
+    assert "section failed: RuntimeError: boom" in text
+    assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
+    assert "memory table" in text and "Total wall time" in text
