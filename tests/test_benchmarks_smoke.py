@@ -5,6 +5,8 @@ own; these tests keep to tiny graphs and take a few seconds.
 """
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -168,3 +170,23 @@ def test_gpu_check_reports_failures_and_goes_on(monkeypatch, tmp_path):
     assert "section failed: RuntimeError: boom" in text
     assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
     assert "memory table" in text and "Total wall time" in text
+
+
+def test_gpu_check_without_torch(tmp_path):
+    # the script documents that without torch its torch rows are skipped; it
+    # failed at import ("backend='torch' requires PyTorch")
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "gpu_check.md"
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{root}"}
+    p = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "gpu_check.py"), "--quick",
+         "--cpu-only", "--strict", "--knn-n", "0", "--repeats", "1",
+         "--sections", "targets,segment", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = out.read_text()
+    assert "torch not installed" in text
+    assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
