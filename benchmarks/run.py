@@ -184,8 +184,8 @@ def plot_time_vs_n(series, path, title, fit=None):
 
 # ================================================================ suites
 # --quick and --smoke run only the cluster_qr SpectralClustering configurations
-# (lobpcg and amg): the fastest assignment; the full run has all six.
-QUICK_SC_EXCLUDE = tuple(f"sc-{s}-{a}" for s in ("lobpcg", "amg")
+# (arpack, lobpcg and amg): the fastest assignment; the full run has all nine.
+QUICK_SC_EXCLUDE = tuple(f"sc-{s}-{a}" for s in P.SC_SOLVERS
                          for a in ("kmeans", "discretize"))
 
 METHOD_COLS = ["graph", "n", "nnz", "K", "method", "clusters", "NCut",
@@ -397,7 +397,7 @@ def suite_speed(mode, out_dir):
         "recursive NCut",
         "The fastest SpectralClustering configuration is chosen per graph "
         "after the fact (the most favourable choice for the peer); `--quick` "
-        "runs only the two cluster_qr configurations, the full run all six. "
+        "runs only the three cluster_qr configurations, the full run all nine. "
         "`knn-mix` is the kNN graph (k=10) of a 3-D mixture of 10 Gaussians.")
     if mode == "smoke":
         specs = {"sbm-2000": ("sbm", 2000), "knn-mix-2000": ("knn", 2000)}
@@ -827,7 +827,7 @@ run.
 Peers, each in its strongest configuration:
 
 * ``sc-<solver>-<assign>``: scikit-learn ``SpectralClustering(affinity=
-  "precomputed")`` with ``eigen_solver`` lobpcg or amg (pyamg) and
+  "precomputed")`` with ``eigen_solver`` arpack, lobpcg or amg (pyamg) and
   ``assign_labels`` kmeans, discretize or cluster_qr;
 * ``rncut``: recursive two-way normalized cut in the style of TokenCut and
   DiffCut (Fiedler vector, best threshold by NCut, recursion on the most

@@ -97,6 +97,19 @@ def test_peers_on_easy_graph():
     assert 0 < bound <= truth
 
 
+def test_spectral_peers_include_arpack():
+    # scikit-learn's default eigen_solver (and the best SC peer on several
+    # graphs of the peer benchmark) was missing from the quality, speed and
+    # bound suites, which claim every peer "in its strongest configuration"
+    peers = P.get_peers(include=["sc-*"])
+    assert {f"sc-arpack-{a}" for a in ("kmeans", "discretize", "cluster_qr")} \
+        <= set(peers)
+    assert peers["sc-arpack-kmeans"].keywords["eigen_solver"] == "arpack"
+    quick = set(P.get_peers(include=["sc-*"], exclude=R.QUICK_SC_EXCLUDE))
+    assert {f"sc-{s}-cluster_qr" for s in P.SC_SOLVERS} <= quick
+    assert not any(name.endswith(("-kmeans", "-discretize")) for name in quick)
+
+
 def test_run_smoke_suites_in_process(tmp_path):
     machine = R.machine_info()
     assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
