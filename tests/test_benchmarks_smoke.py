@@ -110,6 +110,36 @@ def test_spectral_peers_include_arpack():
     assert not any(name.endswith(("-kmeans", "-discretize")) for name in quick)
 
 
+def test_run_suites_report_failing_peers(monkeypatch, tmp_path):
+    # a peer that raises (scaling) or that never returns K clusters (quality,
+    # speed) ended the whole suite ("Suite failed: ValueError: min() arg is
+    # an empty sequence"), losing its table
+    def crash(W, K, seed=0):
+        raise RuntimeError("peer crashed")
+
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    def peers(include=None, exclude=()):
+        return {"falcon": P.falcon, "sc-amg-cluster_qr": crash,
+                "rncut": one_cluster}
+
+    monkeypatch.setattr(R.P, "get_peers", peers)
+    monkeypatch.setattr(R, "plot_ncut_vs_time", lambda *a, **k: None)
+    monkeypatch.setattr(R, "plot_time_vs_n", lambda *a, **k: None)
+    monkeypatch.setattr(R, "_quality_graphs", lambda mode: {
+        "sbm-300": G.sbm_graph(300, 3, avg_degree=10, seed=0) + (3,)})
+    res = R.suite_scaling("smoke", tmp_path)
+    methods = [r["method"] for r in res.tables[0].rows]
+    assert "sc-amg-cluster_qr (failed: RuntimeError: peer crashed)" in methods
+    assert "rncut" in methods and methods.count("falcon") == 2
+    res = R.suite_quality("smoke", tmp_path)
+    assert res.tables[0].rows[0]["best peer"] == "none with K clusters"
+    assert res.targets[0][2] is None
+    res = R.suite_speed("smoke", tmp_path)
+    assert res.tables[0].rows[0]["fastest SC"] == "none with K clusters"
+
+
 def test_run_smoke_suites_in_process(tmp_path):
     machine = R.machine_info()
     assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
