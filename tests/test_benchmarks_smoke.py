@@ -140,6 +140,26 @@ def test_run_suites_report_failing_peers(monkeypatch, tmp_path):
     assert res.tables[0].rows[0]["fastest SC"] == "none with K clusters"
 
 
+def test_bound_suite_leaves_out_fewer_clusters(monkeypatch, tmp_path):
+    # a SpectralClustering run that returned one cluster (NCut 0) was the
+    # "best SC NCut", at ratio 0 to the K-way lower bound
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    sc = P.get_peers(["sc-lobpcg-cluster_qr"])["sc-lobpcg-cluster_qr"]
+
+    def peers(include=None, exclude=()):
+        return {"falcon": P.falcon, "sc-lobpcg-discretize": one_cluster,
+                "sc-lobpcg-cluster_qr": sc, "rncut": one_cluster}
+
+    monkeypatch.setattr(R.P, "get_peers", peers)
+    res = R.suite_bound("smoke", tmp_path)
+    row = res.tables[0].rows[0]
+    assert row["best SC NCut"] > 0 and row["best SC ratio"] >= 1 - 1e-9
+    assert np.isnan(row["rncut NCut"])
+    assert any("rncut returned 1 clusters, not 4" in n for n in res.notes)
+
+
 def test_run_smoke_suites_in_process(tmp_path):
     machine = R.machine_info()
     assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
