@@ -253,3 +253,36 @@ def test_gpu_check_without_torch(tmp_path):
     text = out.read_text()
     assert "torch not installed" in text
     assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
+
+
+def test_bench_quality_never_takes_fewer_clusters_as_best(monkeypatch):
+    # a spectral seed that returned fewer than K clusters (NCut lower for
+    # free) was "the best spectral NCut" that Falcon had to beat
+    from benchmarks import bench_quality as BQ
+
+    W, y = G.sbm_graph(300, 3, avg_degree=15, p_in_ratio=0.9, seed=0)
+    monkeypatch.setattr(BQ, "quality_graphs", lambda quick: [("sbm", W, y, 3)])
+
+    class Short:
+        def __init__(self, n_clusters, random_state, assign_labels, **kw):
+            self.k, self.seed, self.assign = n_clusters, random_state, assign_labels
+
+        def fit_predict(self, W):
+            if self.assign == "discretize" and self.seed == 0:
+                return np.zeros(W.shape[0], dtype=np.int64)  # one cluster
+            return y.copy()
+
+    monkeypatch.setattr(BQ, "SpectralClustering", Short)
+    rows = BQ.run(quick=True, seeds=2)
+    truth = normalized_cut(W, y)
+    for r in rows:
+        assert r["best_spectral_ncut"] == pytest.approx(truth)
+    md = BQ.to_markdown(rows)
+    assert "(< K clusters)" not in md  # seed 1 of discretize has K clusters
+    monkeypatch.setattr(BQ, "SpectralClustering", lambda **kw: Short(
+        assign_labels="discretize", random_state=0, **{
+            k: v for k, v in kw.items() if k not in ("assign_labels",
+                                                     "random_state")}))
+    rows = BQ.run(quick=True, seeds=1)
+    assert all(np.isnan(r["best_spectral_ncut"]) for r in rows)
+    assert "n/a (no spectral run with K clusters)" in BQ.to_markdown(rows)
