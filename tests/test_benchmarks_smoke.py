@@ -6,6 +6,7 @@ own; these tests keep to tiny graphs and take a few seconds.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,35 @@ def test_bench_quality_never_takes_fewer_clusters_as_best(monkeypatch):
     rows = BQ.run(quick=True, seeds=1)
     assert all(np.isnan(r["best_spectral_ncut"]) for r in rows)
     assert "n/a (no spectral run with K clusters)" in BQ.to_markdown(rows)
+
+
+def test_dinov2_install_cost_reports_a_failed_step(tmp_path):
+    # under `set -e` a failing pip install ended the script in silence (its
+    # output goes to /dev/null): the table stopped short, the venvs stayed
+    if shutil.which("bash") is None or shutil.which("du") is None:
+        pytest.skip("needs bash and du")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_python = bin_dir / "python3"
+    fake_python.write_text(
+        "#!/usr/bin/env bash\n"  # python3 -m venv DIR: a venv whose pip
+        'd="$3"; mkdir -p "$d/bin" "$d/lib/python3.11/site-packages"\n'
+        'cat > "$d/bin/pip" <<\'PIP\'\n'
+        "#!/usr/bin/env bash\n"
+        'case "$*" in *onnxruntime*) exit 1;; list*) echo "PyYAML 6.0";; esac\n'
+        "exit 0\n"
+        "PIP\n"
+        'chmod +x "$d/bin/pip"\n')
+    fake_python.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / \
+        "dinov2_install_cost.sh"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "TMPDIR": str(tmp_path)}
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 1, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| pip")]
+    assert len(rows) == 4
+    assert rows[2].startswith("| pip install onnxruntime (FAILED) | ")
+    assert "FAILED" not in rows[3] and "PyYAML" in p.stdout
+    assert not list(tmp_path.glob("dinov2cost*"))  # the venvs are removed
