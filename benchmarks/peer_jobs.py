@@ -202,6 +202,8 @@ def _spectral(W, K, seed, eigen_solver="arpack"):
     from sklearn.manifold._spectral_embedding import _spectral_embedding
     from sklearn.utils import check_random_state
 
+    if eigen_solver == "amg":  # scikit-learn imports pyamg in the timed call
+        import pyamg  # noqa: F401  (imports are not timed)
     outputs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

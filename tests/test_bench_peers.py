@@ -94,6 +94,39 @@ def test_spectral_job_matches_spectral_clustering():
         assert np.array_equal(outs[f"sc-arpack-{assign}"]["labels"], sc.labels_)
 
 
+@pytest.mark.skipif(find_spec("pyamg") is None, reason="needs pyamg")
+def test_spectral_job_does_not_time_the_pyamg_import():
+    # the docs promise "imports excluded": scikit-learn imports pyamg inside
+    # the timed embedding, so the first amg job of a worker paid for it
+    import subprocess
+
+    code = """
+import sys, time
+from importlib.abc import MetaPathFinder
+events = []
+class Spy(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyamg":
+            events.append("import pyamg")
+sys.meta_path.insert(0, Spy())
+from benchmarks import peer_jobs as J
+from benchmarks.graphs import sbm_graph
+assert "pyamg" not in sys.modules
+W, _ = sbm_graph(200, 2, avg_degree=10, seed=0)
+perf_counter = time.perf_counter
+def clock():
+    events.append("clock")
+    return perf_counter()
+time.perf_counter = clock
+J.run_job("spectral", W, 2, seed=0, eigen_solver="amg")
+print(events.index("import pyamg") < events.index("clock"))
+"""
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                       text=True, timeout=300)
+    assert p.stdout.strip().splitlines()[-1:] == ["True"], p.stderr[-2000:]
+
+
 def test_sandbox_reports_timeouts_and_errors(tmp_path):
     g = F.graph_specs("smoke", pattern="grid2d")[0].build()
     path = tmp_path / "g.npz"
