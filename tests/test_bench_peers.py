@@ -127,6 +127,35 @@ print(events.index("import pyamg") < events.index("clock"))
     assert p.stdout.strip().splitlines()[-1:] == ["True"], p.stderr[-2000:]
 
 
+@pytest.mark.skipif(find_spec("pymetis") is None, reason="needs pymetis")
+def test_metis_tries_kway_and_recursive_bisection(monkeypatch):
+    # pymetis bisects recursively for K <= 8 unless told otherwise: METIS's
+    # k-way scheme (gpmetis's default, often a much lower NCut there) was
+    # never tried, though METIS is run "at its strongest"
+    import pymetis
+
+    seen = []
+    part_graph = pymetis.part_graph
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("recursive"))
+        return part_graph(*args, **kwargs)
+
+    monkeypatch.setattr(pymetis, "part_graph", spy)
+    jobs = J.peer_groups()["metis"]
+    assert {p["scheme"] for _, _, p in jobs} == {"kway", "rb"}
+    assert len({job_id for job_id, _, _ in jobs}) == len(jobs) == 16
+    g = F.graph_specs("smoke", pattern="grid2d")[0].build()
+    assert g.K <= 8
+    for scheme, recursive in (("kway", False), ("rb", True)):
+        out = J.run_job("metis", g.W, g.K, seed=0, vw="degree", imbalance=0.03,
+                        scheme=scheme)
+        assert seen[-1] is recursive and out[0]["config"]["scheme"] == scheme
+    # the scale group keeps both schemes of its shrunk balance grid
+    scale = B._jobs_for("metis", scale=True)
+    assert len(scale) == 2 * len(B.SCALE_GRID)
+
+
 def test_sandbox_reports_timeouts_and_errors(tmp_path):
     g = F.graph_specs("smoke", pattern="grid2d")[0].build()
     path = tmp_path / "g.npz"
