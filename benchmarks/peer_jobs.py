@@ -101,9 +101,9 @@ def integer_graph(W, budget=INT_BUDGET):
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> W = sp.csr_matrix([[1.0, 0.5, 0.0], [0.5, 0.0, 1e-9], [0.0, 1e-9, 0.0]])
-    >>> xadj, adj, ew, S = integer_graph(W)
-    >>> xadj.tolist(), adj.tolist(), bool(ew[0] * 2 == S)
+    >>> W = sp.csr_matrix([[1.0, 0.5, 0.0], [0.5, 0.0, 1e-10], [0.0, 1e-10, 0.0]])
+    >>> xadj, adj, ew, S = integer_graph(W)  # no diagonal; 1e-10 rounds to 0
+    >>> xadj.tolist(), adj.tolist(), bool(ew[0] == S)
     ([0, 1, 2, 2], [1, 0], True)
     """
     W = sp.csr_matrix(W, dtype=np.float64)

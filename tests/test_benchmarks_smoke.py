@@ -319,3 +319,18 @@ def test_dinov2_install_cost_reports_a_failed_step(tmp_path):
     assert rows[2].startswith("| pip install onnxruntime (FAILED) | ")
     assert "FAILED" not in rows[3] and "PyYAML" in p.stdout
     assert not list(tmp_path.glob("dinov2cost*"))  # the venvs are removed
+
+
+@pytest.mark.parametrize("module", [
+    "peers", "peer_jobs", "bench_peers", "peers_report", "families", "graphs",
+    "sandbox", "_report", "run", "mosaics", "objects", "videos"])
+def test_benchmark_doctests(module):
+    # the package's doctests run in CI, the benchmarks' did not: two had gone
+    # stale (integer_graph's example, a NumPy 2 boolean repr in mosaics)
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"benchmarks.{module}")
+    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE
+                          | doctest.ELLIPSIS)
+    assert res.failed == 0
