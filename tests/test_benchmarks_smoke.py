@@ -161,6 +161,19 @@ def test_bound_suite_leaves_out_fewer_clusters(monkeypatch, tmp_path):
     assert any("rncut returned 1 clusters, not 4" in n for n in res.notes)
 
 
+def test_speed_suite_ignores_a_peer_with_fewer_clusters(monkeypatch, tmp_path):
+    # rncut returning fewer than K clusters (NCut lower for free) made
+    # "Falcon NCut <= both" false
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    monkeypatch.setattr(R.P, "get_peers", lambda include=None, exclude=(): {
+        "falcon": P.falcon, "sc-same-as-falcon": P.falcon, "rncut": one_cluster})
+    monkeypatch.setattr(R, "plot_ncut_vs_time", lambda *a, **k: None)
+    res = R.suite_speed("smoke", tmp_path)
+    assert all(r["Falcon NCut <= both"] is True for r in res.tables[0].rows)
+
+
 def test_run_smoke_suites_in_process(tmp_path):
     machine = R.machine_info()
     assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
