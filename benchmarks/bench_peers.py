@@ -121,15 +121,17 @@ def parse_variant(item):
     if "=" not in item:
         raise SystemExit(f"--falcon expects NAME=JSON, got {item!r}")
     name, text = item.split("=", 1)
+    name = name.strip()
     try:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SystemExit(f"--falcon {name}: invalid JSON {text!r}: {exc}")
     if not isinstance(params, dict):
         raise SystemExit(f"--falcon {name}: JSON must be an object, got {text!r}")
-    if name in ("from-best",):
+    # the report's targets read "default" as FalconNCut's defaults
+    if name in ("default", "n_init=10", "from-best") or not name:
         raise SystemExit(f"--falcon: the name {name!r} is reserved")
-    return name.strip(), params
+    return name, params
 
 
 # ------------------------------------------------------------ graph files

@@ -174,7 +174,10 @@ def test_sandbox_reports_timeouts_and_errors(tmp_path):
 def test_parse_variant():
     assert B.parse_variant('a={"n_init": 3, "init": "spectral"}') == (
         "a", {"n_init": 3, "init": "spectral"})
-    for bad in ("noequals", "a=[1]", "a={bad", 'from-best={}'):
+    # "default" and "n_init=10" are the variants the targets are about: an
+    # override made "Falcon (defaults)" rows of another configuration
+    for bad in ("noequals", "a=[1]", "a={bad", 'from-best={}', ' from-best ={}',
+                'default={"n_init": 3}', 'n_init=10={"n_init": 2}', '={}'):
         with pytest.raises(SystemExit):
             B.parse_variant(bad)
 
