@@ -347,3 +347,30 @@ def test_benchmark_doctests(module):
     res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE
                           | doctest.ELLIPSIS)
     assert res.failed == 0
+
+
+def test_bench_segmentation_reports_failing_spectral_runs(monkeypatch, tmp_path):
+    # a SpectralClustering configuration that raised (amg without pyamg, a
+    # solver that fails) ended the whole benchmark, losing every row
+    import importlib.util
+
+    from benchmarks import bench_segmentation as BS
+
+    spectral, find_spec = BS._spectral, importlib.util.find_spec
+
+    def flaky(W, k, seed, solver, assign):
+        if solver == "lobpcg":
+            raise RuntimeError("lobpcg failed")
+        return spectral(W, k, seed, solver, assign)
+
+    monkeypatch.setattr(BS, "_spectral", flaky)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "pyamg" else find_spec(name, *a)))
+    rows = BS.run(quick=True, out_dir=tmp_path, n_images=1, size=64, repeat=1)
+    by = {r["method"]: r for r in rows}
+    assert not any("amg" in m for m in by)  # skipped without pyamg
+    bad = by["SpectralClustering (lobpcg, cluster_qr)"]
+    assert bad["failures"] == 1 and np.isnan(bad["time_s"]) and np.isnan(bad["ncut"])
+    assert by["SpectralClustering (arpack, kmeans)"]["failures"] == 0
+    text = (tmp_path / "segmentation_64px_quick.md").read_text()
+    assert "configuration raised" in text
