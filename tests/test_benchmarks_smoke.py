@@ -374,3 +374,18 @@ def test_bench_segmentation_reports_failing_spectral_runs(monkeypatch, tmp_path)
     assert by["SpectralClustering (arpack, kmeans)"]["failures"] == 0
     text = (tmp_path / "segmentation_64px_quick.md").read_text()
     assert "configuration raised" in text
+
+
+def test_bench_knn_records_max_n(monkeypatch, tmp_path):
+    # a --max-n run was recorded as the full command; one below every size
+    # ended in a StatisticsError after all its measurements
+    from benchmarks import bench_knn as BK
+
+    monkeypatch.setattr(BK, "SIZES", [(300, 2)])
+    monkeypatch.setattr(BK, "_import_cost", lambda repeats: 0.01)
+    BK.main(["--repeats", "1", "--max-n", "500", "--out", str(tmp_path)])
+    text = (tmp_path / "knn.md").read_text()
+    assert "`python -m benchmarks.bench_knn --repeats 1 --max-n 500`" in text
+    assert "| 300 | 2 |" in text
+    BK.main(["--repeats", "1", "--max-n", "100", "--out", str(tmp_path)])
+    assert "| 300 | 2 |" not in (tmp_path / "knn.md").read_text()
