@@ -178,3 +178,16 @@ def test_bench_mosaics_quick_keeps_the_options_and_records_them(tmp_path,
     path = B._write([row], n_images=6, size=256, thresholds=(0.01,),
                     out=tmp_path / "q.md", quick=True, **common)
     assert "`python -m benchmarks.bench_mosaics --quick`" in path.read_text()
+
+
+def test_bench_warm_video_records_its_options(tmp_path, monkeypatch):
+    # the table recorded `python -m benchmarks.bench_warm_video` whatever
+    # --repeat and --seed were
+    from benchmarks import bench_warm_video as V
+
+    monkeypatch.setattr(V, "run_warm", lambda quick, repeat: [])
+    monkeypatch.setattr(V, "run_video", lambda quick, seed: ([], (2, 32)))
+    out = tmp_path / "w.md"
+    V.main(["--quick", "--repeat", "5", "--seed", "2", "--out", str(out)])
+    assert (f"`python -m benchmarks.bench_warm_video --quick --repeat 5 --seed 2 "
+            f"--out {out}`") in out.read_text()
