@@ -865,6 +865,8 @@ def main(argv=None):
             print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
     out = args.out or (os.path.join(os.environ["OUT"], "gpu_check.md")
                        if os.environ.get("OUT") else None)
+    if out:  # its folder, made before any measurement (not lost at the end)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 
     def section(title, fn):
         """Add a section's table; a section that fails is reported in its

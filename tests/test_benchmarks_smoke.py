@@ -239,7 +239,7 @@ def test_gpu_check_reports_failures_and_goes_on(monkeypatch, tmp_path):
     monkeypatch.setattr(GC, "batch_section", boom)
     monkeypatch.setattr(GC, "memory_section",
                         lambda sizes, timeout, errors=None: "memory table")
-    out = tmp_path / "gpu_check.md"
+    out = tmp_path / "new folder" / "gpu_check.md"  # made by the script
     argv = ["--quick", "--cpu-only", "--strict", "--knn-n", "0", "--repeats", "1",
             "--sections", "batch,targets", "--out", str(out)]
     assert GC.main(argv) == 1  # --strict: a failure is exit status 1
