@@ -553,10 +553,32 @@ def suite(mode, out_dir=None):
     return res
 
 
+def build_parser():
+    """The command line (``--help`` lists it; an unknown option is an error,
+    never a full run that writes into ``benchmarks/results/``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.bandwidth",
+        description="The CSR iteration against the memory roofline, threads and "
+                    "fit memory; writes bandwidth.md into benchmarks/results/ "
+                    "(results/quick/ with --quick).")
+    ap.add_argument("--quick", action="store_true",
+                    help="smaller graphs (100k and 1M-node SBMs)")
+    ap.add_argument("--before-after", nargs="+", metavar=("BASELINE", "N"),
+                    help="this tree against the checkout BASELINE on an N-node "
+                         "SBM (default 1,000,000), printed, nothing written")
+    ap.add_argument("--child-memory", nargs=2, help=argparse.SUPPRESS)
+    return ap
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--before-after":
-        baseline, n = argv[1], int(argv[2]) if len(argv) > 2 else 1_000_000
+    args = build_parser().parse_args(argv)
+    if args.before_after:
+        if len(args.before_after) > 2:
+            build_parser().error("--before-after takes BASELINE and an optional N")
+        baseline = args.before_after[0]
+        n = int(args.before_after[1]) if len(args.before_after) > 1 else 1_000_000
         rev = subprocess.run(["git", "-C", baseline, "log", "-1", "--format=%h"],
                              capture_output=True, text=True).stdout.strip()
         out = before_after(baseline, n)
@@ -591,16 +613,16 @@ def main(argv=None):
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         print("\n".join(lines))
         return
-    if argv and argv[0] == "--child-memory":
+    if args.child_memory:
         import warnings
 
         warnings.simplefilter("ignore")
-        out = _child_memory(argv[1], int(argv[2]))
+        out = _child_memory(args.child_memory[0], int(args.child_memory[1]))
         print("JSON:" + json.dumps(out), flush=True)
         return
     from . import _report as R
 
-    mode = "quick" if "--quick" in argv else "full"
+    mode = "quick" if args.quick else "full"
     t0 = time.perf_counter()
     res = suite(mode)
     res.elapsed = time.perf_counter() - t0

@@ -97,13 +97,15 @@ def main(argv=None):
     lattice_rows = int(((A != B).sum(axis=1) > 0).sum())
     imp = _import_cost(max(3, args.repeats))
 
-    ratios = [r[4] for r in rows]
+    ratios = [r[4] for r in rows] or [float("nan")]  # --max-n below every n
     info = machine_info()
     lines = [
         "## kNN search: SciPy's k-d tree against scikit-learn's NearestNeighbors",
         "",
         f"Measured {info['date (UTC)']} UTC at {info['git commit']} with "
-        f"`python -m benchmarks.bench_knn --repeats {args.repeats}` on a shared "
+        f"`python -m benchmarks.bench_knn --repeats {args.repeats}"
+        + (f" --max-n {args.max_n}" if args.max_n is not None else "")
+        + "` on a shared "
         f"machine ({info['cores']} cores, load average {info['load average']}; "
         f"scipy {info['scipy']}, scikit-learn {info['sklearn']}).",
         "",

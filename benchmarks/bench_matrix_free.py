@@ -10,7 +10,8 @@ blocks.  A pass costs about ``2 n^2 (p + K)`` flops, so its time grows as
   of a ``W X`` pass (``cluster_weights_features``) for several ``n``, and
   the nanoseconds per entry of ``W`` they imply;
 * **a fit**: seconds and passes of a whole ``FalconNCut`` fit at one ``n``
-  (the number of passes does not depend on the device);
+  (the number of passes does not depend on the device), after an untimed
+  fit on the same device;
 * the extrapolation to 200,000 samples (4e10 entries per pass).
 
 Run::
@@ -137,6 +138,9 @@ def main(argv=None):
               "iterations | NCut |", "|---|---:|---|---:|---:|---:|---:|"]
     fits = {}
     for device in devices:
+        # untimed: load the compiled kernels of the fit (the multilevel start
+        # runs Numba kernels), which the first timed fit would otherwise pay
+        measure_fit(min(500, args.fit_size), device, True)
         for polish in (True, False):
             t_fit, passes, n_iter, ncut = measure_fit(args.fit_size, device, polish)
             if polish:

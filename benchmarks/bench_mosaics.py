@@ -114,6 +114,7 @@ CLUSTERERS = {"Falcon": _falcon_tokens,
               "SpectralClustering (sklearn defaults)": _spectral_tokens}
 
 CUT_THRESHOLDS = (0.001, 0.01, 0.05)
+QUICK_N_IMAGES, QUICK_THRESHOLDS = 6, (0.01,)  # what --quick runs by default
 DEFAULT = "ImageSegmenter(n_segments=K), offline default"
 
 
@@ -257,19 +258,18 @@ def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, qui
     default = next(r for r in rows if r["method"] == DEFAULT)
     sk = [r for r in rows if r["method"].startswith("skimage")]
     best_sk = max(sk, key=lambda r: r["miou"]) if sk else None
-    cmd = "python -m benchmarks.bench_mosaics"
-    if quick:
-        cmd += " --quick"
-    else:
-        if n_images != 24:
-            cmd += f" --n-images {n_images}"
-        if size != 256:
-            cmd += f" --size {size}"
+    # the command that reproduces the table: every value that differs from
+    # the default of the mode (--quick: 6 images, threshold 0.01)
+    cmd = "python -m benchmarks.bench_mosaics" + (" --quick" if quick else "")
+    if n_images != (QUICK_N_IMAGES if quick else 24):
+        cmd += f" --n-images {n_images}"
+    if size != 256:
+        cmd += f" --size {size}"
     if seed != 0:
         cmd += f" --seed {seed}"
     if tuple(features) != ("color",):
         cmd += f" --features {','.join(features)}"
-    if not quick and tuple(thresholds) != CUT_THRESHOLDS:
+    if tuple(thresholds) != (QUICK_THRESHOLDS if quick else CUT_THRESHOLDS):
         cmd += f" --thresholds {','.join(map(str, thresholds))}"
     lines = [
         "# Mosaics of real photographs and textures" + (" (quick)" if quick else ""),
@@ -314,8 +314,10 @@ def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, qui
 def main(argv=None):
     """Command-line entry point: ``python -m benchmarks.bench_mosaics``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="6 images, one threshold")
-    parser.add_argument("--n-images", type=int, default=24)
+    parser.add_argument("--quick", action="store_true",
+                        help="6 images and one threshold unless given")
+    parser.add_argument("--n-images", type=int, default=None,
+                        help="number of mosaics (default 24; 6 with --quick)")
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--features", default="color",
@@ -328,9 +330,10 @@ def main(argv=None):
     features = tuple(f for f in args.features.split(",") if f)
     kwargs = dict(size=args.size, seed=args.seed, features=features, out=args.out)
     if args.quick:
-        kwargs.update(n_images=6, thresholds=(0.01,), quick=True)
+        kwargs.update(n_images=args.n_images or QUICK_N_IMAGES,
+                      thresholds=QUICK_THRESHOLDS, quick=True)
     else:
-        kwargs.update(n_images=args.n_images)
+        kwargs.update(n_images=args.n_images or 24)
     if args.thresholds is not None:
         kwargs["thresholds"] = tuple(float(t) for t in args.thresholds.split(",") if t)
     rows, path = run(**kwargs)

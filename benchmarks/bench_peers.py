@@ -69,7 +69,7 @@ CACHE = RESULTS / "_raw"
 # the scale group of --quick only times the fast partitioners
 QUICK_SCALE_GROUPS = ("metis", "kahip-fast")
 # in the scale group the configuration grids shrink (a KaHIP eco run of a
-# 100k-node graph takes ~30 s, a strong run ~6 min)
+# 100k-node graph takes ~30 s, a strong run ~6 min); METIS keeps both schemes
 SCALE_GRID = [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
               for imb in (0.03, 0.3)]
 
@@ -121,15 +121,17 @@ def parse_variant(item):
     if "=" not in item:
         raise SystemExit(f"--falcon expects NAME=JSON, got {item!r}")
     name, text = item.split("=", 1)
+    name = name.strip()
     try:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SystemExit(f"--falcon {name}: invalid JSON {text!r}: {exc}")
     if not isinstance(params, dict):
         raise SystemExit(f"--falcon {name}: JSON must be an object, got {text!r}")
-    if name in ("from-best",):
+    # the report's targets read "default" as FalconNCut's defaults
+    if name in ("default", "n_init=10", "from-best") or not name:
         raise SystemExit(f"--falcon: the name {name!r} is reserved")
-    return name.strip(), params
+    return name, params
 
 
 # ------------------------------------------------------------ graph files
@@ -221,8 +223,8 @@ def _jobs_for(group, scale):
     if scale and group in ("metis", "kahip-fast", "kahip-eco",
                                   "kahip-strong"):
         grid = SCALE_GRID[:1] if group == "kahip-strong" else SCALE_GRID
-        jobs = [j for j in jobs if {k: v for k, v in j[2].items() if k != "mode"}
-                in grid]
+        jobs = [j for j in jobs if {k: v for k, v in j[2].items()
+                                    if k not in ("mode", "scheme")} in grid]
     return jobs
 
 

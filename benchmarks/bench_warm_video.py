@@ -120,13 +120,17 @@ def run_video(quick, seed):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small graphs and video")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="timed runs of each warm-start row (median)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the video")
+    ap.add_argument("--out", default=None, help="markdown file to write")
     args = ap.parse_args(argv)
     warm = run_warm(args.quick, args.repeat)
     video, (n_frames, size) = run_video(args.quick, args.seed)
-    cmd = "python -m benchmarks.bench_warm_video" + (" --quick" if args.quick else "")
+    cmd = ("python -m benchmarks.bench_warm_video" + (" --quick" if args.quick else "")
+           + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
+           + (f" --seed {args.seed}" if args.seed != 0 else "")
+           + (f" --out {args.out}" if args.out else ""))
     lines = [
         "# Warm starts and video" + (" (quick)" if args.quick else ""),
         "",

@@ -83,8 +83,12 @@ from benchmarks.graphs import (  # noqa: E402
     token_features,
 )
 from sklearn_falcon._backends._numba import NumbaProblem  # noqa: E402
-from sklearn_falcon._backends._torch import TorchProblem  # noqa: E402
 from sklearn_falcon._solver import SolverOptions, solve  # noqa: E402
+
+try:  # torch is optional: without it the torch rows are skipped
+    from sklearn_falcon._backends._torch import TorchProblem
+except ImportError:
+    TorchProblem = None
 
 POWER = 10.0
 K_TOKENS = 8
@@ -194,68 +198,97 @@ def _median_solve(bench, make, y0, device, repeats):
 
 
 def targets_section(bench, cuda, repeats, knn_n, quick=False):
-    """The backend targets of issue 16, measured side by side."""
+    """The backend targets of issue 16, measured side by side.
+
+    A target whose measurement fails is reported in the table (``NO``, with
+    the error) and the others are still measured.
+    """
     from benchmarks.graphs import sbm_graph
 
     rows = []
 
-    def add(target, measured, holds, note=""):
-        rows.append((target, measured, holds, note))
+    def attempt(target, measure):
+        """Add the row ``measure()`` gives (``(measured, holds)``), or its
+        failure."""
+        try:
+            measured, holds = measure()
+        except Exception as exc:  # report the failure and go on with the rest
+            measured, holds = f"error: {bench.error(exc)}", False
+        rows.append((target, measured, holds))
 
     token_sizes = [256, 1024] if quick else [784, 3136]
     for n in token_sizes:
-        F, y = token_features(n, K_TOKENS, dim=DIM, seed=0)
-        y0 = noisy_init(y, K_TOKENS)
-        W = cosine_power_affinity(F, POWER)
-        t_nb, r_nb = _median_solve(bench, lambda: NumbaProblem(W, K_TOKENS), y0,
-                                   "cpu", repeats)
+        numba = {}
+
+        def tokens_numba(n=n):
+            F, y = token_features(n, K_TOKENS, dim=DIM, seed=0)
+            y0 = noisy_init(y, K_TOKENS)
+            W = cosine_power_affinity(F, POWER)
+            numba.update(F=F, y0=y0, W=W, ans=_median_solve(
+                bench, lambda: NumbaProblem(W, K_TOKENS), y0, "cpu", repeats))
+            return f"Numba {1e3 * numba['ans'][0]:.1f} ms; no CUDA", None
+
         if not cuda:
-            add(f"{n:,} tokens: torch-CUDA solve <= Numba solve",
-                f"Numba {1e3 * t_nb:.1f} ms; no CUDA", None)
+            attempt(f"{n:,} tokens: torch-CUDA solve <= Numba solve", tokens_numba)
             continue
-        for label, make in (
-                ("dense W f32", lambda: TorchProblem.from_affinity(
-                    W, K_TOKENS, device="cuda", dtype="float32")),
-                ("matrix-free f32", lambda: TorchProblem.from_features(
-                    F, K_TOKENS, power=POWER, device="cuda", dtype="float32"))):
-            t_cu, r_cu = _median_solve(bench, make, y0, "cuda", repeats)
-            add(f"{n:,} tokens, {label}: torch-CUDA solve <= Numba solve",
-                f"CUDA {1e3 * t_cu:.1f} ms vs Numba {1e3 * t_nb:.1f} ms "
-                f"({t_cu / t_nb:.2f}x); iters {int(r_cu.n_iter[0])} vs "
-                f"{int(r_nb.n_iter[0])}", t_cu <= t_nb)
+        for label in ("dense W f32", "matrix-free f32"):
+            def tokens_cuda(label=label):
+                if "ans" not in numba:
+                    tokens_numba()
+                F, W, y0 = numba["F"], numba["W"], numba["y0"]
+                t_nb, r_nb = numba["ans"]
+                if label == "dense W f32":
+                    def make():
+                        return TorchProblem.from_affinity(
+                            W, K_TOKENS, device="cuda", dtype="float32")
+                else:
+                    def make():
+                        return TorchProblem.from_features(
+                            F, K_TOKENS, power=POWER, device="cuda", dtype="float32")
+                t_cu, r_cu = _median_solve(bench, make, y0, "cuda", repeats)
+                return (f"CUDA {1e3 * t_cu:.1f} ms vs Numba {1e3 * t_nb:.1f} ms "
+                        f"({t_cu / t_nb:.2f}x); iters {int(r_cu.n_iter[0])} vs "
+                        f"{int(r_nb.n_iter[0])}", t_cu <= t_nb)
+
+            attempt(f"{n:,} tokens, {label}: torch-CUDA solve <= Numba solve",
+                    tokens_cuda)
     n_big = 2048 if quick else 16384
-    if cuda:
+
+    def big_cuda():
+        if not cuda:
+            return "no CUDA", None
         F, y = token_features(n_big, K_TOKENS, dim=DIM, seed=0)
-        y0 = noisy_init(y, K_TOKENS)
         t_mf, r_mf = _median_solve(
             bench, lambda: TorchProblem.from_features(F, K_TOKENS, power=POWER,
                                                       device="cuda",
                                                       dtype="float32"),
-            y0, "cuda", repeats)
-        add(f"{n_big:,}-token matrix-free solve on CUDA <= 20 ms (H200)",
-            f"{1e3 * t_mf:.1f} ms, {int(r_mf.n_iter[0])} iterations",
-            t_mf <= 0.020)
-    else:
-        add(f"{n_big:,}-token matrix-free solve on CUDA <= 20 ms (H200)",
-            "no CUDA", None)
+            noisy_init(y, K_TOKENS), "cuda", repeats)
+        return (f"{1e3 * t_mf:.1f} ms, {int(r_mf.n_iter[0])} iterations",
+                t_mf <= 0.020)
+
+    attempt(f"{n_big:,}-token matrix-free solve on CUDA <= 20 ms (H200)", big_cuda)
     if bench.torch is not None and knn_n:
         K = 20
-        graphs = [("SBM", sbm_graph(knn_n, K, avg_degree=10, seed=0)),
-                  ("kNN", knn_graph_million(n=knn_n, k=10, n_clusters=K,
-                                            n_jobs=-1))]
-        for name, (Wg, yg) in graphs:
-            y0 = noisy_init(yg, K)
-            t_nb, r_nb = _median_solve(bench, lambda: NumbaProblem(Wg, K), y0,
-                                       "cpu", repeats)
-            t_tc, r_tc = _median_solve(
-                bench, lambda: TorchProblem.from_affinity(Wg, K, device="cpu"),
-                y0, "cpu", repeats)
-            add(f"{name} n={knn_n:,}: torch-CPU solve <= 2x Numba",
-                f"torch {t_tc:.3f} s vs Numba {t_nb:.3f} s ({t_tc / t_nb:.2f}x); "
-                f"|dNCut| {abs(float(r_tc.objective[0] - r_nb.objective[0])):.1e}",
-                t_tc <= 2 * t_nb)
+        for name in ("SBM", "kNN"):
+            def torch_cpu(name=name):
+                if name == "SBM":
+                    Wg, yg = sbm_graph(knn_n, K, avg_degree=10, seed=0)
+                else:
+                    Wg, yg = knn_graph_million(n=knn_n, k=10, n_clusters=K,
+                                               n_jobs=-1)
+                y0 = noisy_init(yg, K)
+                t_nb, r_nb = _median_solve(bench, lambda: NumbaProblem(Wg, K), y0,
+                                           "cpu", repeats)
+                t_tc, r_tc = _median_solve(
+                    bench, lambda: TorchProblem.from_affinity(Wg, K, device="cpu"),
+                    y0, "cpu", repeats)
+                dncut = abs(float(r_tc.objective[0] - r_nb.objective[0]))
+                return (f"torch {t_tc:.3f} s vs Numba {t_nb:.3f} s "
+                        f"({t_tc / t_nb:.2f}x); |dNCut| {dncut:.1e}", t_tc <= 2 * t_nb)
+
+            attempt(f"{name} n={knn_n:,}: torch-CPU solve <= 2x Numba", torch_cpu)
     out = ["| target | measured | holds |", "|---|---|:-:|"]
-    for target, measured, holds, _ in rows:
+    for target, measured, holds in rows:
         verdict = "n/a" if holds is None else ("yes" if holds else "NO")
         out.append(f"| {target} | {measured} | {verdict} |")
     return "\n".join(out)
@@ -721,6 +754,8 @@ def _memory_child(n, mode, dtype):
 
 def memory_section(sizes, timeout, errors=None):
     """Peak memory table; each failed child is also appended to ``errors``."""
+    if TorchProblem is None:
+        return "torch not installed: section skipped"
     rows = []
     jobs = [(n, "matrix-free", dt) for n in sizes for dt in ("float64", "float32")]
     jobs.insert(1, (sizes[0], "dense", "float64"))
@@ -828,47 +863,69 @@ def main(argv=None):
             warm_up(bench, cuda)
         except Exception as exc:  # the timed rows will show the error again
             print(f"warm-up failed: {type(exc).__name__}: {exc}", flush=True)
+    out = args.out or (os.path.join(os.environ["OUT"], "gpu_check.md")
+                       if os.environ.get("OUT") else None)
+    if out:  # its folder, made before any measurement (not lost at the end)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+    def section(title, fn):
+        """Add a section's table; a section that fails is reported in its
+        place and the others still run.  The file is written after every
+        section, so that a run stopped by its caller keeps what it measured."""
+        try:
+            table = fn()
+        except Exception as exc:  # noqa: BLE001 - a lent GPU's time is short
+            table = f"section failed: {bench.error(exc, 400)}"
+        print(table, flush=True)
+        parts.extend([title, table])
+        if out:
+            with open(out, "w") as fh:
+                fh.write("\n".join(parts) + "\n")
+
     if "targets" in sections:
-        tgt = targets_section(bench, cuda, args.repeats, knn_n, quick=args.quick)
-        print(tgt, flush=True)
-        parts += ["## Targets of issue 16 (median of repeated solves, "
-                  "polish=False)\n", tgt]
+        section("## Targets of issue 16 (median of repeated solves, polish=False)\n",
+                lambda: targets_section(bench, cuda, args.repeats, knn_n,
+                                        quick=args.quick))
     if "fit" in sections:
-        token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
-        print(fit_table(bench.rows), flush=True)
-        if knn_n:
-            knn_section(bench, knn_n, cuda)
-            print(fit_table(bench.rows[-4:]), flush=True)
-        parts += ["## Time per fit (one solve from the same init, polish=False)\n",
-                  fit_table(bench.rows)]
+        def fit():
+            try:
+                token_section(bench, sizes, cuda, args.cpu_matrix_free_max)
+                if knn_n:
+                    knn_section(bench, knn_n, cuda)
+            except Exception as exc:  # noqa: BLE001 - keep the rows measured
+                bench.rows.append(dict(graph="(section)", method="",
+                                       note=f"error: {bench.error(exc)}"))
+            return fit_table(bench.rows)
+
+        section("## Time per fit (one solve from the same init, polish=False)\n",
+                fit)
     if "batch" in sections:
-        batch = batch_section(bench, args.batch, batch_n, cuda, args.cpu_batch)
-        parts += ["\n## Batched throughput\n", batch]
+        section("\n## Batched throughput\n",
+                lambda: batch_section(bench, args.batch, batch_n, cuda,
+                                      args.cpu_batch))
     models = [m for m in args.segment_models.split(",") if m]
     if "segment" in sections and models:
         res = ([112, 224] if args.quick else [224, 448]) if args.segment_res is None \
             else [int(r) for r in args.segment_res.split(",")]
-        parts += ["\n## ImageSegmenter on ViT tokens (random weights), "
-                  "median s per image\n",
-                  segment_section(bench, models, res, cuda)]
+        section("\n## ImageSegmenter on ViT tokens (random weights), "
+                "median s per image\n",
+                lambda: segment_section(bench, models, res, cuda))
     if "pipeline" in sections:
-        parts += ["\n## ImageSegmenter pipeline on the device (ViT-S, random weights)\n",
-                  pipeline_section(bench, cuda, n_images=3 if args.quick else 8,
-                                   n_dataset=8 if args.quick else 128)]
+        section("\n## ImageSegmenter pipeline on the device (ViT-S, random weights)\n",
+                lambda: pipeline_section(bench, cuda, n_images=3 if args.quick else 8,
+                                         n_dataset=8 if args.quick else 128))
     if "dinov2" in sections:
-        parts += ["\n## ImageSegmenter with real DINOv2 ViT-S/14 weights (448 x 448 "
-                  "photographs), median s per image\n",
-                  dinov2_section(bench, cuda, args.dinov2_checkpoint,
-                                 repeats=1 if args.quick else 3)]
+        section("\n## ImageSegmenter with real DINOv2 ViT-S/14 weights (448 x 448 "
+                "photographs), median s per image\n",
+                lambda: dinov2_section(bench, cuda, args.dinov2_checkpoint,
+                                       repeats=1 if args.quick else 3))
     if args.cpu_only or args.memory:
         mem_sizes = [1024, 2048] if args.quick else [4096, 16384]
-        parts += ["\n## Peak CPU memory of the matrix-free path\n",
-                  memory_section(mem_sizes, timeout=600, errors=bench.errors)]
+        section("\n## Peak CPU memory of the matrix-free path\n",
+                lambda: memory_section(mem_sizes, timeout=600, errors=bench.errors))
     parts.append(f"\nTotal wall time: {bench.elapsed():.0f} s\n")
     text = "\n".join(parts)
     print("\n" + text)
-    out = args.out or (os.path.join(os.environ["OUT"], "gpu_check.md")
-                       if os.environ.get("OUT") else None)
     if out:
         with open(out, "w") as fh:
             fh.write(text)

@@ -15,7 +15,7 @@ images shipped inside the scikit-image wheel are used).
 
 >>> from benchmarks.mosaics import make_mosaics
 >>> image, truth = make_mosaics(1, size=64, seed=0)[0]
->>> image.shape, image.dtype, truth.shape, 3 <= truth.max() + 1 <= 6
+>>> image.shape, image.dtype, truth.shape, bool(3 <= truth.max() + 1 <= 6)
 ((64, 64, 3), dtype('uint8'), (64, 64), True)
 """
 

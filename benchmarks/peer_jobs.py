@@ -24,13 +24,15 @@ Peers and how each is run at its strongest
     exact best threshold, the most cuttable segment split next), from
     :func:`benchmarks.peers.recursive_ncut`.
 ``metis``
-    METIS k-way partitioning through ``pymetis.part_graph`` (METIS's default
-    scheme: recursive bisection for K <= 8, k-way otherwise). METIS minimises
-    the edge cut under a balance constraint, not the NCut; to give it its
-    lowest NCut, the job is run on a grid of 8 configurations and the one of
+    METIS partitioning through ``pymetis.part_graph``. METIS minimises the
+    edge cut under a balance constraint, not the NCut; to give it its lowest
+    NCut, the job is run on a grid of 16 configurations and the one of
     lowest NCut is kept: vertex weights = the degrees ``d_i`` (balancing the
     volumes, so that a balanced cut minimises ``sum_k cut_k / vol_k``) or
-    unit weights, times an imbalance ``ufactor`` of 3%, 10%, 30% or 100%.
+    unit weights, times an imbalance ``ufactor`` of 3%, 10%, 30% or 100%,
+    times the scheme: multilevel k-way (``kway``, ``gpmetis``'s default) or
+    recursive bisection (``rb``; pymetis's own default for K <= 8, where
+    k-way often finds a much lower NCut).
 ``kahip-fast``, ``kahip-eco``, ``kahip-strong``
     KaHIP's ``kaffpa`` in its FAST, ECO and STRONG modes, on the same grid
     of vertex weights and imbalances (imbalances 3% and 30% for STRONG, whose
@@ -99,9 +101,9 @@ def integer_graph(W, budget=INT_BUDGET):
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> W = sp.csr_matrix([[1.0, 0.5, 0.0], [0.5, 0.0, 1e-9], [0.0, 1e-9, 0.0]])
-    >>> xadj, adj, ew, S = integer_graph(W)
-    >>> xadj.tolist(), adj.tolist(), bool(ew[0] * 2 == S)
+    >>> W = sp.csr_matrix([[1.0, 0.5, 0.0], [0.5, 0.0, 1e-10], [0.0, 1e-10, 0.0]])
+    >>> xadj, adj, ew, S = integer_graph(W)  # no diagonal; 1e-10 rounds to 0
+    >>> xadj.tolist(), adj.tolist(), bool(ew[0] == S)
     ([0, 1, 2, 2], [1, 0], True)
     """
     W = sp.csr_matrix(W, dtype=np.float64)
@@ -158,19 +160,22 @@ def _output(peer, labels, seconds, config=None, **info):
             "seconds": float(seconds), "info": info}
 
 
-def _metis(W, K, seed, vw="degree", imbalance=0.03):
+def _metis(W, K, seed, vw="degree", imbalance=0.03, scheme="kway"):
     import pymetis
 
+    if scheme not in ("kway", "rb"):
+        raise ValueError(f"scheme must be 'kway' or 'rb', got {scheme!r}.")
     t0 = time.perf_counter()
     xadj, adj, ew, _ = integer_graph(W)
     vwgt = integer_vertex_weights(W, vw)
     t_conv = time.perf_counter() - t0
     opts = pymetis.Options(ufactor=int(round(imbalance * 1000)), seed=int(seed))
     res = pymetis.part_graph(int(K), adjacency=pymetis.CSRAdjacency(xadj, adj),
-                             vweights=vwgt, eweights=ew, options=opts)
+                             vweights=vwgt, eweights=ew, options=opts,
+                             recursive=scheme == "rb")
     seconds = time.perf_counter() - t0
     return [_output("metis", res.vertex_part, seconds,
-                    {"vw": vw, "imbalance": imbalance},
+                    {"vw": vw, "imbalance": imbalance, "scheme": scheme},
                     edge_cut=int(res.edge_cuts), convert_s=t_conv)]
 
 
@@ -202,6 +207,8 @@ def _spectral(W, K, seed, eigen_solver="arpack"):
     from sklearn.manifold._spectral_embedding import _spectral_embedding
     from sklearn.utils import check_random_state
 
+    if eigen_solver == "amg":  # scikit-learn imports pyamg in the timed call
+        import pyamg  # noqa: F401  (imports are not timed)
     outputs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -317,15 +324,18 @@ def run_job(kind, W, K, seed=0, **params):
 
 
 # ------------------------------------------------------------- registry
-METIS_GRID = [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
-              for imb in (0.03, 0.1, 0.3, 1.0)]
-KAHIP_GRID = {"fast": METIS_GRID, "eco": METIS_GRID,
+BALANCE_GRID = [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
+                for imb in (0.03, 0.1, 0.3, 1.0)]
+METIS_GRID = [{**c, "scheme": scheme} for scheme in ("kway", "rb")
+              for c in BALANCE_GRID]
+KAHIP_GRID = {"fast": BALANCE_GRID, "eco": BALANCE_GRID,
               "strong": [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
                          for imb in (0.03, 0.3)]}
 
 
 def _cfg_name(cfg):
-    return f"{cfg['vw'][:3]},imb{cfg['imbalance']:g}"
+    name = f"{cfg['vw'][:3]},imb{cfg['imbalance']:g}"
+    return name + (f",{cfg['scheme']}" if "scheme" in cfg else "")
 
 
 def peer_groups():
@@ -339,7 +349,7 @@ def peer_groups():
     --------
     >>> groups = peer_groups()
     >>> len(groups["metis"]), groups["rncut"]
-    (8, [('rncut', 'rncut', {})])
+    (16, [('rncut', 'rncut', {})])
     """
     groups = {}
     for solver in ("arpack", "lobpcg", "amg"):

@@ -10,7 +10,8 @@ Peers, each in its strongest configuration:
 * ``falcon``: :class:`sklearn_falcon.FalconNCut` with ``affinity="precomputed"``
   and its defaults.
 * ``sc-<solver>-<assign>``: :class:`sklearn.cluster.SpectralClustering` with
-  ``affinity="precomputed"``, ``eigen_solver`` in {lobpcg, amg} and
+  ``affinity="precomputed"``, ``eigen_solver`` in {arpack, lobpcg, amg}
+  (arpack is scikit-learn's default, and often the best of the three) and
   ``assign_labels`` in {kmeans, discretize, cluster_qr}.
 * ``rncut``: recursive two-way normalized cut in the style of TokenCut and
   DiffCut (Fiedler vector, best threshold by NCut, recursion on the most
@@ -575,7 +576,7 @@ def ncut_pytorch_kway(W, n_clusters, seed=0):
 
 
 # ---------------------------------------------------------------- registry
-SC_SOLVERS = ("lobpcg", "amg")
+SC_SOLVERS = ("arpack", "lobpcg", "amg")
 SC_ASSIGN = ("kmeans", "discretize", "cluster_qr")
 
 

@@ -150,3 +150,44 @@ def test_bench_auto_smoke(tmp_path):
     assert f"--quick --only 'synthetic 160 px, seed 0' --out {out}`" in text
     rows = [line for line in text.splitlines() if line.startswith("| synthetic")]
     assert len(rows) == 1 and "(tuning set) | 3 |" in rows[0]
+
+
+def test_bench_mosaics_quick_keeps_the_options_and_records_them(tmp_path,
+                                                               monkeypatch):
+    # --quick dropped --n-images (6 images whatever was asked), and its
+    # recorded command dropped --size and --thresholds: the table said
+    # `python -m benchmarks.bench_mosaics --quick` for another run
+    seen = {}
+
+    def fake_run(**kwargs):
+        seen.update(kwargs)
+        return [], tmp_path / "m.md"
+
+    monkeypatch.setattr(B, "run", fake_run)
+    B.main(["--quick", "--n-images", "3", "--size", "128"])
+    assert seen["n_images"] == 3 and seen["size"] == 128 and seen["quick"]
+    seen.clear()
+    B.main(["--quick"])
+    assert seen["n_images"] == 6 and seen["thresholds"] == (0.01,)
+    row = dict(method=B.DEFAULT, miou=0.5, time_s=1.0, n_segments=3.0)
+    common = dict(seed=0, features=("color",), true_k=4.0)
+    path = B._write([row], n_images=3, size=128, thresholds=(0.05,),
+                    out=tmp_path / "q.md", quick=True, **common)
+    assert ("`python -m benchmarks.bench_mosaics --quick --n-images 3 --size 128 "
+            "--thresholds 0.05`") in path.read_text()
+    path = B._write([row], n_images=6, size=256, thresholds=(0.01,),
+                    out=tmp_path / "q.md", quick=True, **common)
+    assert "`python -m benchmarks.bench_mosaics --quick`" in path.read_text()
+
+
+def test_bench_warm_video_records_its_options(tmp_path, monkeypatch):
+    # the table recorded `python -m benchmarks.bench_warm_video` whatever
+    # --repeat and --seed were
+    from benchmarks import bench_warm_video as V
+
+    monkeypatch.setattr(V, "run_warm", lambda quick, repeat: [])
+    monkeypatch.setattr(V, "run_video", lambda quick, seed: ([], (2, 32)))
+    out = tmp_path / "w.md"
+    V.main(["--quick", "--repeat", "5", "--seed", "2", "--out", str(out)])
+    assert (f"`python -m benchmarks.bench_warm_video --quick --repeat 5 --seed 2 "
+            f"--out {out}`") in out.read_text()

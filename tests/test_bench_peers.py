@@ -94,6 +94,68 @@ def test_spectral_job_matches_spectral_clustering():
         assert np.array_equal(outs[f"sc-arpack-{assign}"]["labels"], sc.labels_)
 
 
+@pytest.mark.skipif(find_spec("pyamg") is None, reason="needs pyamg")
+def test_spectral_job_does_not_time_the_pyamg_import():
+    # the docs promise "imports excluded": scikit-learn imports pyamg inside
+    # the timed embedding, so the first amg job of a worker paid for it
+    import subprocess
+
+    code = """
+import sys, time
+from importlib.abc import MetaPathFinder
+events = []
+class Spy(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyamg":
+            events.append("import pyamg")
+sys.meta_path.insert(0, Spy())
+from benchmarks import peer_jobs as J
+from benchmarks.graphs import sbm_graph
+assert "pyamg" not in sys.modules
+W, _ = sbm_graph(200, 2, avg_degree=10, seed=0)
+perf_counter = time.perf_counter
+def clock():
+    events.append("clock")
+    return perf_counter()
+time.perf_counter = clock
+J.run_job("spectral", W, 2, seed=0, eigen_solver="amg")
+print(events.index("import pyamg") < events.index("clock"))
+"""
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                       text=True, timeout=300)
+    assert p.stdout.strip().splitlines()[-1:] == ["True"], p.stderr[-2000:]
+
+
+@pytest.mark.skipif(find_spec("pymetis") is None, reason="needs pymetis")
+def test_metis_tries_kway_and_recursive_bisection(monkeypatch):
+    # pymetis bisects recursively for K <= 8 unless told otherwise: METIS's
+    # k-way scheme (gpmetis's default, often a much lower NCut there) was
+    # never tried, though METIS is run "at its strongest"
+    import pymetis
+
+    seen = []
+    part_graph = pymetis.part_graph
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("recursive"))
+        return part_graph(*args, **kwargs)
+
+    monkeypatch.setattr(pymetis, "part_graph", spy)
+    jobs = J.peer_groups()["metis"]
+    assert {p["scheme"] for _, _, p in jobs} == {"kway", "rb"}
+    assert len({job_id for job_id, _, _ in jobs}) == len(jobs) == 16
+    g = F.graph_specs("smoke", pattern="grid2d")[0].build()
+    assert g.K <= 8
+    for scheme, recursive in (("kway", False), ("rb", True)):
+        out = J.run_job("metis", g.W, g.K, seed=0, vw="degree", imbalance=0.03,
+                        scheme=scheme)
+        assert seen[-1] is recursive and out[0]["config"]["scheme"] == scheme
+    # the scale group keeps both schemes of its shrunk balance grid
+    scale = B._jobs_for("metis", scale=True)
+    assert len(scale) == 2 * len(B.SCALE_GRID)
+
+
 def test_sandbox_reports_timeouts_and_errors(tmp_path):
     g = F.graph_specs("smoke", pattern="grid2d")[0].build()
     path = tmp_path / "g.npz"
@@ -112,7 +174,10 @@ def test_sandbox_reports_timeouts_and_errors(tmp_path):
 def test_parse_variant():
     assert B.parse_variant('a={"n_init": 3, "init": "spectral"}') == (
         "a", {"n_init": 3, "init": "spectral"})
-    for bad in ("noequals", "a=[1]", "a={bad", 'from-best={}'):
+    # "default" and "n_init=10" are the variants the targets are about: an
+    # override made "Falcon (defaults)" rows of another configuration
+    for bad in ("noequals", "a=[1]", "a={bad", 'from-best={}', ' from-best ={}',
+                'default={"n_init": 3}', 'n_init=10={"n_init": 2}', '={}'):
         with pytest.raises(SystemExit):
             B.parse_variant(bad)
 

@@ -5,6 +5,9 @@ own; these tests keep to tiny graphs and take a few seconds.
 """
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -95,6 +98,82 @@ def test_peers_on_easy_graph():
     assert 0 < bound <= truth
 
 
+def test_spectral_peers_include_arpack():
+    # scikit-learn's default eigen_solver (and the best SC peer on several
+    # graphs of the peer benchmark) was missing from the quality, speed and
+    # bound suites, which claim every peer "in its strongest configuration"
+    peers = P.get_peers(include=["sc-*"])
+    assert {f"sc-arpack-{a}" for a in ("kmeans", "discretize", "cluster_qr")} \
+        <= set(peers)
+    assert peers["sc-arpack-kmeans"].keywords["eigen_solver"] == "arpack"
+    quick = set(P.get_peers(include=["sc-*"], exclude=R.QUICK_SC_EXCLUDE))
+    assert {f"sc-{s}-cluster_qr" for s in P.SC_SOLVERS} <= quick
+    assert not any(name.endswith(("-kmeans", "-discretize")) for name in quick)
+
+
+def test_run_suites_report_failing_peers(monkeypatch, tmp_path):
+    # a peer that raises (scaling) or that never returns K clusters (quality,
+    # speed) ended the whole suite ("Suite failed: ValueError: min() arg is
+    # an empty sequence"), losing its table
+    def crash(W, K, seed=0):
+        raise RuntimeError("peer crashed")
+
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    def peers(include=None, exclude=()):
+        return {"falcon": P.falcon, "sc-amg-cluster_qr": crash,
+                "rncut": one_cluster}
+
+    monkeypatch.setattr(R.P, "get_peers", peers)
+    monkeypatch.setattr(R, "plot_ncut_vs_time", lambda *a, **k: None)
+    monkeypatch.setattr(R, "plot_time_vs_n", lambda *a, **k: None)
+    monkeypatch.setattr(R, "_quality_graphs", lambda mode: {
+        "sbm-300": G.sbm_graph(300, 3, avg_degree=10, seed=0) + (3,)})
+    res = R.suite_scaling("smoke", tmp_path)
+    methods = [r["method"] for r in res.tables[0].rows]
+    assert "sc-amg-cluster_qr (failed: RuntimeError: peer crashed)" in methods
+    assert "rncut" in methods and methods.count("falcon") == 2
+    res = R.suite_quality("smoke", tmp_path)
+    assert res.tables[0].rows[0]["best peer"] == "none with K clusters"
+    assert res.targets[0][2] is None
+    res = R.suite_speed("smoke", tmp_path)
+    assert res.tables[0].rows[0]["fastest SC"] == "none with K clusters"
+
+
+def test_bound_suite_leaves_out_fewer_clusters(monkeypatch, tmp_path):
+    # a SpectralClustering run that returned one cluster (NCut 0) was the
+    # "best SC NCut", at ratio 0 to the K-way lower bound
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    sc = P.get_peers(["sc-lobpcg-cluster_qr"])["sc-lobpcg-cluster_qr"]
+
+    def peers(include=None, exclude=()):
+        return {"falcon": P.falcon, "sc-lobpcg-discretize": one_cluster,
+                "sc-lobpcg-cluster_qr": sc, "rncut": one_cluster}
+
+    monkeypatch.setattr(R.P, "get_peers", peers)
+    res = R.suite_bound("smoke", tmp_path)
+    row = res.tables[0].rows[0]
+    assert row["best SC NCut"] > 0 and row["best SC ratio"] >= 1 - 1e-9
+    assert np.isnan(row["rncut NCut"])
+    assert any("rncut returned 1 clusters, not 4" in n for n in res.notes)
+
+
+def test_speed_suite_ignores_a_peer_with_fewer_clusters(monkeypatch, tmp_path):
+    # rncut returning fewer than K clusters (NCut lower for free) made
+    # "Falcon NCut <= both" false
+    def one_cluster(W, K, seed=0):
+        return np.zeros(W.shape[0], dtype=np.int64), {}
+
+    monkeypatch.setattr(R.P, "get_peers", lambda include=None, exclude=(): {
+        "falcon": P.falcon, "sc-same-as-falcon": P.falcon, "rncut": one_cluster})
+    monkeypatch.setattr(R, "plot_ncut_vs_time", lambda *a, **k: None)
+    res = R.suite_speed("smoke", tmp_path)
+    assert all(r["Falcon NCut <= both"] is True for r in res.tables[0].rows)
+
+
 def test_run_smoke_suites_in_process(tmp_path):
     machine = R.machine_info()
     assert {"cpu", "cores", "ram", "numpy"} <= set(machine)
@@ -119,3 +198,210 @@ def test_table_formats():
     rst = t.rst()
     assert ".. list-table::" in rst and "n/a" in rst
     assert R._one_line("a\nb | c") == "a b / c"
+
+
+def test_bandwidth_cli_help_and_bad_options_never_run(monkeypatch, capsys):
+    # `--help` (or a typo) used to start the full run, which overwrites
+    # benchmarks/results/bandwidth.md after ~10 minutes
+    from benchmarks import bandwidth as BW
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the suite ran")
+
+    monkeypatch.setattr(BW, "suite", boom)
+    monkeypatch.setattr(BW, "before_after", boom)
+    with pytest.raises(SystemExit) as exc:
+        BW.main(["--help"])
+    assert exc.value.code == 0
+    assert "--before-after" in capsys.readouterr().out
+    for bad in (["--qiuck"], ["--before-after"], ["--before-after", "a", "1", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            BW.main(bad)
+        assert exc.value.code == 2
+
+
+def test_gpu_check_reports_failures_and_goes_on(monkeypatch, tmp_path):
+    # gpu_check.py runs once, unattended, on a lent GPU: a failing target or
+    # section is a row of its table, never the end of the run
+    from benchmarks import gpu_check as GC
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    bench = GC.Bench(budget=60.0, cuda=False)
+    monkeypatch.setattr(GC, "_median_solve", boom)
+    table = GC.targets_section(bench, False, 1, 0, quick=True)
+    assert table.count("error: RuntimeError: boom") == 2
+    assert "| 2,048-token matrix-free solve on CUDA <= 20 ms (H200) | no CUDA |" \
+        in table
+    monkeypatch.undo()
+    monkeypatch.setattr(GC, "warm_up", lambda bench, cuda: None)
+    monkeypatch.setattr(GC, "batch_section", boom)
+    monkeypatch.setattr(GC, "memory_section",
+                        lambda sizes, timeout, errors=None: "memory table")
+    out = tmp_path / "new folder" / "gpu_check.md"  # made by the script
+    argv = ["--quick", "--cpu-only", "--strict", "--knn-n", "0", "--repeats", "1",
+            "--sections", "batch,targets", "--out", str(out)]
+    assert GC.main(argv) == 1  # --strict: a failure is exit status 1
+    text = out.read_text()
+    assert "section failed: RuntimeError: boom" in text
+    assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
+    assert "memory table" in text and "Total wall time" in text
+
+
+def test_gpu_check_without_torch(tmp_path):
+    # the script documents that without torch its torch rows are skipped; it
+    # failed at import ("backend='torch' requires PyTorch")
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "gpu_check.md"
+    env = {**os.environ, "PYTHONPATH": f"{fake.parent}{os.pathsep}{root}"}
+    p = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "gpu_check.py"), "--quick",
+         "--cpu-only", "--strict", "--knn-n", "0", "--repeats", "1",
+         "--sections", "targets,segment", "--out", str(out)],
+        capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = out.read_text()
+    assert "torch not installed" in text
+    assert "| 1,024 tokens: torch-CUDA solve <= Numba solve | Numba" in text
+
+
+def test_bench_quality_never_takes_fewer_clusters_as_best(monkeypatch):
+    # a spectral seed that returned fewer than K clusters (NCut lower for
+    # free) was "the best spectral NCut" that Falcon had to beat
+    from benchmarks import bench_quality as BQ
+
+    W, y = G.sbm_graph(300, 3, avg_degree=15, p_in_ratio=0.9, seed=0)
+    monkeypatch.setattr(BQ, "quality_graphs", lambda quick: [("sbm", W, y, 3)])
+
+    class Short:
+        def __init__(self, n_clusters, random_state, assign_labels, **kw):
+            self.k, self.seed, self.assign = n_clusters, random_state, assign_labels
+
+        def fit_predict(self, W):
+            if self.assign == "discretize" and self.seed == 0:
+                return np.zeros(W.shape[0], dtype=np.int64)  # one cluster
+            return y.copy()
+
+    monkeypatch.setattr(BQ, "SpectralClustering", Short)
+    rows = BQ.run(quick=True, seeds=2)
+    truth = normalized_cut(W, y)
+    for r in rows:
+        assert r["best_spectral_ncut"] == pytest.approx(truth)
+    md = BQ.to_markdown(rows)
+    assert "(< K clusters)" not in md  # seed 1 of discretize has K clusters
+    monkeypatch.setattr(BQ, "SpectralClustering", lambda **kw: Short(
+        assign_labels="discretize", random_state=0, **{
+            k: v for k, v in kw.items() if k not in ("assign_labels",
+                                                     "random_state")}))
+    rows = BQ.run(quick=True, seeds=1)
+    assert all(np.isnan(r["best_spectral_ncut"]) for r in rows)
+    assert "n/a (no spectral run with K clusters)" in BQ.to_markdown(rows)
+
+
+def test_dinov2_install_cost_reports_a_failed_step(tmp_path):
+    # under `set -e` a failing pip install ended the script in silence (its
+    # output goes to /dev/null): the table stopped short, the venvs stayed
+    if shutil.which("bash") is None or shutil.which("du") is None:
+        pytest.skip("needs bash and du")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_python = bin_dir / "python3"
+    fake_python.write_text(
+        "#!/usr/bin/env bash\n"  # python3 -m venv DIR: a venv whose pip
+        'd="$3"; mkdir -p "$d/bin" "$d/lib/python3.11/site-packages"\n'
+        'cat > "$d/bin/pip" <<\'PIP\'\n'
+        "#!/usr/bin/env bash\n"
+        'case "$*" in *onnxruntime*) exit 1;; list*) echo "PyYAML 6.0";; esac\n'
+        "exit 0\n"
+        "PIP\n"
+        'chmod +x "$d/bin/pip"\n')
+    fake_python.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / \
+        "dinov2_install_cost.sh"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "TMPDIR": str(tmp_path)}
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 1, p.stderr
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| pip")]
+    assert len(rows) == 4
+    assert rows[2].startswith("| pip install onnxruntime (FAILED) | ")
+    assert "FAILED" not in rows[3] and "PyYAML" in p.stdout
+    assert not list(tmp_path.glob("dinov2cost*"))  # the venvs are removed
+
+
+@pytest.mark.parametrize("module", [
+    "peers", "peer_jobs", "bench_peers", "peers_report", "families", "graphs",
+    "sandbox", "_report", "run", "mosaics", "objects", "videos"])
+def test_benchmark_doctests(module):
+    # the package's doctests run in CI, the benchmarks' did not: two had gone
+    # stale (integer_graph's example, a NumPy 2 boolean repr in mosaics)
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"benchmarks.{module}")
+    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE
+                          | doctest.ELLIPSIS)
+    assert res.failed == 0
+
+
+def test_bench_segmentation_reports_failing_spectral_runs(monkeypatch, tmp_path):
+    # a SpectralClustering configuration that raised (amg without pyamg, a
+    # solver that fails) ended the whole benchmark, losing every row
+    import importlib.util
+
+    from benchmarks import bench_segmentation as BS
+
+    spectral, find_spec = BS._spectral, importlib.util.find_spec
+
+    def flaky(W, k, seed, solver, assign):
+        if solver == "lobpcg":
+            raise RuntimeError("lobpcg failed")
+        return spectral(W, k, seed, solver, assign)
+
+    monkeypatch.setattr(BS, "_spectral", flaky)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "pyamg" else find_spec(name, *a)))
+    rows = BS.run(quick=True, out_dir=tmp_path, n_images=1, size=64, repeat=1)
+    by = {r["method"]: r for r in rows}
+    assert not any("amg" in m for m in by)  # skipped without pyamg
+    bad = by["SpectralClustering (lobpcg, cluster_qr)"]
+    assert bad["failures"] == 1 and np.isnan(bad["time_s"]) and np.isnan(bad["ncut"])
+    assert by["SpectralClustering (arpack, kmeans)"]["failures"] == 0
+    text = (tmp_path / "segmentation_64px_quick.md").read_text()
+    assert "configuration raised" in text
+
+
+def test_bench_knn_records_max_n(monkeypatch, tmp_path):
+    # a --max-n run was recorded as the full command; one below every size
+    # ended in a StatisticsError after all its measurements
+    from benchmarks import bench_knn as BK
+
+    monkeypatch.setattr(BK, "SIZES", [(300, 2)])
+    monkeypatch.setattr(BK, "_import_cost", lambda repeats: 0.01)
+    BK.main(["--repeats", "1", "--max-n", "500", "--out", str(tmp_path)])
+    text = (tmp_path / "knn.md").read_text()
+    assert "`python -m benchmarks.bench_knn --repeats 1 --max-n 500`" in text
+    assert "| 300 | 2 |" in text
+    BK.main(["--repeats", "1", "--max-n", "100", "--out", str(tmp_path)])
+    assert "| 300 | 2 |" not in (tmp_path / "knn.md").read_text()
+
+
+def test_bench_matrix_free_warms_up_before_the_timed_fits(monkeypatch, tmp_path):
+    # the first timed fit (polish=True) loaded the compiled kernels: on a
+    # 1,500-sample fit, 10.2 s against 7.2 s for the same fit again
+    pytest.importorskip("torch")
+    from benchmarks import bench_matrix_free as MF
+
+    calls = []
+    monkeypatch.setattr(MF, "measure_pass", lambda n, device: (1.0, 1.0))
+    monkeypatch.setattr(MF, "measure_fit", lambda n, device, polish=True: (
+        calls.append((n, device, polish)) or (1.0, 2.0, 3, 0.1)))
+    MF.main(["--sizes", "100", "--fit-size", "4000", "--out", str(tmp_path)])
+    cpu = [c for c in calls if c[1] == "cpu"]
+    assert cpu == [(500, "cpu", True), (4000, "cpu", True), (4000, "cpu", False)]
+    assert "| cpu | 500 |" not in (tmp_path / "matrix_free.md").read_text()
