@@ -12,6 +12,7 @@ import pytest
 
 from sklearn_falcon.image import (
     ColorPositionFeatures,
+    ColorTextureFeatures,
     cosine_power_affinity,
     make_extractor,
     prototype_upsample,
@@ -28,6 +29,24 @@ def test_rgb_to_lab_matches_skimage():
     color = pytest.importorskip("skimage.color")
     img = _img(9, 7)
     np.testing.assert_allclose(rgb_to_lab(img), color.rgb2lab(img), atol=0.05)
+
+
+def test_rgb_to_lab_reads_integers_in_their_range():
+    # an int64 array (np.array([[255, 0, 0]])) was read as floats in [0, 1]:
+    # a* = 6461 for red, silently, and the extractors' features with it
+    red = rgb_to_lab(np.array([[255, 0, 0]], np.uint8))
+    for arr in (np.array([[255, 0, 0]]), np.array([[65535, 0, 0]], np.uint16),
+                np.array([[True, False, False]])):
+        np.testing.assert_allclose(rgb_to_lab(arr), red, atol=1e-4)
+    img = _img(32, 40)
+    np.testing.assert_array_equal(ColorTextureFeatures().extract(img.astype(np.int64)),
+                                  ColorTextureFeatures().extract(img))
+    with pytest.raises(ValueError, match=r"values in \[0, 1\]; got values in \[0, 255\]"):
+        rgb_to_lab(img.astype(np.float64))
+    with pytest.raises(ValueError, match="NaN"):
+        rgb_to_lab(np.array([[np.nan, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="negative"):
+        rgb_to_lab(np.array([[-1, 0, 0]]))
 
 
 @pytest.mark.parametrize("shape,patch,grid", [((64, 64), 8, (8, 8)),

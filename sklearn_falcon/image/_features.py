@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from ._io import check_image_size
+from ._io import _to_uint8, check_image_size
 from ._timm import TimmFeatures
 
 __all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
@@ -30,7 +30,9 @@ def rgb_to_lab(rgb):
     Parameters
     ----------
     rgb : ndarray of shape (..., 3)
-        sRGB values, ``uint8`` in 0..255 or float in [0, 1].
+        sRGB values: float in [0, 1], or integers and booleans in their
+        natural range (as :func:`load_image` reads them: 0..255, 16-bit
+        0..65535, ``True`` as 255).
 
     Returns
     -------
@@ -46,7 +48,17 @@ def rgb_to_lab(rgb):
            [  0.,   0.,   0.]], dtype=float32)
     """
     rgb = np.asarray(rgb)
-    c = rgb.astype(np.float32) / 255.0 if rgb.dtype == np.uint8 else rgb.astype(np.float32)
+    if np.issubdtype(rgb.dtype, np.floating):
+        c = rgb.astype(np.float32)
+        if not np.all(np.isfinite(c)):
+            raise ValueError("rgb contains NaN or infinite values.")
+        if c.size and not (0.0 <= c.min() and c.max() <= 1.0):
+            raise ValueError(
+                "Floating-point rgb must have values in [0, 1]; got values in "
+                f"[{c.min():.4g}, {c.max():.4g}]. Scale it to [0, 1] or pass uint8 "
+                "data.")
+    else:  # integers were read as floats in [0, 1]: 255 gave an a* of 6461
+        c = _to_uint8(rgb, source="rgb").astype(np.float32) / 255.0
     c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
     m = np.array(
         [
