@@ -193,6 +193,17 @@ def test_knn_affinity_keeps_the_dense_weights():
         knn_cosine_power_affinity(np.full((3, 2), np.nan))
 
 
+def test_knn_affinity_of_identical_tokens_is_flat():
+    # the dense affinity of identical tokens is all ones; the kNN one
+    # stretched their rounding-level differences to weights of 0.001 to 1
+    rng = np.random.default_rng(0)
+    F = np.tile(rng.random(112).astype(np.float32), (50, 1))
+    F *= rng.uniform(0.5, 2.0, (50, 1)).astype(np.float32)
+    np.testing.assert_array_equal(cosine_power_affinity(F, 6.0), 1.0)
+    W = knn_cosine_power_affinity(F, 6.0, n_neighbors=10)
+    np.testing.assert_array_equal(W.data, 1.0)
+
+
 # ------------------------------------------------------- budget and memory
 def test_work_shape_and_plan():
     assert _budget.work_shape(512, 512, 512 * 512) == (512, 512)

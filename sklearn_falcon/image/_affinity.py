@@ -85,7 +85,8 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     ``n**2``.  The minimum similarity of the min-max normalization is taken
     over ``n_range_rows`` random rows against all tokens (the dense
     version's is over all pairs); the search runs in row blocks of bounded
-    size.
+    size.  A range within rounding (identical tokens) gives a flat ``W``,
+    as the dense version does.
 
     Parameters
     ----------
@@ -128,6 +129,8 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     for s in range(0, len(sample), rows):
         lo = min(lo, float((fn[sample[s:s + rows]] @ fn.T).min()))
     hi = 1.0
+    if hi - lo <= float(np.finfo(np.float32).eps) ** 0.5:
+        lo = hi  # identical tokens: a flat W, as the dense one (not rounding noise)
     indptr = np.arange(0, (n + 1) * k, k)
     indices = np.empty(n * k, dtype=np.int64)
     data = np.empty(n * k, dtype=np.float32)
