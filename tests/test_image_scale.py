@@ -101,6 +101,18 @@ def test_upsample_labels_follows_edges_and_keeps_ids():
     assert np.mean(out == mask * 10 + 3) > np.mean(nearest == mask * 10 + 3)
 
 
+def test_upsample_labels_of_bool_and_float16_images():
+    # Numba refused them: "No implementation of function float(bool)"
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 5:] = 255
+    small = img[::2, ::2]
+    lab = (small[..., 0] > 0).astype(int)
+    ref = upsample_labels(lab, img, small)
+    np.testing.assert_array_equal(upsample_labels(lab, img > 0, small > 0), ref)
+    np.testing.assert_array_equal(
+        upsample_labels(lab, img.astype(np.float16), small.astype(np.float16)), ref)
+
+
 def test_upsample_labels_errors():
     img = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="do not match"):

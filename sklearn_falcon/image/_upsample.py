@@ -202,7 +202,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
     labels : ndarray of shape (h, w), int
         Labels at the working resolution.
     image : ndarray of shape (H, W, C)
-        The full-resolution image (uint8 or float, same scale as
+        The full-resolution image (integer, boolean or float, same scale as
         ``small_image``).
     small_image : ndarray of shape (h, w, C)
         The image at the working resolution.
@@ -233,6 +233,12 @@ def upsample_labels(labels, image, small_image, *, device=None):
         raise ValueError(
             f"labels {lab.shape}, image {img.shape} and small_image {small.shape} do "
             "not match; expected (h, w), (H, W, C) and (h, w, C).")
+    # Numba has no arithmetic on booleans or float16 ("No implementation of
+    # function float(bool)"): those as uint8 (0/255, as load_image reads
+    # them) and float32
+    img, small = (a.astype(np.uint8) * np.uint8(255) if a.dtype == bool else
+                  a.astype(np.float32) if a.dtype == np.float16 else a
+                  for a in (img, small))
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)
     uniq = uniq.astype(np.int64)
