@@ -52,6 +52,12 @@ def test_pamr_validation():
         pamr(img, np.zeros((8, 8), int), n_iter=-1)
     with pytest.raises(ValueError, match="dilations"):
         pamr(img, np.zeros((8, 8), int), dilations=(0,))
+    # NaN colours gave NaN weights and every pixel the first label, silently
+    lab = np.zeros((8, 8), int)
+    lab[:, 4:] = 1
+    img[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        pamr(img, lab)
 
 
 def _reference_pamr(img, lab, n_iter, dilations):

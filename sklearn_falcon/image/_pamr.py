@@ -211,6 +211,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     h, w = lab.shape
     offs = _offsets(dil.tolist())
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
+    if not np.all(np.isfinite(planes)):  # NaN weights: every pixel took label 0
+        raise ValueError("image contains NaN or infinite values.")
     if device is not None:
         idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
                               int(n_iter), device)
