@@ -127,6 +127,10 @@ def test_prototype_upsample_resolution_and_boundary():
     lab = prototype_upsample(F, tok, (30, 41))
     assert lab.shape == (30, 41)
     assert (lab[:, :20] == 0).all() and (lab[:, 21:] == 1).all()
+    # one NaN token made its prototype NaN and every pixel label 0, silently
+    F[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        prototype_upsample(F, tok, (30, 41))
 
 
 def test_import_without_torch():

@@ -94,6 +94,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     """
     f = np.asarray(features, dtype=np.float32)
     gh, gw, c = f.shape
+    if not np.all(np.isfinite(f)):  # a NaN prototype: every pixel took label 0
+        raise ValueError("features contain NaN or infinite values.")
     lab = np.asarray(token_labels).reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
     uniq, inv = uniq.astype(np.int64), inv.reshape(-1)  # int64, as documented
