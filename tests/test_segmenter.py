@@ -205,10 +205,16 @@ def test_errors():
     with pytest.raises(ValueError, match="fewer than n_segments=20. Use a larger "
                        "image, a smaller patch_size"):
         ImageSegmenter(n_segments=20).segment(img)  # 4x4 tokens
-    # a token budget below the segments asked is named
-    with pytest.raises(ValueError, match=r"only 2 patch tokens, fewer than "
-                       r"n_segments=3. Use a larger image, a larger max_tokens \(now 4\)"):
+    # a token budget below the segments asked is named; a resized image's
+    # tokens are set by max_tokens alone (a larger image or a smaller
+    # patch_size, which the message advised, change nothing)
+    with pytest.raises(ValueError, match=r"resized for max_tokens=4, yields only 2 "
+                       r"patch tokens, fewer than n_segments=3. Use a larger "
+                       r"max_tokens \(now 4\) or fewer segments\.$"):
         ImageSegmenter(n_segments=3, max_tokens=4).segment(
+            np.zeros((96, 128, 3), np.uint8))
+    with pytest.raises(ValueError, match="resized for max_tokens=4,"):
+        ImageSegmenter(n_segments=3, max_tokens=4, patch_size=2).segment(
             np.zeros((96, 128, 3), np.uint8))
     with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
         ImageSegmenter(n_segments=2).segment(np.zeros((4, 4, 3), np.uint8))

@@ -337,11 +337,12 @@ class ImageSegmenter(BaseEstimator):
             return W, "precomputed"
         return X, "cosine"
 
-    def _cluster(self, X, affinity, est=None, grid_shape=None):
+    def _cluster(self, X, affinity, est=None, grid_shape=None, resized=False):
         """Token labels ``0..K-1`` from token features (``affinity="cosine"``)
         or from their affinity (``"precomputed"``).  ``est``: a FalconNCut
         with ``warm_start=True`` kept across calls (video frames);
-        ``grid_shape``: the token grid, for ``n_segments="auto"``."""
+        ``grid_shape``: the token grid, for ``n_segments="auto"``;
+        ``resized``: the image was resized to the token budget."""
         n = X.shape[0]
         if self.n_segments == "auto":
             return self._cluster_auto(X, affinity, grid_shape)
@@ -351,11 +352,15 @@ class ImageSegmenter(BaseEstimator):
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
                     if self.max_tokens < 2 * k else "")
             # a ViT's input size is its resolution, and its patch its model's
-            size = ("a larger image, ", "a smaller patch_size ")
+            size, what = ("a larger image, ", "a smaller patch_size "), "The image"
             if hasattr(self._get_extractor(), "input_size"):
                 size = (f"a larger resolution (now {self.resolution}), ", "")
+            elif resized:  # max_tokens alone sets its tokens: not its size or patch
+                mt = self.max_tokens
+                size, what = ("", ""), f"The image, resized for max_tokens={mt},"
+                hint = f"a larger max_tokens (now {mt}) "
             raise ValueError(
-                f"The image yields only {n} patch tokens, fewer than n_segments={k}. "
+                f"{what} yields only {n} patch tokens, fewer than n_segments={k}. "
                 f"Use {size[0]}{hint}{size[1]}or fewer segments."
             )
         if k == 1:
@@ -412,7 +417,8 @@ class ImageSegmenter(BaseEstimator):
         gh, gw = feats.shape[:2]
         dev = self._torch_device()
         X, affinity = self._graph(feats.reshape(gh * gw, -1), plan)
-        tok = self._cluster(X, affinity, est=est, grid_shape=(gh, gw)).reshape(gh, gw)
+        tok = self._cluster(X, affinity, est=est, grid_shape=(gh, gw),
+                            resized=plan.resized).reshape(gh, gw)
         return self._finish_work(work, feats, tok, dev)
 
     def _finish_work(self, work, feats, tok, dev):
