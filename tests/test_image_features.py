@@ -131,6 +131,14 @@ def test_prototype_upsample_resolution_and_boundary():
     F[0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         prototype_upsample(F, tok, (30, 41))
+    # a transposed label grid was reshaped to the features' grid, silently
+    F[0, 0, 0] = 1.0
+    for bad in (tok.T, tok[:, :3], np.zeros(11, int)):
+        with pytest.raises(ValueError, match=r"token_labels of shape .* do not match"):
+            prototype_upsample(F, bad, (30, 41))
+    with pytest.raises(ValueError, match=r"features of shape \(12, 2\)"):
+        prototype_upsample(F.reshape(12, 2), tok.ravel(), (30, 41))
+    assert prototype_upsample(F, tok.ravel(), (30, 41)).shape == (30, 41)
 
 
 def test_import_without_torch():

@@ -93,10 +93,16 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
            [0, 0, 1, 1]])
     """
     f = np.asarray(features, dtype=np.float32)
+    lab = np.asarray(token_labels)
+    # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
+    if f.ndim != 3 or lab.shape not in (f.shape[:2], (f.shape[0] * f.shape[1],)):
+        raise ValueError(
+            f"features of shape {f.shape} and token_labels of shape {lab.shape} do "
+            "not match; expected (gh, gw, C) and (gh, gw) or (gh * gw,).")
     gh, gw, c = f.shape
     if not np.all(np.isfinite(f)):  # a NaN prototype: every pixel took label 0
         raise ValueError("features contain NaN or infinite values.")
-    lab = np.asarray(token_labels).reshape(gh, gw)
+    lab = lab.reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
     uniq, inv = uniq.astype(np.int64), inv.reshape(-1)  # int64, as documented
     if device is not None and not return_scores:
