@@ -266,6 +266,16 @@ def test_check_memory_refuses_naming_max_tokens():
         _budget.check_memory(p, 100000, available=1 << 30)
     assert "max_tokens=100000" in str(exc.value) and "4000x4000" in str(exc.value)
     _budget.check_memory(p, 100000, available=1 << 40)  # enough: no error
+    # a 40,000 x 40,000 image: its full-size image and label map (16.4 GiB)
+    # alone exceed 10 GiB, at any max_tokens, which the advice was to lower
+    huge = _budget.make_plan((40000, 40000), max_tokens=4096, patch=8,
+                             n_features=112, n_segments=6, refine=True)
+    with pytest.raises(MemoryError, match="at full resolution alone do not fit, "
+                       "whatever max_tokens: segment a downscaled copy") as exc:
+        _budget.check_memory(huge, 4096, available=10 << 30)
+    assert "Lower max_tokens" not in str(exc.value)
+    with pytest.raises(MemoryError, match="Lower max_tokens"):  # 16.4 fit, not 16.6
+        _budget.check_memory(huge, 4096, available=int(18.3 * (1 << 30)))
 
 
 def test_segment_refuses_before_allocating(monkeypatch):

@@ -203,11 +203,16 @@ def check_memory(plan, max_tokens, *, available=None, margin=0.9):
     h, w = plan.work_shape
     detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in
                        sorted(plan.parts.items(), key=lambda kv: -kv[1])[:3])
+    advice = (f"Lower max_tokens (e.g. max_tokens={max(64, max_tokens // 4)}), or "
+              "free memory.")
+    if sum(v for k, v in plan.parts.items() if k.startswith("full ")) > \
+            margin * available:  # the full-size image and map: no budget helps
+        advice = ("The image and its label map at full resolution alone do not fit, "
+                  "whatever max_tokens: segment a downscaled copy, or free memory.")
     raise MemoryError(
         f"Segmenting a {H}x{W} image with max_tokens={max_tokens} ({plan.n_tokens} "
         f"tokens, working resolution {h}x{w}, {plan.graph} token graph) needs about "
         f"{_fmt(need)} ({detail}), more than the {_fmt(available)} this process can "
-        f"still allocate. Lower max_tokens (e.g. max_tokens={max(64, max_tokens // 4)}"
-        f"), or free memory."
+        f"still allocate. {advice}"
     )
 
