@@ -301,6 +301,17 @@ def test_init_parameter_is_used_and_validated():
         assert len(np.unique(labels)) == 2
     with pytest.raises(ValueError, match="'init' parameter of ImageSegmenter"):
         ImageSegmenter(n_segments=2, init="bogus").segment(img)
+    # cluster_tokens takes W as an array-like, and speaks of W, not an image
+    seg = ImageSegmenter(n_segments=2)
+    assert seg.cluster_tokens([[1.0, 0.9, 0.05], [0.9, 1.0, 0.05],
+                               [0.05, 0.05, 1.0]]).tolist() in ([0, 0, 1], [1, 1, 0])
+    with pytest.raises(ValueError, match=r"W holds only 4 tokens, fewer than "
+                       "n_segments=5"):
+        ImageSegmenter(n_segments=5).cluster_tokens(np.eye(4))
+    for bad in (np.ones((3, 4)), np.eye(4)[None]):
+        for k in (1, 2):
+            with pytest.raises(ValueError, match="W must be a square"):
+                ImageSegmenter(n_segments=k).cluster_tokens(bad)
     # a precomputed token affinity has no features to run k-means on
     W = np.ones((6, 6))
     with pytest.raises(ValueError, match="init='kmeans' needs features"):

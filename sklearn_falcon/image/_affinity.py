@@ -29,6 +29,24 @@ def _token_matrix(features):
     return f
 
 
+def check_token_affinity(W, n_segments):
+    """``W`` of :meth:`ImageSegmenter.cluster_tokens`: a square matrix (a
+    nested list as an array; sparse matrices and tensors as they are) with
+    at least ``n_segments`` tokens, or a ValueError in those terms (not "the
+    image yields only ... patch tokens" nor "'list' object has no attribute
+    'shape'")."""
+    if not hasattr(W, "shape"):
+        W = np.asarray(W)
+    shape = tuple(W.shape)
+    if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
+        raise ValueError(
+            f"W must be a square (n_tokens, n_tokens) affinity; got shape {shape}.")
+    if n_segments != "auto" and int(n_segments) > shape[0]:
+        raise ValueError(f"W holds only {shape[0]} tokens, fewer than "
+                         f"n_segments={n_segments}.")
+    return W
+
+
 @validate_params(
     {"features": ["array-like"], "power": [Interval(Real, 0, None, closed="neither")]},
     prefer_skip_nested_validation=True,

@@ -8,7 +8,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._inits import INITS
-from ._affinity import cosine_power_affinity, knn_cosine_power_affinity
+from ._affinity import (
+    check_token_affinity, cosine_power_affinity, knn_cosine_power_affinity,
+)
 from ._auto import conductance_sweep
 from ._budget import (
     DENSE_MAX_TOKENS,
@@ -398,6 +400,7 @@ class ImageSegmenter(BaseEstimator):
         labels : ndarray of shape (n_tokens,)
         """
         self._check_params()
+        W = check_token_affinity(W, self.n_segments)
         return self._cluster(W, "precomputed", grid_shape=grid_shape)
 
     # -- the pipeline, in stages -------------------------------------------
