@@ -194,6 +194,12 @@ def test_select_n_segments_block_graph():
     assert k == 4
     assert miou(merged[None], np.repeat(np.arange(4), 5)[None]) == 1.0
     assert set(rho) == set(range(2, 9))
+    # labels that are not one per row of W (a (gh, gw) grid, a short array)
+    # were read past their end by the kernel: a segmentation fault
+    for bad_W, bad in ((W, over.reshape(4, 5)), (W, over[:7]), (W[:, :7], over)):
+        with pytest.raises(ValueError, match="do not match; expected"):
+            select_n_segments(bad_W, bad)
+    assert select_n_segments(W.tolist(), over.tolist(), threshold=0.2)[0] == 4
 
 
 def test_errors():

@@ -52,6 +52,14 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     >>> k, merged.tolist()
     (3, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
     """
+    labels = np.asarray(labels)
+    shape = tuple(np.shape(W))
+    # the kernel reads labels[i] for every row i of W: a shorter or a 2-D
+    # label array read past its end (a segmentation fault)
+    if len(shape) != 2 or shape[0] != shape[1] or labels.shape != shape[:1]:
+        raise ValueError(
+            f"W of shape {shape} and labels of shape {labels.shape} do not match; "
+            "expected (n, n) and (n,).")
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
     C = cluster_pair_weights(W, lab, k)
