@@ -1,4 +1,5 @@
 import os
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -200,6 +201,22 @@ def test_select_n_segments_block_graph():
         with pytest.raises(ValueError, match="do not match; expected"):
             select_n_segments(bad_W, bad)
     assert select_n_segments(W.tolist(), over.tolist(), threshold=0.2)[0] == 4
+
+
+
+def test_select_n_segments_with_an_isolated_cluster_ignores_the_ids():
+    # a cluster of zero volume gave 0 / 0 merge gains (RuntimeWarnings): it
+    # merged first when its id came first, else never (K = 3 or 4 for one
+    # partition, by its ids)
+    W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
+    W[0, :] = W[:, 0] = 0
+    lab = np.array([0, 1, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for ids in (np.arange(5), np.array([4, 1, 2, 3, 0])):
+            k, merged, _ = select_n_segments(W, ids[lab], threshold=0.3)
+            assert k == 3  # the isolated token 0 joins any segment, at no cost
+            assert miou(merged[None, 1:], np.repeat(np.arange(3), 4)[None, 1:]) == 1.0
 
 
 def test_errors():

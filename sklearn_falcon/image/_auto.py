@@ -88,10 +88,16 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
         for i, a in enumerate(alive):
             for b in alive[i + 1:]:
                 va, vb = vol[a], vol[b]
-                old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
-                v = va + vb
-                new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
-                gain = old - new
+                if not (va > 0 and vb > 0):
+                    # a cluster of no volume (isolated tokens) merges at no
+                    # cost, first: its 0 / 0 gain was NaN, never the best
+                    # after another pair, so the result followed the ids
+                    gain = np.inf
+                else:
+                    old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
+                    v = va + vb
+                    new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
+                    gain = old - new
                 if best is None or gain > best[0]:
                     best = (gain, a, b)
         _, a, b = best
