@@ -50,8 +50,15 @@ def test_pamr_validation():
         pamr(img, np.zeros((8, 7), int))
     with pytest.raises(ValueError, match="n_iter"):
         pamr(img, np.zeros((8, 8), int), n_iter=-1)
-    with pytest.raises(ValueError, match="dilations"):
-        pamr(img, np.zeros((8, 8), int), dilations=(0,))
+    # a fraction was truncated (1.5 as 1), silently; a string, a NaN or a
+    # boolean gave a message of NumPy's or passed
+    for bad in ((0,), (1.5,), (2, 4.5), ("a",), (np.nan,), (True,), ()):
+        with pytest.raises(ValueError, match="dilations must be positive integers"):
+            pamr(img, np.zeros((8, 8), int), dilations=bad)
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    np.testing.assert_array_equal(pamr(img, lab, dilations=(1.0, 2.0)),
+                                  pamr(img, lab, dilations=np.array([1, 2])))
     # NaN colours gave NaN weights and every pixel the first label, silently
     lab = np.zeros((8, 8), int)
     lab[:, 4:] = 1

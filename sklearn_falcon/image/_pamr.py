@@ -202,9 +202,12 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
             "expected (H, W, C) and (H, W)."
         )
-    dil = np.asarray(dilations, dtype=np.int64).reshape(-1)
-    if dil.size == 0 or np.any(dil < 1):
+    raw = np.asarray(dilations).reshape(-1)
+    # (1.5,) was truncated to 1, silently, and "a" gave int()'s own message
+    if raw.dtype.kind not in "iuf" or raw.size == 0 or not np.all(
+            (raw >= 1) & (raw == np.floor(raw))):
         raise ValueError(f"dilations must be positive integers; got {dilations!r}.")
+    dil = raw.astype(np.int64)
     uniq, inv = np.unique(lab, return_inverse=True)
     if len(uniq) <= 1 or n_iter == 0:
         return lab.copy()
