@@ -49,6 +49,17 @@ def test_rgb_to_lab_reads_integers_in_their_range():
         rgb_to_lab(np.array([[-1, 0, 0]]))
 
 
+
+def test_offline_extractors_name_a_wrong_channel_count():
+    # an RGBA or grey array failed with NumPy's "matmul: Input operand 1 has
+    # a mismatch in its core dimension 0"
+    for shape in ((32, 40, 4), (32, 40), (32, 40, 1)):
+        for ext in (ColorTextureFeatures(), ColorPositionFeatures()):
+            with pytest.raises(ValueError, match=re.escape(
+                    f"3 channels in its last axis; got shape {shape}. load_image")):
+                ext.extract(np.zeros(shape, np.uint8))
+
+
 @pytest.mark.parametrize("shape,patch,grid", [((64, 64), 8, (8, 8)),
                                                ((50, 75), 8, (6, 9)),
                                                ((30, 100), 10, (3, 10))])

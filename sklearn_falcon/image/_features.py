@@ -48,6 +48,10 @@ def rgb_to_lab(rgb):
            [  0.,   0.,   0.]], dtype=float32)
     """
     rgb = np.asarray(rgb)
+    if rgb.shape[-1:] != (3,):  # NumPy said "matmul: ... mismatch in its core dim"
+        raise ValueError(
+            f"rgb must hold 3 channels in its last axis; got shape {rgb.shape}. "
+            "load_image converts grey and RGBA images to RGB.")
     if np.issubdtype(rgb.dtype, np.floating):
         c = rgb.astype(np.float32)
         if not np.all(np.isfinite(c)):
