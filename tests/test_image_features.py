@@ -70,6 +70,21 @@ def test_color_features_grid(shape, patch, grid):
     np.testing.assert_array_equal(f, fe.extract(_img(*shape)))  # deterministic
 
 
+def test_color_position_features_of_a_one_pixel_strip():
+    # np.gradient refused a side of one pixel: "Shape of array too small to
+    # calculate a numerical gradient"
+    from sklearn_falcon import ImageSegmenter
+
+    img = _img(1, 40)
+    for strip in (img, img.transpose(1, 0, 2)):
+        assert ColorPositionFeatures(1).extract(strip).shape == strip.shape[:2] + (256,)
+        lab = ImageSegmenter("color-position", 2, patch_size=1).segment(strip)
+        assert lab.shape == strip.shape[:2] and len(np.unique(lab)) == 2
+    # a 2-D image's descriptors are those of np.gradient, as before
+    d = ColorPositionFeatures(4).descriptors(_img(16, 24))
+    assert np.isfinite(d).all() and d[..., 6].std() > 0
+
+
 def test_color_features_separate_colours():
     img = np.zeros((32, 64, 3), np.uint8)
     img[:, 32:] = (220, 40, 40)

@@ -219,7 +219,9 @@ class ColorPositionFeatures:
         re, ce = _cell_edges(h, gh), _cell_edges(w, gw)
         counts = np.outer(np.diff(re), np.diff(ce)).astype(np.float64)[..., None]
         lab = rgb_to_lab(rgb).astype(np.float64)
-        gy, gx = np.gradient(lab[..., 0])
+        # no gradient along a side of one pixel (np.gradient refused the image)
+        gy, gx = (np.gradient(lab[..., 0], axis=a) if lab.shape[a] > 1 else
+                  np.zeros_like(lab[..., 0]) for a in (0, 1))
         stack = np.concatenate([lab, lab * lab, np.hypot(gy, gx)[..., None]], axis=-1)
         sums = _cell_sums(stack, re, ce)
         mean = sums[..., :3] / counts
