@@ -214,6 +214,11 @@ def test_knn_affinity_of_identical_tokens_is_flat():
     np.testing.assert_array_equal(cosine_power_affinity(F, 6.0), 1.0)
     W = knn_cosine_power_affinity(F, 6.0, n_neighbors=10)
     np.testing.assert_array_equal(W.data, 1.0)
+    # tokens all zero (similarity 0 to one another): flat as well, not all 0
+    Z = np.zeros((6, 4), np.float32)
+    np.testing.assert_array_equal(cosine_power_affinity(Z, 6.0), 1.0)
+    Wz = knn_cosine_power_affinity(Z, 6.0, n_neighbors=3)
+    assert Wz.nnz >= 18 and (Wz.data == 1.0).all()
 
 
 # ------------------------------------------------------- budget and memory

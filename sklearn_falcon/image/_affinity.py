@@ -146,7 +146,9 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     lo = np.inf
     for s in range(0, len(sample), rows):
         lo = min(lo, float((fn[sample[s:s + rows]] @ fn.T).min()))
-    hi = 1.0
+    # a token's similarity to itself, 0 where every token is zero (W was all
+    # zeros there; the dense W is flat)
+    hi = 1.0 if np.any(fn) else 0.0
     if hi - lo <= float(np.finfo(np.float32).eps) ** 0.5:
         lo = hi  # identical tokens: a flat W, as the dense one (not rounding noise)
     indptr = np.arange(0, (n + 1) * k, k)
