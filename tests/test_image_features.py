@@ -41,7 +41,8 @@ def test_rgb_to_lab_reads_integers_in_their_range():
     img = _img(32, 40)
     np.testing.assert_array_equal(ColorTextureFeatures().extract(img.astype(np.int64)),
                                   ColorTextureFeatures().extract(img))
-    with pytest.raises(ValueError, match=r"values in \[0, 1\]; got values in \[0, 255\]"):
+    with pytest.raises(ValueError,
+                       match=r"values in \[0, 1\]; got values in \[0, 255\]"):
         rgb_to_lab(img.astype(np.float64))
     with pytest.raises(ValueError, match="NaN"):
         rgb_to_lab(np.array([[np.nan, 0.0, 0.0]]))

@@ -8,17 +8,11 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._inits import INITS
-from ._affinity import (
-    check_token_affinity, cosine_power_affinity, knn_cosine_power_affinity,
-)
+from ._affinity import check_token_affinity, cosine_power_affinity
+from ._affinity import knn_cosine_power_affinity
 from ._auto import conductance_sweep
-from ._budget import (
-    DENSE_MAX_TOKENS,
-    KNN_NEIGHBORS,
-    check_memory,
-    make_plan,
-    resize_rgb,
-)
+from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
+from ._budget import resize_rgb
 from ._dataset import segment_dataset
 from ._extractors import make_extractor
 from ._io import as_image_list, check_image_size, load_image
@@ -549,8 +543,7 @@ class ImageSegmenter(BaseEstimator):
         self : ImageSegmenter
         """
         self._check_params()  # also without images
-        images = as_image_list(images)
-        if not images:  # e.g. a glob that matched no file
+        if not (images := as_image_list(images)):  # a glob that matched nothing
             raise ValueError("images is empty: fit needs at least one image.")
         self.labels_ = [self.segment(im) for im in images]
         self.n_segments_ = [int(lab.max()) + 1 for lab in self.labels_]
