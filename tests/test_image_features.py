@@ -392,6 +392,46 @@ def test_checkpoint_loading(tmp_path, fmt):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("registers", [0, 4])
+def test_checkpoint_official_dinov2_layout(tmp_path, registers):
+    """The checkpoints of Meta's DINOv2 release (``dinov2_vits14_pretrain.pth``)
+    hold a ``mask_token``, and those with registers ``register_tokens`` and
+    a position embedding with a class row: they raised "does not match the
+    model: 1 unexpected keys (e.g. ['mask_token'])".  They are converted by
+    timm's own filter, as timm's pretrained weights are."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    from sklearn_falcon.image import TimmFeatures
+
+    torch.manual_seed(0)
+    src = VisionTransformer(img_size=28, patch_size=14, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, reg_tokens=registers,
+                            no_embed_class=registers > 0, init_values=1e-5,
+                            dynamic_img_size=True).eval()
+    with torch.no_grad():
+        for p in src.parameters():
+            p.normal_(0.0, 0.1)
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    sd["mask_token"] = torch.zeros(1, 32)
+    if registers:  # Meta's layout: the class row in the position embedding
+        pos0 = torch.randn(1, 1, 32)
+        sd["register_tokens"] = sd.pop("reg_token")
+        sd["cls_token"] = sd["cls_token"] - pos0
+        sd["pos_embed"] = torch.cat([pos0, sd["pos_embed"]], 1)
+    path = tmp_path / "dinov2_pretrain.pth"
+    torch.save(sd, path)
+    dst = VisionTransformer(img_size=28, patch_size=14, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, reg_tokens=registers,
+                            no_embed_class=registers > 0, init_values=1e-5,
+                            dynamic_img_size=True)
+    img = _img(30, 44)
+    expected = TimmFeatures(src, resolution=28).extract(img)
+    got = TimmFeatures(dst, resolution=28, checkpoint_path=path).extract(img)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
 def test_checkpoint_errors(tmp_path):
     pytest.importorskip("timm")
     import torch

@@ -8,10 +8,10 @@ import copy
 import numbers
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
+from ._checkpoint import load_checkpoint
 from ._io import check_image_size
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
@@ -41,48 +41,6 @@ def _import_torch_timm(what):
     except ImportError as exc:
         raise ImportError(f"{what} {_IMAGE_EXTRA_MSG} ({exc}).") from exc
     return torch, timm
-
-
-def _load_state_dict(path, torch):
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
-    if path.suffix == ".safetensors":
-        try:
-            from safetensors.torch import load_file
-        except ImportError as exc:
-            raise ImportError(
-                "Loading a .safetensors checkpoint requires the 'safetensors' package: "
-                "pip install 'sklearn-falcon[image]'."
-            ) from exc
-        try:
-            state = load_file(str(path), device="cpu")
-        except Exception as exc:  # noqa: BLE001 - SafetensorError and the like
-            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
-    else:
-        try:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - not torch's weights_only=False advice
-            raise ValueError(
-                f"Cannot read checkpoint '{path}': not a .safetensors file nor "
-                "tensors that torch.load(weights_only=True) reads "
-                f"({type(exc).__name__}). A trusted training checkpoint holding "
-                "other objects can be saved as its state dict alone: torch.save("
-                "torch.load(path, weights_only=False)['model'], 'weights.pth')."
-            ) from None
-    for key in ("state_dict_ema", "state_dict", "model", "module", "teacher"):
-        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f"Checkpoint '{path}' does not contain a state dict.")
-    out = {}
-    for k, v in state.items():
-        for prefix in ("module.", "backbone.", "model."):
-            if k.startswith(prefix):
-                k = k[len(prefix):]
-        out[k] = v
-    return out
 
 
 def _on_device(tensor, device):
@@ -139,7 +97,9 @@ class TimmFeatures:
         state, which the model's creation leaves as it was.
     checkpoint_path : str or path-like, default=None
         A local state dict (``torch.save``), ``.safetensors`` file or timm
-        training checkpoint (``{"state_dict": ...}``) to load.
+        training checkpoint (``{"state_dict": ...}``) to load; one that does
+        not match the model is converted by timm's filter of the model's
+        family, if it can be (Meta's DINOv2 checkpoints).
     layer : int, default=-1
         Index of the transformer block whose output (or keys) is used.
     feature : {"token", "key"}, default="token"
@@ -284,23 +244,7 @@ class TimmFeatures:
             # a private copy is loaded, switched to eval mode and moved.
             net = copy.deepcopy(net)
         if checkpoint_path is not None:
-            state = _load_state_dict(checkpoint_path, torch)
-            try:
-                res = net.load_state_dict(state, strict=False)
-            except RuntimeError as exc:  # shape mismatches
-                detail = " ".join(str(exc).split())
-                raise ValueError(
-                    f"Checkpoint '{checkpoint_path}' does not match the model: {detail[:300]}"
-                ) from None
-            ignored = ("head.", "fc_norm.", "head_drop.")
-            missing = [k for k in res.missing_keys if not k.startswith(ignored)]
-            unexpected = [k for k in res.unexpected_keys if not k.startswith(ignored)]
-            if missing or unexpected:
-                raise ValueError(
-                    f"Checkpoint '{checkpoint_path}' does not match the model: "
-                    f"{len(missing)} missing keys (e.g. {missing[:3]}), "
-                    f"{len(unexpected)} unexpected keys (e.g. {unexpected[:3]})."
-                )
+            load_checkpoint(net, checkpoint_path, torch)
         n_blocks = len(net.blocks)
         if not isinstance(layer, numbers.Integral) or not -n_blocks <= layer < n_blocks:
             raise ValueError(

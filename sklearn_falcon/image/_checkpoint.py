@@ -1,0 +1,119 @@
+"""Loading a local checkpoint into the model of a :class:`TimmFeatures`.
+
+torch (and safetensors for a ``.safetensors`` file) are imported by the
+caller or lazily, never at import time.
+"""
+
+import sys
+from pathlib import Path
+
+__all__ = ["load_checkpoint"]
+
+#: parameters of a classifier that the token features never use
+_IGNORED = ("head.", "fc_norm.", "head_drop.")
+
+
+def _load_state_dict(path, torch):
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+        except ImportError as exc:
+            raise ImportError(
+                "Loading a .safetensors checkpoint requires the 'safetensors' package: "
+                "pip install 'sklearn-falcon[image]'."
+            ) from exc
+        try:
+            state = load_file(str(path), device="cpu")
+        except Exception as exc:  # noqa: BLE001 - SafetensorError and the like
+            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
+    else:
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - not torch's weights_only=False advice
+            raise ValueError(
+                f"Cannot read checkpoint '{path}': not a .safetensors file nor "
+                "tensors that torch.load(weights_only=True) reads "
+                f"({type(exc).__name__}). A trusted training checkpoint holding "
+                "other objects can be saved as its state dict alone: torch.save("
+                "torch.load(path, weights_only=False)['model'], 'weights.pth')."
+            ) from None
+    for key in ("state_dict_ema", "state_dict", "model", "module", "teacher"):
+        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not state:
+        raise ValueError(f"Checkpoint '{path}' does not contain a state dict.")
+    out = {}
+    for k, v in state.items():
+        for prefix in ("module.", "backbone.", "model."):
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+        out[k] = v
+    return out
+
+
+def _mismatch(net, state, path):
+    """Load ``state`` into ``net``; the error message of a mismatch, or None."""
+    try:
+        res = net.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        detail = " ".join(str(exc).split())
+        return f"Checkpoint '{path}' does not match the model: {detail[:300]}"
+    missing = [k for k in res.missing_keys if not k.startswith(_IGNORED)]
+    unexpected = [k for k in res.unexpected_keys if not k.startswith(_IGNORED)]
+    if missing or unexpected:
+        return (f"Checkpoint '{path}' does not match the model: "
+                f"{len(missing)} missing keys (e.g. {missing[:3]}), "
+                f"{len(unexpected)} unexpected keys (e.g. {unexpected[:3]}).")
+    return None
+
+
+def _timm_converted(net, state):
+    """``state`` converted by the ``checkpoint_filter_fn`` of the timm module
+    that defines ``net``'s class (what timm applies to the pretrained
+    weights it loads: the official DINOv2 layout with its ``mask_token`` and
+    ``register_tokens``, OpenAI CLIP, ...), or None."""
+    name = type(net).__module__
+    fn = getattr(sys.modules.get(name), "checkpoint_filter_fn", None)
+    if not name.startswith("timm.") or not callable(fn):
+        return None
+    try:
+        return fn(dict(state), net)
+    except Exception:  # noqa: BLE001 - a layout it does not know: the first error
+        return None
+
+
+def load_checkpoint(net, path, torch):
+    """Load the checkpoint at ``path`` into ``net`` (in place).
+
+    A state dict that does not match the model as it is is converted by
+    timm's own filter of the model's family and loaded again; the
+    classification head is ignored.
+
+    Parameters
+    ----------
+    net : torch.nn.Module
+        The model (a private copy: a failed load may leave it half loaded).
+    path : str or path-like
+        A ``torch.save`` state dict, ``.safetensors`` file or training
+        checkpoint.
+    torch : module
+        The torch module.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` does not exist.
+    ValueError
+        When the file cannot be read, or does not match the model.
+    """
+    state = _load_state_dict(path, torch)
+    problem = _mismatch(net, state, path)
+    if problem is None:
+        return
+    converted = _timm_converted(net, state)
+    if converted is None or _mismatch(net, converted, path) is not None:
+        raise ValueError(problem)
