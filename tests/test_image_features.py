@@ -440,6 +440,14 @@ def test_checkpoint_errors(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="checkpoint_path"):
         TimmFeatures(_vit(8), checkpoint_path=tmp_path / "none.pt")
+    # a folder (a Hugging Face snapshot): not "torch.load cannot read it
+    # (IsADirectoryError)" with advice to re-save it as a state dict
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    (snap / "model.safetensors").write_bytes(b"")
+    with pytest.raises(IsADirectoryError,
+                       match="is a directory.*holds model.safetensors"):
+        TimmFeatures(_vit(8), checkpoint_path=snap)
     path = tmp_path / "other.pt"
     torch.save(_vit(16, depth=1).state_dict(), path)
     with pytest.raises(ValueError, match="does not match"):

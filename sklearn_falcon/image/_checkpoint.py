@@ -11,12 +11,19 @@ __all__ = ["load_checkpoint"]
 
 #: parameters of a classifier that the token features never use
 _IGNORED = ("head.", "fc_norm.", "head_drop.")
+#: suffixes of weight files, named when a directory is given
+_SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
 
 
 def _load_state_dict(path, torch):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
+    if path.is_dir():  # a Hugging Face snapshot folder, say
+        found = sorted(p.name for p in path.iterdir() if p.suffix in _SUFFIXES)
+        raise IsADirectoryError(
+            f"checkpoint_path '{path}' is a directory; give the weights file "
+            f"itself{' (it holds ' + ', '.join(found[:3]) + ')' if found else ''}.")
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file
@@ -107,6 +114,8 @@ def load_checkpoint(net, path, torch):
     ------
     FileNotFoundError
         When ``path`` does not exist.
+    IsADirectoryError
+        When ``path`` is a directory.
     ValueError
         When the file cannot be read, or does not match the model.
     """
