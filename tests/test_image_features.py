@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -328,7 +329,6 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
     # each creation forks torch's random state and seeds it: two at once
     # saved and restored each other's seeded state
     pytest.importorskip("timm")
-    import threading
     import time
 
     import timm
@@ -363,6 +363,42 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
     assert a1 <= b0  # one after the other
     assert torch.equal(torch.get_rng_state(), before)
     np.testing.assert_array_equal(out[0], out[1])
+
+
+def test_timm_keys_from_two_threads():
+    """feature="key" hooks the shared model: a thread's hook also caught the
+    keys of another thread's image when their forwards overlapped (8 of 60
+    extractions wrong, silently).  Each hook keeps its own thread's."""
+    from sklearn_falcon.image import TimmFeatures
+
+    ext = TimmFeatures(_vit(8), resolution=32, feature="key", layer=0)
+    imgs = [_img(32, 40, seed=s) for s in range(2)]
+    expected = [ext.extract(im) for im in imgs]
+    run_blocks, first_done, second_done = ext._run_blocks, threading.Event(), \
+        threading.Event()
+    out = [None, None]
+
+    def slow_first(x):  # the first thread's forward overlaps the second's
+        t = run_blocks(x)
+        if threading.current_thread().name == "first":
+            first_done.set()
+            second_done.wait(30)
+        return t
+
+    ext._run_blocks = slow_first
+
+    def run(i):
+        out[i] = ext.extract(imgs[i])
+        if i == 1:
+            second_done.set()
+
+    first = threading.Thread(target=run, args=(0,), name="first")
+    first.start()
+    first_done.wait(30)
+    run(1)
+    first.join(30)
+    for got, exp in zip(out, expected):
+        np.testing.assert_allclose(got, exp, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])

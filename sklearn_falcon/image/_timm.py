@@ -489,12 +489,18 @@ class TimmFeatures:
         if self.feature == "key":
             name, mod = self._key_module()
             attn = self.model.blocks[self.layer].attn
+            # a hook fires for every forward of the module: another thread's
+            # too, with another image (the model is shared), so it keeps
+            # what its own thread runs only
+            me = threading.get_ident()
 
             def hook(_module, _inp, out):
-                captured["out"] = out
+                if threading.get_ident() == me:
+                    captured["out"] = out
 
             def attn_input(_module, args):
-                captured["in"] = args[0]
+                if threading.get_ident() == me:
+                    captured["in"] = args[0]
 
             handles = [mod.register_forward_hook(hook),
                        attn.register_forward_pre_hook(attn_input)]
