@@ -365,6 +365,24 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
     np.testing.assert_array_equal(out[0], out[1])
 
 
+def test_timm_extract_takes_greyscale_rgba_and_float_images():
+    """TimmFeatures.extract on a greyscale, RGBA or float image raised
+    "operands could not be broadcast together with shapes (64,96) (3,)" or
+    PIL's "Cannot handle this data type"; it converts them as load_image
+    does (and ImageSegmenter before it)."""
+    from sklearn_falcon.image import TimmFeatures, load_image
+
+    ext = TimmFeatures(_vit(8), resolution=32)
+    rgb = _img(32, 40)
+    grey, rgba = rgb[..., 0], np.dstack([rgb, rgb[..., :1]])
+    for image in (grey, grey[..., None], rgba, rgb / 255.0):
+        np.testing.assert_array_equal(ext.extract(image),
+                                      ext.extract(load_image(image)))
+    np.testing.assert_array_equal(ext.extract(rgba), ext.extract(rgb))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ext.extract(rgb.astype(np.float32))
+
+
 def test_timm_keys_from_two_threads():
     """feature="key" hooks the shared model: a thread's hook also caught the
     keys of another thread's image when their forwards overlapped (8 of 60

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 
 from ._checkpoint import load_checkpoint
-from ._io import check_image_size
+from ._io import check_image_size, load_image
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
 __all__ = ["TimmFeatures"]
@@ -329,6 +329,8 @@ class TimmFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
+            Or any other image :func:`load_image` takes (greyscale, RGBA,
+            floats in [0, 1], a tensor...), converted by it.
 
         Returns
         -------
@@ -338,6 +340,9 @@ class TimmFeatures:
         """
         from PIL import Image
 
+        if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8
+                and rgb.ndim == 3 and rgb.shape[2] == 3):
+            rgb = load_image(rgb)  # not "operands could not be broadcast"
         check_image_size(rgb, self.patch_size, advice=self.size_advice)
         th, tw = self.input_size(*rgb.shape[:2])
         resample = {
@@ -530,6 +535,7 @@ class TimmFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
+            Or another image :func:`load_image` takes (see :meth:`preprocess`).
 
         Returns
         -------
