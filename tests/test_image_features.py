@@ -1,3 +1,4 @@
+import copy
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -381,6 +382,24 @@ def test_timm_extract_takes_greyscale_rgba_and_float_images():
     np.testing.assert_array_equal(ext.extract(rgba), ext.extract(rgb))
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         ext.extract(rgb.astype(np.float32))
+
+
+@pytest.mark.parametrize("feature", ["token", "key"])
+def test_timm_module_in_another_precision(feature):
+    """A module in float64 or bfloat16 (``model.half()`` on a GPU) raised
+    "Input type (float) and bias type (c10::BFloat16) should be the same":
+    the input is given in the model's precision."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(8).eval(), _img(32, 40)
+    expected = TimmFeatures(model, resolution=32, feature=feature).extract(img)
+    for dtype, atol in ((torch.float64, 1e-4), (torch.bfloat16, 0.5)):
+        other = copy.deepcopy(model).to(dtype)
+        got = TimmFeatures(other, resolution=32, feature=feature).extract(img)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, atol=atol)
 
 
 def test_timm_keys_from_two_threads():

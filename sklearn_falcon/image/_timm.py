@@ -488,7 +488,10 @@ class TimmFeatures:
             tokens removed.
         """
         torch = self._torch
-        x = x.to(self.device)
+        # in the model's own precision (a module in half or bfloat16)
+        dtype = next((p.dtype for p in self.model.parameters()
+                      if p.is_floating_point()), torch.float32)
+        x = x.to(self.device, dtype)
         gh, gw = x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1]
         captured, handles = {}, []
         if self.feature == "key":
