@@ -402,6 +402,19 @@ def test_timm_module_in_another_precision(feature):
         np.testing.assert_allclose(got, expected, atol=atol)
 
 
+def test_timm_unknown_device_names_the_parameter():
+    """device="gpu" with a ViT raised torch's "Expected one of cpu, cuda,
+    ipu, xpu, mkldnn, ... device type at start of device string: gpu"
+    (the offline models named the parameter)."""
+    from sklearn_falcon.image import ImageSegmenter, TimmFeatures
+
+    with pytest.raises(ValueError, match="device must be .*got device='gpu'"):
+        TimmFeatures(_vit(8), device="gpu")
+    seg = ImageSegmenter(_vit(8), device="cuda:x")
+    with pytest.raises(ValueError, match="got device='cuda:x'"):
+        seg.segment(_img(32, 32))
+
+
 def test_timm_keys_from_two_threads():
     """feature="key" hooks the shared model: a thread's hook also caught the
     keys of another thread's image when their forwards overlapped (8 of 60

@@ -234,7 +234,11 @@ class TimmFeatures:
             )
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):  # not torch's list of device types
+            raise ValueError("device must be 'auto' or a torch device ('cpu', "
+                             f"'cuda', 'cuda:N', ...); got device={device!r}.") from None
         if net is model and (
             checkpoint_path is not None
             or net.training
