@@ -415,6 +415,19 @@ def test_timm_unknown_device_names_the_parameter():
         seg.segment(_img(32, 32))
 
 
+def test_timm_features_pickle():
+    """pickle.dumps(TimmFeatures(...)) raised "cannot pickle 'module'
+    object" (it held the torch module); ColorTextureFeatures pickles."""
+    import pickle
+
+    from sklearn_falcon.image import TimmFeatures
+
+    ext, img = TimmFeatures(_vit(8), resolution=32, feature="key"), _img(32, 40)
+    expected = ext.extract(img)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(ext)).extract(img),
+                                  expected)
+
+
 def test_timm_keys_from_two_threads():
     """feature="key" hooks the shared model: a thread's hook also caught the
     keys of another thread's image when their forwards overlapped (8 of 60

@@ -194,7 +194,6 @@ class TimmFeatures:
             raise ValueError(
                 f"smoothing must be a finite number >= 0; got {smoothing!r}.")
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
-        self._torch = torch
         if feature not in ("token", "key"):
             raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
         if pos_interpolation not in ("bicubic", "timm"):
@@ -297,6 +296,14 @@ class TimmFeatures:
         self.position_weight, self.position_scale = position_weight, position_scale
         self._basis = fourier_basis(0)
         self.smoothing = float(smoothing)
+
+    @property
+    def _torch(self):
+        # the module, not an attribute: an extractor pickles (it said
+        # "cannot pickle 'module' object")
+        import torch
+
+        return torch
 
     def input_size(self, height, width):
         """Network input size used for an image of ``(height, width)``.
