@@ -464,8 +464,12 @@ def test_timm_keys_from_two_threads():
         np.testing.assert_allclose(got, exp, atol=1e-5)
 
 
-@pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
+@pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors",
+                                 "safetensors_named_pth"])
 def test_checkpoint_loading(tmp_path, fmt):
+    # safetensors_named_pth: a safetensors file under another suffix
+    # (dinov2_offline --out weights.pth) was read with torch.load: "Cannot
+    # read checkpoint ... (KeyError)"
     pytest.importorskip("timm")
     import torch
 
@@ -483,7 +487,7 @@ def test_checkpoint_loading(tmp_path, fmt):
         pytest.importorskip("safetensors")
         from safetensors.torch import save_file
 
-        path = tmp_path / "w.safetensors"
+        path = tmp_path / ("w.safetensors" if fmt == "safetensors" else "w.pth")
         save_file({k: v.contiguous() for k, v in sd.items()}, str(path))
     img = _img(32, 40)
     expected = TimmFeatures(src, resolution=32).extract(img)

@@ -15,6 +15,18 @@ _IGNORED = ("head.", "fc_norm.", "head_drop.")
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
 
 
+def _is_safetensors(path):
+    """Whether the file starts as a safetensors file does (an 8-byte
+    little-endian header length, then a JSON object), whatever its name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+    except OSError:
+        return False
+    return (len(head) == 9 and head[8:] == b"{"
+            and 0 < int.from_bytes(head[:8], "little") < path.stat().st_size)
+
+
 def _load_state_dict(path, torch):
     path = Path(path)
     if not path.exists():
@@ -24,7 +36,7 @@ def _load_state_dict(path, torch):
         raise IsADirectoryError(
             f"checkpoint_path '{path}' is a directory; give the weights file "
             f"itself{' (it holds ' + ', '.join(found[:3]) + ')' if found else ''}.")
-    if path.suffix == ".safetensors":
+    if path.suffix == ".safetensors" or _is_safetensors(path):
         try:
             from safetensors.torch import load_file
         except ImportError as exc:
