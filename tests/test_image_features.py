@@ -535,6 +535,33 @@ def test_checkpoint_official_dinov2_layout(tmp_path, registers):
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+def test_checkpoint_with_pretrained_downloads_nothing(tmp_path, monkeypatch):
+    """pretrained=True with a checkpoint_path fetched the pretrained weights
+    first, which the checkpoint then replaced: offline it raised the hub's
+    LocalEntryNotFoundError although the weights were on disk."""
+    pytest.importorskip("timm")
+    import timm
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    create, asked = timm.create_model, []
+
+    def spy(name, pretrained=False, **kwargs):
+        asked.append(pretrained)
+        return create(name, pretrained=False, **kwargs)
+
+    monkeypatch.setattr(timm, "create_model", spy)
+    src = TimmFeatures("vit_tiny_patch16_224", resolution=32)
+    path = tmp_path / "w.pth"
+    torch.save(src.model.state_dict(), path)
+    ext = TimmFeatures("vit_tiny_patch16_224", pretrained=True, checkpoint_path=path,
+                       resolution=32)
+    assert asked == [False, False]
+    img = _img(32, 48)
+    np.testing.assert_array_equal(ext.extract(img), src.extract(img))
+
+
 def test_checkpoint_errors(tmp_path):
     pytest.importorskip("timm")
     import torch

@@ -94,7 +94,9 @@ class TimmFeatures:
         or network access).  Without them (and without ``checkpoint_path``)
         the weights are timm's random initialization, drawn from a generator
         seeded with 0: the same every time, whatever torch's global random
-        state, which the model's creation leaves as it was.
+        state, which the model's creation leaves as it was.  Ignored with a
+        ``checkpoint_path``, which replaces every weight (nothing is
+        downloaded).
     checkpoint_path : str or path-like, default=None
         A local state dict (``torch.save``), ``.safetensors`` file or timm
         training checkpoint (``{"state_dict": ...}``) to load; one that does
@@ -211,14 +213,16 @@ class TimmFeatures:
             # the same model every time, and torch's global state untouched
             # (models created in several threads at once take turns: one's
             # fork would save the state another had seeded, and restore it)
+            # a checkpoint replaces every weight: none is downloaded for it
+            pretrained = bool(pretrained) and checkpoint_path is None
             with _create_lock, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 try:
                     net = timm.create_model(
-                        model, pretrained=bool(pretrained), dynamic_img_size=True
+                        model, pretrained=pretrained, dynamic_img_size=True
                     )
                 except TypeError:  # architectures without dynamic_img_size support
-                    net = timm.create_model(model, pretrained=bool(pretrained))
+                    net = timm.create_model(model, pretrained=pretrained)
         elif isinstance(model, torch.nn.Module):
             net = model
         else:
