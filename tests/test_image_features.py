@@ -562,6 +562,32 @@ def test_checkpoint_with_pretrained_downloads_nothing(tmp_path, monkeypatch):
     np.testing.assert_array_equal(ext.extract(img), src.extract(img))
 
 
+def test_timm_local_dir_model(tmp_path):
+    """timm's "local-dir:" names (a folder with config.json and the weights:
+    offline, pretrained=True reads them there) were refused with "Unknown
+    timm model name ...; see timm.list_models()"."""
+    pytest.importorskip("timm")
+    import json
+
+    pytest.importorskip("safetensors")
+    from safetensors.torch import save_file
+
+    from sklearn_falcon.image import TimmFeatures
+
+    src = TimmFeatures("vit_tiny_patch16_224", resolution=32)
+    save_file({k: v.contiguous() for k, v in src.model.state_dict().items()},
+              str(tmp_path / "model.safetensors"))
+    cfg = {"architecture": "vit_tiny_patch16_224", "num_classes": 1000,
+           "pretrained_cfg": {"input_size": [3, 224, 224], "mean": [0.5] * 3,
+                              "std": [0.5] * 3, "interpolation": "bicubic"}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ext = TimmFeatures(f"local-dir:{tmp_path}", pretrained=True, resolution=32)
+    img = _img(32, 48)
+    np.testing.assert_array_equal(ext.extract(img), src.extract(img))
+    with pytest.raises(ValueError, match="Unknown timm model name 'foo:bar'"):
+        TimmFeatures("foo:bar")
+
+
 def test_checkpoint_errors(tmp_path):
     pytest.importorskip("timm")
     import torch

@@ -86,7 +86,8 @@ class TimmFeatures:
     Parameters
     ----------
     model : str or torch.nn.Module
-        A timm model name (e.g. ``"vit_small_patch8_224.dino"``) or a
+        A timm model name (e.g. ``"vit_small_patch8_224.dino"``, or a
+        ``"local-dir:/path/to/folder"`` or ``"hf-hub:..."`` one) or a
         timm-style ViT module (with ``patch_embed``, ``blocks`` and
         ``num_prefix_tokens``).
     pretrained : bool, default=False
@@ -204,7 +205,10 @@ class TimmFeatures:
                 f"{pos_interpolation!r}."
             )
         if isinstance(model, str):
-            if not timm.is_model(model):
+            # timm's "local-dir:" and "hf-hub:" names read their architecture
+            # from the model's folder or repository: no registry name
+            source = model.partition(":")[0] if ":" in model else ""
+            if source not in ("local-dir", "hf-hub") and not timm.is_model(model):
                 raise ValueError(
                     f"Unknown timm model name {model!r}; see timm.list_models()."
                 )
