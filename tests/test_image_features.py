@@ -608,6 +608,10 @@ def test_checkpoint_errors(tmp_path):
     torch.save(_vit(16, depth=1).state_dict(), path)
     with pytest.raises(ValueError, match="does not match"):
         TimmFeatures(_vit(8), checkpoint_path=path)
+    # another patch size: an error, not timm's resampling of the weights
+    torch.save(_vit(16).state_dict(), path)
+    with pytest.raises(ValueError, match="does not match.*patch_embed"):
+        TimmFeatures(_vit(8), checkpoint_path=path)
 
 
 def test_timm_eva02_tokens_and_keys():

@@ -94,10 +94,17 @@ def _timm_converted(net, state):
     """``state`` converted by the ``checkpoint_filter_fn`` of the timm module
     that defines ``net``'s class (what timm applies to the pretrained
     weights it loads: the official DINOv2 layout with its ``mask_token`` and
-    ``register_tokens``, OpenAI CLIP, ...), or None."""
+    ``register_tokens``, OpenAI CLIP, a position embedding of another
+    grid, ...), or None."""
     name = type(net).__module__
     fn = getattr(sys.modules.get(name), "checkpoint_filter_fn", None)
     if not name.startswith("timm.") or not callable(fn):
+        return None
+    # weights of another patch size are another model: not resampled
+    own = getattr(getattr(getattr(net, "patch_embed", None), "proj", None),
+                  "weight", None)
+    theirs = state.get("patch_embed.proj.weight")
+    if own is not None and theirs is not None and own.shape != theirs.shape:
         return None
     try:
         return fn(dict(state), net)
