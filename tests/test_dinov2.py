@@ -159,6 +159,21 @@ def test_convert_into_a_folder(tmp_path, monkeypatch):
     assert D.ensure_checkpoint(folder) == expected
 
 
+def test_failed_check_leaves_no_checkpoint(tmp_path, monkeypatch):
+    """A conversion whose check failed left its file at ``out``: the next
+    ensure_checkpoint() returned it as a good checkpoint, unchecked."""
+    pytest.importorskip("safetensors")
+    monkeypatch.setattr(D, "read_backbone", lambda path: {})
+    monkeypatch.setattr(D, "to_timm", lambda params: {"w": np.zeros(3, np.float32)})
+    monkeypatch.setattr(D, "load_report", lambda path: (["cls_token"], []))
+    onnx, out = tmp_path / "fake.onnx", tmp_path / "dinov2.safetensors"
+    onnx.write_bytes(b"graph")
+    with pytest.raises(ValueError, match="does not match"):
+        D.convert(out, onnx_path=onnx, verbose=False)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.onnx"]
+
+
 def test_check_input_is_fixed():
     x = D.check_input(448)
     assert x.shape == (1, 3, 448, 448) and x.dtype == np.float32
