@@ -428,6 +428,20 @@ def test_timm_features_pickle():
                                   expected)
 
 
+@pytest.mark.parametrize("kw", [{"layer": True}, {"resolution": True},
+                                {"resolution": (True, 32)}])
+def test_timm_refuses_booleans_for_integers(kw):
+    """layer=True was taken for block 1 and resolution=True for a 1-pixel
+    short side (bool is an Integral); they are refused, by name."""
+    from sklearn_falcon.image import ImageSegmenter, TimmFeatures
+
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        TimmFeatures(_vit(8), **kw)
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        ImageSegmenter(_vit(8), n_segments=2, **kw).segment(_img(32, 32))
+
+
 def test_timm_keys_from_two_threads():
     """feature="key" hooks the shared model: a thread's hook also caught the
     keys of another thread's image when their forwards overlapped (8 of 60

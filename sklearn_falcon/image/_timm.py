@@ -257,7 +257,8 @@ class TimmFeatures:
         if checkpoint_path is not None:
             load_checkpoint(net, checkpoint_path, torch)
         n_blocks = len(net.blocks)
-        if not isinstance(layer, numbers.Integral) or not -n_blocks <= layer < n_blocks:
+        if (not isinstance(layer, numbers.Integral) or isinstance(layer, bool)
+                or not -n_blocks <= layer < n_blocks):  # True is not block 1
             raise ValueError(
                 f"layer must be an integer in [{-n_blocks}, {n_blocks - 1}]; got {layer!r}."
             )
@@ -287,11 +288,15 @@ class TimmFeatures:
         self.fixed_size = (int(fixed[0]), int(fixed[1]))
         self.default_short = int(min(cfg["input_size"][1:]))
         if resolution is not None:
-            ok = isinstance(resolution, numbers.Integral) and resolution > 0
+            def size(r):  # True is not 1 pixel
+                return (isinstance(r, numbers.Integral) and not isinstance(r, bool)
+                        and r > 0)
+
+            ok = size(resolution)
             ok = ok or (
                 isinstance(resolution, (tuple, list))
                 and len(resolution) == 2
-                and all(isinstance(r, numbers.Integral) and r > 0 for r in resolution)
+                and all(size(r) for r in resolution)
             )
             if not ok:
                 raise ValueError(
