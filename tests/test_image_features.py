@@ -479,7 +479,7 @@ def test_timm_keys_from_two_threads():
 
 
 @pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors",
-                                 "safetensors_named_pth"])
+                                 "safetensors_named_pth", "compiled"])
 def test_checkpoint_loading(tmp_path, fmt):
     # safetensors_named_pth: a safetensors file under another suffix
     # (dinov2_offline --out weights.pth) was read with torch.load: "Cannot
@@ -497,6 +497,10 @@ def test_checkpoint_loading(tmp_path, fmt):
     elif fmt == "timm_checkpoint":
         path = tmp_path / "w.pth.tar"
         torch.save({"epoch": 3, "state_dict": {"module." + k: v for k, v in sd.items()}}, path)
+    elif fmt == "compiled":  # torch.compile of a DDP model: "_orig_mod.module."
+        path = tmp_path / "w.pt"
+        wrapped = {"_orig_mod.module." + k: v for k, v in sd.items()}
+        torch.save({"model": wrapped}, path)
     else:
         pytest.importorskip("safetensors")
         from safetensors.torch import save_file

@@ -11,6 +11,8 @@ __all__ = ["load_checkpoint"]
 
 #: parameters of a classifier that the token features never use
 _IGNORED = ("head.", "fc_norm.", "head_drop.")
+#: wrappers' prefixes of state dict keys, stripped
+_PREFIXES = ("module.", "_orig_mod.", "backbone.", "model.")
 #: suffixes of weight files, named when a directory is given
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
 
@@ -67,9 +69,9 @@ def _load_state_dict(path, torch):
         raise ValueError(f"Checkpoint '{path}' does not contain a state dict.")
     out = {}
     for k, v in state.items():
-        for prefix in ("module.", "backbone.", "model."):
-            if k.startswith(prefix):
-                k = k[len(prefix):]
+        # DDP's module., torch.compile's _orig_mod. (in either order), ...
+        while k.startswith(_PREFIXES):
+            k = k[len(next(p for p in _PREFIXES if k.startswith(p))):]
         out[k] = v
     return out
 
