@@ -442,6 +442,23 @@ def test_timm_refuses_booleans_for_integers(kw):
         ImageSegmenter(_vit(8), n_segments=2, **kw).segment(_img(32, 32))
 
 
+def test_timm_compiled_or_data_parallel_module():
+    """A torch.compile'd ViT raised "VisionTransformer does not support
+    len()" (in timm's resolve_data_config) and a DataParallel one "is not
+    a timm-style Vision Transformer"; the ViT inside is used."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(8).eval(), _img(32, 40)
+    expected = TimmFeatures(model, resolution=32, feature="key").extract(img)
+    for wrapped in (torch.compile(model), torch.nn.DataParallel(model),
+                    torch.compile(torch.nn.DataParallel(model))):
+        ext = TimmFeatures(wrapped, resolution=32, feature="key")
+        assert ext.model is model
+        np.testing.assert_array_equal(ext.extract(img), expected)
+
+
 def test_timm_keys_from_two_threads():
     """feature="key" hooks the shared model: a thread's hook also caught the
     keys of another thread's image when their forwards overlapped (8 of 60

@@ -89,7 +89,8 @@ class TimmFeatures:
         A timm model name (e.g. ``"vit_small_patch8_224.dino"``, or a
         ``"local-dir:/path/to/folder"`` or ``"hf-hub:..."`` one) or a
         timm-style ViT module (with ``patch_embed``, ``blocks`` and
-        ``num_prefix_tokens``).
+        ``num_prefix_tokens``), or one inside ``torch.compile``,
+        ``DataParallel`` or ``DistributedDataParallel``.
     pretrained : bool, default=False
         Load pretrained weights through timm (needs them in the local cache
         or network access).  Without them (and without ``checkpoint_path``)
@@ -229,6 +230,18 @@ class TimmFeatures:
                     net = timm.create_model(model, pretrained=pretrained)
         elif isinstance(model, torch.nn.Module):
             net = model
+            # the ViT inside torch.compile's wrapper (its blocks run one by
+            # one here) or DataParallel's / DDP's
+            wrappers = (torch.nn.DataParallel,
+                        torch.nn.parallel.DistributedDataParallel)
+            while True:
+                inner = getattr(net, "_orig_mod", None)
+                if not isinstance(inner, torch.nn.Module):
+                    inner = net.module if isinstance(net, wrappers) else None
+                if inner is None:
+                    break
+                net = inner
+            model = net
         else:
             raise TypeError(
                 "model must be a timm model name or a torch.nn.Module; got "
@@ -244,8 +257,9 @@ class TimmFeatures:
         try:
             device = torch.device(device)
         except (RuntimeError, TypeError):  # not torch's list of device types
-            raise ValueError("device must be 'auto' or a torch device ('cpu', "
-                             f"'cuda', 'cuda:N', ...); got device={device!r}.") from None
+            raise ValueError(
+                "device must be 'auto' or a torch device ('cpu', 'cuda', "
+                f"'cuda:N', ...); got device={device!r}.") from None
         if net is model and (
             checkpoint_path is not None
             or net.training
