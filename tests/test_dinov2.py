@@ -68,6 +68,26 @@ def test_bicubic_pos_embed_matches_manual_forward(kw):
     assert not np.allclose(timm_ext.extract(img), expected, atol=1e-3)
 
 
+def test_resized_pos_embed_follows_in_place_weight_changes():
+    """The resized position embedding was cached for good: a module used as
+    is (eval mode, on the device) whose weights were then changed in place
+    (a training step, load_state_dict) kept its old position embedding,
+    silently.  The cache follows the tensor's version."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(), _img(50, 80)
+    ext = TimmFeatures(model, resolution=(42, 70))
+    before = ext.extract(img)
+    with torch.no_grad():
+        model.pos_embed.mul_(3.0)
+    after = ext.extract(img)
+    assert not np.allclose(after, before, atol=1e-3)
+    np.testing.assert_allclose(
+        after, TimmFeatures(model, resolution=(42, 70)).extract(img), atol=1e-6)
+
+
 def test_pos_interpolation_same_on_native_grid_and_keys():
     from sklearn_falcon.image import TimmFeatures
 

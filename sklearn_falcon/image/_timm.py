@@ -455,10 +455,10 @@ class TimmFeatures:
         Bicubic interpolation without antialiasing, ``align_corners=False``,
         to an explicit output size (the DINOv2 reference).
         """
-        key = (gh, gw)
-        if key not in self._pos_cache:
-            m, torch = self.model, self._torch
-            pe = m.pos_embed
+        m, torch, pe = self.model, self._torch, self.model.pos_embed
+        # a module used as is may have its weights changed in place since
+        version = (pe._version, pe.data_ptr())
+        if self._pos_cache.get((gh, gw), (None,))[0] != version:
             n_pre = 0 if getattr(m, "no_embed_class", False) else self.num_prefix_tokens
             prefix, grid = pe[:, :n_pre], pe[:, n_pre:]
             oh, ow = (int(v) for v in m.patch_embed.grid_size)
@@ -469,8 +469,9 @@ class TimmFeatures:
                     antialias=False,
                 )
                 grid = grid.permute(0, 2, 3, 1).reshape(1, gh * gw, -1).to(pe.dtype)
-            self._pos_cache[key] = torch.cat([prefix, grid], dim=1).detach()
-        return self._pos_cache[key]
+            self._pos_cache[gh, gw] = (
+                version, torch.cat([prefix, grid], dim=1).detach())
+        return self._pos_cache[gh, gw][1]
 
     def _run_blocks(self, x):
         """Tokens (prefix included) of block ``layer`` for an input batch ``x``."""
