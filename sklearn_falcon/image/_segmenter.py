@@ -69,7 +69,8 @@ class ImageSegmenter(BaseEstimator):
         eigen-free.  See ``benchmarks/results/segmentation.md`` for its
         mIoU against the true K.
     pretrained : bool, default=False
-        Load pretrained timm weights (ViT models only).
+        Load pretrained timm weights (ViT models only; none are fetched
+        with a ``checkpoint_path``, which replaces them all).
     checkpoint_path : str or path-like, default=None
         Local weights for the ViT (state dict, safetensors or timm checkpoint).
     layer : int, default=-1

@@ -8,11 +8,11 @@ import copy
 import numbers
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
-from ._io import check_image_size
+from ._checkpoint import load_checkpoint
+from ._io import check_image_size, load_image
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
 __all__ = ["TimmFeatures"]
@@ -41,48 +41,6 @@ def _import_torch_timm(what):
     except ImportError as exc:
         raise ImportError(f"{what} {_IMAGE_EXTRA_MSG} ({exc}).") from exc
     return torch, timm
-
-
-def _load_state_dict(path, torch):
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
-    if path.suffix == ".safetensors":
-        try:
-            from safetensors.torch import load_file
-        except ImportError as exc:
-            raise ImportError(
-                "Loading a .safetensors checkpoint requires the 'safetensors' package: "
-                "pip install 'sklearn-falcon[image]'."
-            ) from exc
-        try:
-            state = load_file(str(path), device="cpu")
-        except Exception as exc:  # noqa: BLE001 - SafetensorError and the like
-            raise ValueError(f"Cannot read checkpoint '{path}': {exc}") from None
-    else:
-        try:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - not torch's weights_only=False advice
-            raise ValueError(
-                f"Cannot read checkpoint '{path}': not a .safetensors file nor "
-                "tensors that torch.load(weights_only=True) reads "
-                f"({type(exc).__name__}). A trusted training checkpoint holding "
-                "other objects can be saved as its state dict alone: torch.save("
-                "torch.load(path, weights_only=False)['model'], 'weights.pth')."
-            ) from None
-    for key in ("state_dict_ema", "state_dict", "model", "module", "teacher"):
-        if isinstance(state, dict) and key in state and isinstance(state[key], dict):
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f"Checkpoint '{path}' does not contain a state dict.")
-    out = {}
-    for k, v in state.items():
-        for prefix in ("module.", "backbone.", "model."):
-            if k.startswith(prefix):
-                k = k[len(prefix):]
-        out[k] = v
-    return out
 
 
 def _on_device(tensor, device):
@@ -128,18 +86,24 @@ class TimmFeatures:
     Parameters
     ----------
     model : str or torch.nn.Module
-        A timm model name (e.g. ``"vit_small_patch8_224.dino"``) or a
+        A timm model name (e.g. ``"vit_small_patch8_224.dino"``, or a
+        ``"local-dir:/path/to/folder"`` or ``"hf-hub:..."`` one) or a
         timm-style ViT module (with ``patch_embed``, ``blocks`` and
-        ``num_prefix_tokens``).
+        ``num_prefix_tokens``), or one inside ``torch.compile``,
+        ``DataParallel`` or ``DistributedDataParallel``.
     pretrained : bool, default=False
         Load pretrained weights through timm (needs them in the local cache
         or network access).  Without them (and without ``checkpoint_path``)
         the weights are timm's random initialization, drawn from a generator
         seeded with 0: the same every time, whatever torch's global random
-        state, which the model's creation leaves as it was.
+        state, which the model's creation leaves as it was.  Ignored with a
+        ``checkpoint_path``, which replaces every weight (nothing is
+        downloaded).
     checkpoint_path : str or path-like, default=None
         A local state dict (``torch.save``), ``.safetensors`` file or timm
-        training checkpoint (``{"state_dict": ...}``) to load.
+        training checkpoint (``{"state_dict": ...}``) to load; one that does
+        not match the model is converted by timm's filter of the model's
+        family, if it can be (Meta's DINOv2 checkpoints).
     layer : int, default=-1
         Index of the transformer block whose output (or keys) is used.
     feature : {"token", "key"}, default="token"
@@ -234,7 +198,6 @@ class TimmFeatures:
             raise ValueError(
                 f"smoothing must be a finite number >= 0; got {smoothing!r}.")
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
-        self._torch = torch
         if feature not in ("token", "key"):
             raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
         if pos_interpolation not in ("bicubic", "timm"):
@@ -243,7 +206,10 @@ class TimmFeatures:
                 f"{pos_interpolation!r}."
             )
         if isinstance(model, str):
-            if not timm.is_model(model):
+            # timm's "local-dir:" and "hf-hub:" names read their architecture
+            # from the model's folder or repository: no registry name
+            source = model.partition(":")[0] if ":" in model else ""
+            if source not in ("local-dir", "hf-hub") and not timm.is_model(model):
                 raise ValueError(
                     f"Unknown timm model name {model!r}; see timm.list_models()."
                 )
@@ -252,16 +218,30 @@ class TimmFeatures:
             # the same model every time, and torch's global state untouched
             # (models created in several threads at once take turns: one's
             # fork would save the state another had seeded, and restore it)
+            # a checkpoint replaces every weight: none is downloaded for it
+            pretrained = bool(pretrained) and checkpoint_path is None
             with _create_lock, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 try:
                     net = timm.create_model(
-                        model, pretrained=bool(pretrained), dynamic_img_size=True
+                        model, pretrained=pretrained, dynamic_img_size=True
                     )
                 except TypeError:  # architectures without dynamic_img_size support
-                    net = timm.create_model(model, pretrained=bool(pretrained))
+                    net = timm.create_model(model, pretrained=pretrained)
         elif isinstance(model, torch.nn.Module):
             net = model
+            # the ViT inside torch.compile's wrapper (its blocks run one by
+            # one here) or DataParallel's / DDP's
+            wrappers = (torch.nn.DataParallel,
+                        torch.nn.parallel.DistributedDataParallel)
+            while True:
+                inner = getattr(net, "_orig_mod", None)
+                if not isinstance(inner, torch.nn.Module):
+                    inner = net.module if isinstance(net, wrappers) else None
+                if inner is None:
+                    break
+                net = inner
+            model = net
         else:
             raise TypeError(
                 "model must be a timm model name or a torch.nn.Module; got "
@@ -274,7 +254,12 @@ class TimmFeatures:
             )
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):  # not torch's list of device types
+            raise ValueError(
+                "device must be 'auto' or a torch device ('cpu', 'cuda', "
+                f"'cuda:N', ...); got device={device!r}.") from None
         if net is model and (
             checkpoint_path is not None
             or net.training
@@ -284,25 +269,10 @@ class TimmFeatures:
             # a private copy is loaded, switched to eval mode and moved.
             net = copy.deepcopy(net)
         if checkpoint_path is not None:
-            state = _load_state_dict(checkpoint_path, torch)
-            try:
-                res = net.load_state_dict(state, strict=False)
-            except RuntimeError as exc:  # shape mismatches
-                detail = " ".join(str(exc).split())
-                raise ValueError(
-                    f"Checkpoint '{checkpoint_path}' does not match the model: {detail[:300]}"
-                ) from None
-            ignored = ("head.", "fc_norm.", "head_drop.")
-            missing = [k for k in res.missing_keys if not k.startswith(ignored)]
-            unexpected = [k for k in res.unexpected_keys if not k.startswith(ignored)]
-            if missing or unexpected:
-                raise ValueError(
-                    f"Checkpoint '{checkpoint_path}' does not match the model: "
-                    f"{len(missing)} missing keys (e.g. {missing[:3]}), "
-                    f"{len(unexpected)} unexpected keys (e.g. {unexpected[:3]})."
-                )
+            load_checkpoint(net, checkpoint_path, torch)
         n_blocks = len(net.blocks)
-        if not isinstance(layer, numbers.Integral) or not -n_blocks <= layer < n_blocks:
+        if (not isinstance(layer, numbers.Integral) or isinstance(layer, bool)
+                or not -n_blocks <= layer < n_blocks):  # True is not block 1
             raise ValueError(
                 f"layer must be an integer in [{-n_blocks}, {n_blocks - 1}]; got {layer!r}."
             )
@@ -332,11 +302,15 @@ class TimmFeatures:
         self.fixed_size = (int(fixed[0]), int(fixed[1]))
         self.default_short = int(min(cfg["input_size"][1:]))
         if resolution is not None:
-            ok = isinstance(resolution, numbers.Integral) and resolution > 0
+            def size(r):  # True is not 1 pixel
+                return (isinstance(r, numbers.Integral) and not isinstance(r, bool)
+                        and r > 0)
+
+            ok = size(resolution)
             ok = ok or (
                 isinstance(resolution, (tuple, list))
                 and len(resolution) == 2
-                and all(isinstance(r, numbers.Integral) and r > 0 for r in resolution)
+                and all(size(r) for r in resolution)
             )
             if not ok:
                 raise ValueError(
@@ -349,6 +323,14 @@ class TimmFeatures:
         self.position_weight, self.position_scale = position_weight, position_scale
         self._basis = fourier_basis(0)
         self.smoothing = float(smoothing)
+
+    @property
+    def _torch(self):
+        # the module, not an attribute: an extractor pickles (it said
+        # "cannot pickle 'module' object")
+        import torch
+
+        return torch
 
     def input_size(self, height, width):
         """Network input size used for an image of ``(height, width)``.
@@ -385,6 +367,8 @@ class TimmFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
+            Or any other image :func:`load_image` takes (greyscale, RGBA,
+            floats in [0, 1], a tensor...), converted by it.
 
         Returns
         -------
@@ -394,6 +378,9 @@ class TimmFeatures:
         """
         from PIL import Image
 
+        if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8
+                and rgb.ndim == 3 and rgb.shape[2] == 3):
+            rgb = load_image(rgb)  # not "operands could not be broadcast"
         check_image_size(rgb, self.patch_size, advice=self.size_advice)
         th, tw = self.input_size(*rgb.shape[:2])
         resample = {
@@ -468,10 +455,10 @@ class TimmFeatures:
         Bicubic interpolation without antialiasing, ``align_corners=False``,
         to an explicit output size (the DINOv2 reference).
         """
-        key = (gh, gw)
-        if key not in self._pos_cache:
-            m, torch = self.model, self._torch
-            pe = m.pos_embed
+        m, torch, pe = self.model, self._torch, self.model.pos_embed
+        # a module used as is may have its weights changed in place since
+        version = (pe._version, pe.data_ptr())
+        if self._pos_cache.get((gh, gw), (None,))[0] != version:
             n_pre = 0 if getattr(m, "no_embed_class", False) else self.num_prefix_tokens
             prefix, grid = pe[:, :n_pre], pe[:, n_pre:]
             oh, ow = (int(v) for v in m.patch_embed.grid_size)
@@ -482,8 +469,9 @@ class TimmFeatures:
                     antialias=False,
                 )
                 grid = grid.permute(0, 2, 3, 1).reshape(1, gh * gw, -1).to(pe.dtype)
-            self._pos_cache[key] = torch.cat([prefix, grid], dim=1).detach()
-        return self._pos_cache[key]
+            self._pos_cache[gh, gw] = (
+                version, torch.cat([prefix, grid], dim=1).detach())
+        return self._pos_cache[gh, gw][1]
 
     def _run_blocks(self, x):
         """Tokens (prefix included) of block ``layer`` for an input batch ``x``."""
@@ -539,18 +527,27 @@ class TimmFeatures:
             tokens removed.
         """
         torch = self._torch
-        x = x.to(self.device)
+        # in the model's own precision (a module in half or bfloat16)
+        dtype = next((p.dtype for p in self.model.parameters()
+                      if p.is_floating_point()), torch.float32)
+        x = x.to(self.device, dtype)
         gh, gw = x.shape[2] // self.patch_size[0], x.shape[3] // self.patch_size[1]
         captured, handles = {}, []
         if self.feature == "key":
             name, mod = self._key_module()
             attn = self.model.blocks[self.layer].attn
+            # a hook fires for every forward of the module: another thread's
+            # too, with another image (the model is shared), so it keeps
+            # what its own thread runs only
+            me = threading.get_ident()
 
             def hook(_module, _inp, out):
-                captured["out"] = out
+                if threading.get_ident() == me:
+                    captured["out"] = out
 
             def attn_input(_module, args):
-                captured["in"] = args[0]
+                if threading.get_ident() == me:
+                    captured["in"] = args[0]
 
             handles = [mod.register_forward_hook(hook),
                        attn.register_forward_pre_hook(attn_input)]
@@ -580,6 +577,7 @@ class TimmFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
+            Or another image :func:`load_image` takes (see :meth:`preprocess`).
 
         Returns
         -------
