@@ -405,3 +405,21 @@ def test_bench_matrix_free_warms_up_before_the_timed_fits(monkeypatch, tmp_path)
     cpu = [c for c in calls if c[1] == "cpu"]
     assert cpu == [(500, "cpu", True), (4000, "cpu", True), (4000, "cpu", False)]
     assert "| cpu | 500 |" not in (tmp_path / "matrix_free.md").read_text()
+
+
+def test_bench_metis_schemes_on_a_small_graph(tmp_path):
+    # METIS in both schemes against the recorded peers, on one small graph
+    pytest.importorskip("pymetis")
+    from benchmarks import bench_metis_schemes as MS
+
+    MS.main(["--graphs", "^davis-K2$", "--repeats", "1", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "metis_schemes.json").read_text())["rows"]
+    assert [r["graph"] for r in rows] == ["davis-K2"]
+    r = rows[0]
+    assert set(r["metis"]) == {"kway", "rb"} and r["metis_ncut"] == min(
+        v for v in r["metis"].values() if v is not None)
+    assert r["new_best_ncut"] <= r["old_best_ncut"]
+    text = (tmp_path / "metis_schemes.md").read_text()
+    assert "| davis-K2 | 32 | 2 |" in text and "| **all** | 1 |" in text
+    MS.main(["--rewrite", "--out", str(tmp_path)])  # the tables from the JSON
+    assert (tmp_path / "metis_schemes.md").read_text() == text
