@@ -113,6 +113,22 @@ def test_upsample_labels_of_bool_and_float16_images():
         upsample_labels(lab, img.astype(np.float16), small.astype(np.float16)), ref)
 
 
+def test_upsample_labels_of_float_and_16_bit_images_are_guided_alike():
+    """Colours are compared in 0..255 units: on float images in [0, 1]
+    (``load_image``'s floats) the colour differences were at most 1.7 and
+    the guidance off (the edge placed by distance alone); 16-bit images
+    were compared in 0..65535 units."""
+    img, mask = _blocks(90, 120, seed=1)
+    small = img[2::6, 2::6]
+    lab = mask[2::6, 2::6]
+    ref = upsample_labels(lab, img, small)
+    assert miou(ref, mask) > 0.97
+    for a, b in ((img / 255.0, small / 255.0),
+                 (img.astype(np.uint16) * 257, small.astype(np.uint16) * 257)):
+        got = upsample_labels(lab, a, b)
+        assert np.mean(got == ref) > 0.999
+
+
 def test_upsample_labels_errors():
     img = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="do not match"):

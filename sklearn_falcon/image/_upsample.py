@@ -210,8 +210,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
     labels : ndarray of shape (h, w), int
         Labels at the working resolution.
     image : ndarray of shape (H, W, C)
-        The full-resolution image (integer, boolean or float, same scale as
-        ``small_image``).
+        The full-resolution image, in the same scale as ``small_image``:
+        8-bit, 16-bit or boolean, or float in [0, 1] (float images of
+        larger values are read in 0..255 units).
     small_image : ndarray of shape (h, w, C)
         The image at the working resolution.
     device : str, default=None
@@ -247,6 +248,15 @@ def upsample_labels(labels, image, small_image, *, device=None):
     img, small = (a.astype(np.uint8) * np.uint8(255) if a.dtype == bool else
                   a.astype(np.float32) if a.dtype == np.float16 else a
                   for a in (img, small))
+    # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
+    # (load_image's convention) and 16-bit images are brought there (on
+    # floats in [0, 1] colour differences of at most 1.7 turned the
+    # guidance off)
+    if img.dtype.kind == "f" and max(np.max(img, initial=0.0),
+                                     np.max(small, initial=0.0)) <= 1.0:
+        img, small = img * np.float32(255.0), small * np.float32(255.0)
+    elif img.dtype == np.uint16 and small.dtype == np.uint16:
+        img, small = img / np.float32(257.0), small / np.float32(257.0)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)
     uniq = uniq.astype(np.int64)
