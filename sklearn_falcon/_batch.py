@@ -25,6 +25,7 @@ from ._affinity import (
     make_affinity,
     restrict_to_active,
     start_graph,
+    unit_scaled,
     warn_if_flat_rbf,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
@@ -175,12 +176,19 @@ def _active_parts(Ws, graphs, init, n_clusters, degrees=None):
     in the solve they counted in the empty-cluster guard, so that a cluster
     could hold only them) and join the cluster of largest volume after it
     (:func:`~sklearn_falcon._stats.with_isolated`).  A graph with fewer such
-    nodes than ``n_clusters`` is refused."""
+    nodes than ``n_clusters`` is refused; one of subnormal degrees is
+    scaled up (:func:`~sklearn_falcon._affinity._check.unit_scaled`)."""
     Ws, graphs = list(Ws), list(graphs)
     init = init if isinstance(init, str) else list(init)
     keep = [None] * len(Ws)
     for b, W in enumerate(Ws):
-        active = np.asarray(degrees_of(W) if degrees is None else degrees[b]) > 0
+        d = np.asarray(degrees_of(W) if degrees is None else degrees[b])
+        active = d > 0
+        S = None if W is None else unit_scaled(W, d)[0]
+        if S is not W:  # subnormal degrees (1 / d and 1 / vol overflow):
+            # solved scaled up, as by FalconNCut
+            graphs[b] = S if graphs[b] is W else graphs[b]
+            Ws[b] = W = S
         if active.all():
             continue
         idx = np.flatnonzero(active)

@@ -135,6 +135,27 @@ def test_subnormal_affinity_gives_the_labels_of_the_same_graph_scaled(fmt, init)
                                   ref.cluster_volumes_)
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_of_subnormal_graphs_gives_the_labels_of_the_scaled(backend):
+    """As the estimator: ``falcon_batch`` solved a graph of subnormal
+    degrees as it was (1 / d and 1 / vol overflowed), with other labels
+    than the same graph of integer weights."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    A = sp.random(300, 300, density=0.02, random_state=0, format="csr")
+    A.data = np.ceil(A.data * 8)
+    G = sp.triu(A)
+    G = (G + G.T).tocsr()
+    kw = dict(affinity="precomputed", random_state=0, backend=backend,
+              device="cpu", dtype="float64")
+    ref = falcon_batch([G, G], 8, **kw)
+    got = falcon_batch([G, G * 5e-324], 8, **kw)
+    np.testing.assert_array_equal(got.labels[1], ref.labels[1])
+    assert got.ncut[1] == pytest.approx(ref.ncut[1], rel=1e-12)
+
+
 def test_affinity_of_huge_and_tiny_weights_is_not_scaled_down():
     """Weights from 1e-267 to 1e294 (degrees up to 7.5e293): scaled down by
     a power of two, the smallest would be flushed to zero, and a node with
