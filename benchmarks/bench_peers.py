@@ -220,9 +220,8 @@ def _groups_for(g, st):
 
 def _jobs_for(group, scale):
     jobs = J.peer_groups()[group]
-    if scale and group in ("metis", "kahip-fast", "kahip-eco",
-                                  "kahip-strong"):
-        grid = SCALE_GRID[:1] if group == "kahip-strong" else SCALE_GRID
+    if scale and (group == "metis" or group.startswith("kahip-")):
+        grid = SCALE_GRID[:1] if group.startswith("kahip-strong") else SCALE_GRID
         jobs = [j for j in jobs if {k: v for k, v in j[2].items()
                                     if k not in ("mode", "scheme")} in grid]
     return jobs

@@ -33,10 +33,12 @@ Peers and how each is run at its strongest
     times the scheme: multilevel k-way (``kway``, ``gpmetis``'s default) or
     recursive bisection (``rb``; pymetis's own default for K <= 8, where
     k-way often finds a much lower NCut).
-``kahip-fast``, ``kahip-eco``, ``kahip-strong``
-    KaHIP's ``kaffpa`` in its FAST, ECO and STRONG modes, on the same grid
-    of vertex weights and imbalances (imbalances 3% and 30% for STRONG, whose
-    runs are long).
+``kahip-fast``, ``kahip-eco``, ``kahip-strong`` and their ``...social`` twins
+    KaHIP's ``kaffpa`` in its FAST, ECO and STRONG modes and in the SOCIAL
+    variants of each (size-constrained label propagation coarsening, made
+    for social networks, which also cut lower on some pixel graphs), on the
+    same grid of vertex weights and imbalances (imbalances 3% and 30% for
+    STRONG and STRONGSOCIAL, whose runs are long).
 ``ncut-pytorch``
     ncut-pytorch's K-way discretization (Yu & Shi) of the K leading
     eigenvectors of ``D^-1/2 W D^-1/2`` (:func:`benchmarks.peers.ncut_pytorch_kway`).
@@ -179,7 +181,8 @@ def _metis(W, K, seed, vw="degree", imbalance=0.03, scheme="kway"):
                     edge_cut=int(res.edge_cuts), convert_s=t_conv)]
 
 
-KAHIP_MODES = {"fast": 0, "eco": 1, "strong": 2}
+KAHIP_MODES = {"fast": 0, "eco": 1, "strong": 2, "fastsocial": 3, "ecosocial": 4,
+               "strongsocial": 5}
 
 
 def _kahip(W, K, seed, mode="fast", vw="degree", imbalance=0.03):
@@ -328,9 +331,11 @@ BALANCE_GRID = [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
                 for imb in (0.03, 0.1, 0.3, 1.0)]
 METIS_GRID = [{**c, "scheme": scheme} for scheme in ("kway", "rb")
               for c in BALANCE_GRID]
-KAHIP_GRID = {"fast": BALANCE_GRID, "eco": BALANCE_GRID,
-              "strong": [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
-                         for imb in (0.03, 0.3)]}
+STRONG_GRID = [{"vw": vw, "imbalance": imb} for vw in ("degree", "unit")
+               for imb in (0.03, 0.3)]
+KAHIP_GRID = {"fast": BALANCE_GRID, "eco": BALANCE_GRID, "strong": STRONG_GRID,
+              "fastsocial": BALANCE_GRID, "ecosocial": BALANCE_GRID,
+              "strongsocial": STRONG_GRID}
 
 
 def _cfg_name(cfg):
@@ -374,9 +379,8 @@ def available_peer_groups():
     >>> "rncut" in ok
     True
     """
-    need = {"sc-amg": "pyamg", "metis": "pymetis", "kahip-fast": "kahip",
-            "kahip-eco": "kahip", "kahip-strong": "kahip",
-            "ncut-pytorch": "ncut_pytorch"}
+    need = {"sc-amg": "pyamg", "metis": "pymetis", "ncut-pytorch": "ncut_pytorch",
+            **{f"kahip-{mode}": "kahip" for mode in KAHIP_MODES}}
     ok, missing = [], {}
     for g in peer_groups():
         mod = need.get(g)

@@ -62,11 +62,12 @@ geometric) and a 1,000,000-node SBM, K=20 (16 for the grid).
 Peers (`benchmarks/peer_jobs.py`), each at its strongest: scikit-learn \
 SpectralClustering for every eigen_solver (arpack, lobpcg, amg) x assign_labels \
 (kmeans, discretize, cluster_qr); recursive 2-way NCut (`rncut`, Shi-Malik); \
-METIS (pymetis) and KaHIP (kaffpa fast, eco, strong) on integer weights \
+METIS (pymetis) and KaHIP (kaffpa fast, eco, strong, fastsocial, ecosocial, \
+strongsocial) on integer weights \
 (W / max W scaled so that the weights sum below 2^29, rounded), each on a grid of \
 vertex weights (degrees or ones) x imbalance (3%, 10%, 30%, 100%; 3% and 30% for \
-KaHIP strong; 3% and 30% in the scale group, degrees and 3% only for KaHIP strong \
-there) and, for METIS, the scheme (k-way or recursive bisection), the lowest \
+KaHIP strong(social); 3% and 30% in the scale group, degrees and 3% only for KaHIP \
+strong(social) there) and, for METIS, the scheme (k-way or recursive bisection), the lowest \
 NCut kept and its own run's time reported (the grid's total time is in \
 `peers_detail.md`); ncut-pytorch's K-way discretization of the K \
 leading eigenvectors of D^-1/2 W D^-1/2. Once one configuration of a peer runs \

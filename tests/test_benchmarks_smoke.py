@@ -407,19 +407,24 @@ def test_bench_matrix_free_warms_up_before_the_timed_fits(monkeypatch, tmp_path)
     assert "| cpu | 500 |" not in (tmp_path / "matrix_free.md").read_text()
 
 
-def test_bench_metis_schemes_on_a_small_graph(tmp_path):
-    # METIS in both schemes against the recorded peers, on one small graph
+def test_bench_peer_configs_on_a_small_graph(tmp_path):
+    # METIS in both schemes and KaHIP's social modes against the recorded
+    # peers, on one small graph
     pytest.importorskip("pymetis")
-    from benchmarks import bench_metis_schemes as MS
+    pytest.importorskip("kahip")
+    from benchmarks import bench_peer_configs as PC
 
-    MS.main(["--graphs", "^davis-K2$", "--repeats", "1", "--out", str(tmp_path)])
-    rows = json.loads((tmp_path / "metis_schemes.json").read_text())["rows"]
+    PC.main(["--graphs", "^davis-K2$", "--repeats", "1", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "peer_configs.json").read_text())["rows"]
     assert [r["graph"] for r in rows] == ["davis-K2"]
     r = rows[0]
-    assert set(r["metis"]) == {"kway", "rb"} and r["metis_ncut"] == min(
-        v for v in r["metis"].values() if v is not None)
-    assert r["new_best_ncut"] <= r["old_best_ncut"]
-    text = (tmp_path / "metis_schemes.md").read_text()
+    assert set(r["new"]) == {"metis-rb", "metis-kway", "kahip-fastsocial",
+                             "kahip-ecosocial", "kahip-strongsocial"}
+    assert r["new_config"]["metis-kway"]["scheme"] == "kway"
+    assert r["new_config"]["kahip-ecosocial"]["mode"] == "ecosocial"
+    assert r["new_best_ncut"] == min([r["old_best_ncut"]] + [
+        v for v in r["new"].values() if v is not None])
+    text = (tmp_path / "peer_configs.md").read_text()
     assert "| davis-K2 | 32 | 2 |" in text and "| **all** | 1 |" in text
-    MS.main(["--rewrite", "--out", str(tmp_path)])  # the tables from the JSON
-    assert (tmp_path / "metis_schemes.md").read_text() == text
+    PC.main(["--rewrite", "--out", str(tmp_path)])  # the tables from the JSON
+    assert (tmp_path / "peer_configs.md").read_text() == text
