@@ -73,6 +73,7 @@ def test_resized_pos_embed_follows_in_place_weight_changes():
     is (eval mode, on the device) whose weights were then changed in place
     (a training step, load_state_dict) kept its old position embedding,
     silently.  The cache follows the tensor's version."""
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures

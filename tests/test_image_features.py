@@ -447,6 +447,7 @@ def test_timm_module_in_another_precision(feature):
     """A module in float64 or bfloat16 (``model.half()`` on a GPU) raised
     "Input type (float) and bias type (c10::BFloat16) should be the same":
     the input is given in the model's precision."""
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures
@@ -504,6 +505,7 @@ def test_timm_compiled_or_data_parallel_module():
     """A torch.compile'd ViT raised "VisionTransformer does not support
     len()" (in timm's resolve_data_config) and a DataParallel one "is not
     a timm-style Vision Transformer"; the ViT inside is used."""
+    pytest.importorskip("timm")
     import torch
 
     from sklearn_falcon.image import TimmFeatures
