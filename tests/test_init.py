@@ -689,6 +689,13 @@ def test_spectral_start_of_subnormal_weights_is_that_of_the_scaled_graph():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         small = fit(tiny)
+        # the estimator now solves such a graph scaled up (unit_scaled), so
+        # the embedding's own scaling is checked where other callers (the
+        # Dask start's coarsest graph) reach it unscaled
+        d = np.asarray(tiny.sum(axis=1)).ravel()
+        emb = _spectral.leading_vectors(tiny, d, 3, np.random.default_rng(0))
+        norms = np.einsum("ij,ij->i", emb, emb)
+    assert np.all(np.isfinite(norms)) and np.all(norms > 0)
     np.testing.assert_array_equal(small.labels_, fit(G).labels_)
 
 
