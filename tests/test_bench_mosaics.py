@@ -81,6 +81,29 @@ def test_bench_mosaics_runs_and_is_extensible(tmp_path):
         B.build_methods(("nope",))
 
 
+def test_bench_mosaics_counts_a_failing_method_and_goes_on(tmp_path, monkeypatch):
+    # a method that raises on one image is a counted failure (one segment,
+    # out of the mean time), not the end of the run with no table
+    calls = []
+
+    def flaky(img, k):
+        calls.append(k)
+        if len(calls) == 2:  # the first image after the warm-up
+            raise RuntimeError("ARPACK did not converge")
+        return np.zeros(img.shape[:2], np.int64)
+
+    def fine(img, k):
+        return np.zeros(img.shape[:2], np.int64)
+
+    monkeypatch.setattr(B, "build_methods",
+                        lambda *a, **k: {B.DEFAULT: fine, "flaky": flaky})
+    rows, path = B.run(n_images=2, size=32, thresholds=(), out=tmp_path / "m.md")
+    row = {r["method"]: r for r in rows}
+    assert row["flaky"]["failures"] == 1 and row[B.DEFAULT]["failures"] == 0
+    assert np.isfinite(row["flaky"]["time_s"])  # the other image's time
+    assert "| failures |" in path.read_text()
+
+
 def test_bench_mosaics_command_line_takes_the_thresholds(tmp_path, monkeypatch):
     seen = {}
 
