@@ -368,8 +368,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        if is_dask_array(X):  # row blocks on a cluster: never gathered
-            return fit_sharded(self, X)
+        state = dict(vars(self))  # a fit that fails keeps the last one whole
+        try:  # (predict read the failed fit's affinity with the last labels_)
+            return fit_sharded(self, X) if is_dask_array(X) else self._fit(X)
+        except BaseException:  # KeyboardInterrupt too
+            self.__dict__ = state
+            raise
+
+    def _fit(self, X):  # fit, on the host (a Dask array: fit_sharded)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
         K = int(self.n_clusters)  # np.int8(100): no overflow in K-sized arithmetic
@@ -418,10 +424,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     def _solve(self, problem, init, X, W_act, d_act, active, K, backend, device, rng,
                options):
-        """Initial labels, then the Falcon solve from each.
-
-        Returns the best result by ``f`` and the problem it was solved on.
-        """
+        """Initial labels, then the Falcon solve from each: the best result by
+        ``f``, and the problem it was solved on."""
         matrix_free = problem is not None
         if not matrix_free:
             problem = BACKENDS[backend].make_problem(W_act, K, device=device,
@@ -489,13 +493,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     @property
     def affinity_matrix_(self):
-        """The symmetric affinity ``W`` that was clustered.
-
-        Stored at fit time, except on the matrix-free torch path
-        (``backend="torch"`` with ``"cosine"`` / ``"rbf"``), where ``W`` is
-        never held in memory during the fit: it is then recomputed, dense,
-        when this attribute is read.
-        """
+        """The symmetric affinity ``W`` that was clustered (recomputed, dense,
+        when read after a matrix-free fit: ``W`` was never held)."""
         if "_affinity_matrix" not in self.__dict__:
             raise AttributeError("This FalconNCut instance is not fitted yet: "
                                  "'affinity_matrix_' does not exist.")
