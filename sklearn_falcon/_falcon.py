@@ -386,7 +386,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                             self.verbose) if self.warm_start else None)
         init = self.init if warm is None else warm
         if not isinstance(init, str):
-            init = check_init_labels(host_array(init), n_samples, K)
+            init = check_init_labels(host_array(init), n_samples, K,
+                                     n_init=self.n_init if warm is None else 1)
         elif INITS[init].needs_features and self.affinity in PRECOMPUTED:
             raise ValueError(
                 f"init={init!r} needs features, but affinity={self.affinity!r}; use "

@@ -1,6 +1,7 @@
 """FalconNCut behaviour: API, quality invariants, sklearn integration."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -637,3 +638,20 @@ def test_a_first_fit_that_fails_leaves_the_estimator_unfitted():
     with pytest.raises(ValueError, match="n_clusters=3 must be <= n_samples=2"):
         est.fit(np.eye(2))
     assert vars(est) == vars(FalconNCut(n_clusters=3))
+
+
+@pytest.mark.filterwarnings("ignore:The affinity graph is not fully connected")
+def test_labels_as_init_with_n_init_warn_that_one_start_runs(blobs):
+    # as scikit-learn's KMeans with explicit centers: n_init was silently one
+    X, _ = blobs
+    y0 = FalconNCut(4, random_state=0).fit(X).labels_
+    with pytest.warns(RuntimeWarning, match="one start.*n_init=3") as record:
+        est = FalconNCut(4, init=y0, n_init=3).fit(X)
+    assert [w.filename for w in record if w.category is RuntimeWarning] == [__file__]
+    one = FalconNCut(4, init=y0).fit(X)
+    np.testing.assert_array_equal(est.labels_, one.labels_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        FalconNCut(4, init=y0).fit(X)  # n_init=1: silent
+        # a warm start is one start by its documentation: silent too
+        FalconNCut(4, n_init=3, warm_start=True, random_state=0).fit(X).fit(X)
