@@ -41,7 +41,7 @@ from ._stats import (
     ncut_of,
     with_isolated,
 )
-from ._threads import fit_threads
+from ._threads import N_JOBS_CONSTRAINT, fit_threads
 
 # the solver settings have their defaults in one place
 _DEFAULTS = SolverOptions()
@@ -287,7 +287,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         **SOLVER_CONSTRAINTS,
         "backend": [StrOptions({"auto"} | set(BACKENDS))],
         "device": [str],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }

@@ -446,8 +446,11 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
 
 
 def test_n_jobs_zero_is_an_error(blobs):
-    with pytest.raises(ValueError, match="n_jobs == 0"):
+    with pytest.raises(ValueError, match="'n_jobs' parameter of FalconNCut"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
+    est = FalconNCut(4, random_state=0).fit(blobs[0]).set_params(n_jobs=0)
+    with pytest.raises(ValueError, match="n_jobs == 0"):  # not validated there
+        est.predict(blobs[0])
 
 
 def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
