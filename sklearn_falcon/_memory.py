@@ -68,17 +68,39 @@ def _read_int(path):
         return None
 
 
+def _stat_value(path, key):
+    """The value of ``key`` in a cgroup's ``memory.stat``, or 0."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _cgroup_room():
     """Memory left under this process's cgroup limit, or None (no limit
-    found)."""
-    for limit_file, usage_file in (
-        (f"{_CGROUP_V2}/memory.max", f"{_CGROUP_V2}/memory.current"),
-        (f"{_CGROUP_V1}/memory.limit_in_bytes", f"{_CGROUP_V1}/memory.usage_in_bytes"),
+    found).
+
+    The cgroup's usage counts the page cache of the files its processes
+    read; its inactive part is reclaimed before an allocation fails, so it
+    counts as free (as ``MemAvailable`` and ``docker stats`` count it):
+    a container that had read a large file was refused allocations that
+    fit.
+    """
+    for base, limit_name, usage_name, inactive in (
+        (_CGROUP_V2, "memory.max", "memory.current", "inactive_file"),
+        (_CGROUP_V1, "memory.limit_in_bytes", "memory.usage_in_bytes",
+         "total_inactive_file"),
     ):
-        limit = _read_int(limit_file)
+        limit = _read_int(f"{base}/{limit_name}")
         if limit is None or limit >= 2**60:  # absent, "max", or v1's "no limit"
             continue
-        usage = _read_int(usage_file) or 0
+        usage = _read_int(f"{base}/{usage_name}") or 0
+        usage -= min(usage, _stat_value(f"{base}/memory.stat", inactive))
         return max(0, limit - usage)
     return None
 

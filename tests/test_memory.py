@@ -43,6 +43,31 @@ def test_cgroup_limit_is_respected(monkeypatch, tmp_path):
     assert _memory._cgroup_room() is None
 
 
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cgroup_room_counts_inactive_page_cache_as_free(monkeypatch, tmp_path,
+                                                        version):
+    # a container's usage counts the page cache of the files it read (a
+    # dataset loaded from disk): 4 GiB of a 6 GiB allocation that fits was
+    # refused; the kernel reclaims inactive cache first (docker stats and
+    # cAdvisor's working set leave it out too)
+    GiB = 2**30
+    if version == 2:
+        files = {"memory.max": 8 * GiB, "memory.current": 6 * GiB}
+        stat = f"anon {2 * GiB}\nfile {4 * GiB}\ninactive_file {3 * GiB}\n"
+    else:
+        files = {"memory.limit_in_bytes": 8 * GiB, "memory.usage_in_bytes": 6 * GiB}
+        stat = (f"cache 0\ninactive_file 0\ntotal_cache {4 * GiB}\n"
+                f"total_inactive_file {3 * GiB}\n")
+    for name, value in files.items():
+        (tmp_path / name).write_text(f"{value}\n")
+    (tmp_path / "memory.stat").write_text(stat)
+    monkeypatch.setattr(_memory, "_CGROUP_V2", str(tmp_path / "absent"))
+    monkeypatch.setattr(_memory, f"_CGROUP_V{version}", str(tmp_path))
+    assert _memory._cgroup_room() == 5 * GiB
+    (tmp_path / "memory.stat").unlink()  # unreadable: the usage as it is
+    assert _memory._cgroup_room() == 2 * GiB
+
 @pytest.mark.parametrize("n_rows, row_bytes, wm, expected", [
     (5, 2**20, 2, [(0, 2), (2, 4), (4, 5)]),
     (3, 2**30, 1, [(0, 1), (1, 2), (2, 3)]),  # a row over the budget: one a chunk
