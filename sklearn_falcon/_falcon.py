@@ -41,7 +41,7 @@ from ._stats import (
     ncut_of,
     with_isolated,
 )
-from ._threads import fit_threads
+from ._threads import N_JOBS_CONSTRAINT, fit_threads
 
 # the solver settings have their defaults in one place
 _DEFAULTS = SolverOptions()
@@ -287,7 +287,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         **SOLVER_CONSTRAINTS,
         "backend": [StrOptions({"auto"} | set(BACKENDS))],
         "device": [str],
-        "n_jobs": [Integral, None],
+        "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],
     }
@@ -368,8 +368,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        if is_dask_array(X):  # row blocks on a cluster: never gathered
-            return fit_sharded(self, X)
+        state = dict(vars(self))  # a fit that fails keeps the last one whole
+        try:  # (predict read the failed fit's affinity with the last labels_)
+            return fit_sharded(self, X) if is_dask_array(X) else self._fit(X)
+        except BaseException:  # KeyboardInterrupt too
+            self.__dict__ = state
+            raise
+
+    def _fit(self, X):  # fit, on the host (a Dask array: fit_sharded)
         X = self._validate_X(X, reset=True)
         n_samples = X.shape[0]
         K = int(self.n_clusters)  # np.int8(100): no overflow in K-sized arithmetic
@@ -380,7 +386,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                             self.verbose) if self.warm_start else None)
         init = self.init if warm is None else warm
         if not isinstance(init, str):
-            init = check_init_labels(host_array(init), n_samples, K)
+            init = check_init_labels(host_array(init), n_samples, K,
+                                     n_init=self.n_init if warm is None else 1)
         elif INITS[init].needs_features and self.affinity in PRECOMPUTED:
             raise ValueError(
                 f"init={init!r} needs features, but affinity={self.affinity!r}; use "
@@ -418,10 +425,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     def _solve(self, problem, init, X, W_act, d_act, active, K, backend, device, rng,
                options):
-        """Initial labels, then the Falcon solve from each.
-
-        Returns the best result by ``f`` and the problem it was solved on.
-        """
+        """Initial labels, then the Falcon solve from each: the best result by
+        ``f``, and the problem it was solved on."""
         matrix_free = problem is not None
         if not matrix_free:
             problem = BACKENDS[backend].make_problem(W_act, K, device=device,
@@ -489,13 +494,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     @property
     def affinity_matrix_(self):
-        """The symmetric affinity ``W`` that was clustered.
-
-        Stored at fit time, except on the matrix-free torch path
-        (``backend="torch"`` with ``"cosine"`` / ``"rbf"``), where ``W`` is
-        never held in memory during the fit: it is then recomputed, dense,
-        when this attribute is read.
-        """
+        """The symmetric affinity ``W`` that was clustered (recomputed, dense,
+        when read after a matrix-free fit: ``W`` was never held)."""
         if "_affinity_matrix" not in self.__dict__:
             raise AttributeError("This FalconNCut instance is not fitted yet: "
                                  "'affinity_matrix_' does not exist.")

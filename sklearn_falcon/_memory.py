@@ -36,6 +36,7 @@ __all__ = [
 
 _CGROUP_V2 = "/sys/fs/cgroup"
 _CGROUP_V1 = "/sys/fs/cgroup/memory"
+_PROC_CGROUP = "/proc/self/cgroup"
 _LIBC = {}  # glibc's malloc_trim, looked up once (None: not glibc)
 
 
@@ -68,19 +69,71 @@ def _read_int(path):
         return None
 
 
+def _stat_value(path, key):
+    """The value of ``key`` in a cgroup's ``memory.stat``, or 0."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _own_cgroups():
+    """The paths of this process's cgroups: ``(v2, v1 memory)`` (``"/"``
+    where unknown), from ``/proc/self/cgroup``."""
+    paths = {"v2": "/", "v1": "/"}
+    try:
+        with open(_PROC_CGROUP) as fh:
+            for line in fh:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if not controllers:
+                    paths["v2"] = path
+                elif "memory" in controllers.split(","):
+                    paths["v1"] = path
+    except (OSError, ValueError):
+        pass
+    return paths["v2"], paths["v1"]
+
+
+def _cgroup_levels(mount, path):
+    """The folder of the cgroup ``path`` under ``mount``, then its parents'
+    up to ``mount`` (in a cgroup namespace, or a container that mounts its
+    own cgroup there, ``mount`` itself holds the process's limit)."""
+    parts = [p for p in path.split("/") if p not in ("", ".", "..")]
+    return [os.path.join(mount, *parts[:i]) for i in range(len(parts), -1, -1)]
+
+
 def _cgroup_room():
-    """Memory left under this process's cgroup limit, or None (no limit
-    found)."""
-    for limit_file, usage_file in (
-        (f"{_CGROUP_V2}/memory.max", f"{_CGROUP_V2}/memory.current"),
-        (f"{_CGROUP_V1}/memory.limit_in_bytes", f"{_CGROUP_V1}/memory.usage_in_bytes"),
+    """Memory left under this process's cgroup limits, or None (no limit
+    found): the smallest room of its cgroup's and its ancestors' (a Slurm
+    job's or a systemd unit's limit is in its own cgroup, below the mount
+    point; only the mount point's was read).
+
+    The cgroup's usage counts the page cache of the files its processes
+    read; its inactive part is reclaimed before an allocation fails, so it
+    counts as free (as ``MemAvailable`` and ``docker stats`` count it):
+    a container that had read a large file was refused allocations that
+    fit.
+    """
+    v2, v1 = _own_cgroups()
+    rooms = []
+    for mount, path, limit_name, usage_name, inactive in (
+        (_CGROUP_V2, v2, "memory.max", "memory.current", "inactive_file"),
+        (_CGROUP_V1, v1, "memory.limit_in_bytes", "memory.usage_in_bytes",
+         "total_inactive_file"),
     ):
-        limit = _read_int(limit_file)
-        if limit is None or limit >= 2**60:  # absent, "max", or v1's "no limit"
-            continue
-        usage = _read_int(usage_file) or 0
-        return max(0, limit - usage)
-    return None
+        for base in _cgroup_levels(mount, path):
+            limit = _read_int(f"{base}/{limit_name}")
+            if limit is None or limit >= 2**60:  # absent, "max", v1's "no limit"
+                continue
+            usage = _read_int(f"{base}/{usage_name}") or 0
+            usage -= min(usage, _stat_value(f"{base}/memory.stat", inactive))
+            rooms.append(max(0, limit - usage))
+    return min(rooms) if rooms else None
 
 
 def _meminfo_available():

@@ -14,8 +14,16 @@ import contextlib
 import functools
 import os
 import threading
+from numbers import Integral
 
-__all__ = ["effective_n_threads", "fit_threads"]
+from sklearn.utils._param_validation import Interval
+
+__all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads"]
+
+# an estimator's n_jobs: None or a nonzero integer (0 was refused only when
+# the first threads were set, after the affinity had been built)
+N_JOBS_CONSTRAINT = [Interval(Integral, None, -1, closed="right"),
+                     Interval(Integral, 1, None, closed="left"), None]
 
 
 @functools.cache

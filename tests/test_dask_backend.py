@@ -212,6 +212,16 @@ def test_warm_start_refits_from_the_previous_labels():
     np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-12)
 
 
+
+@pytest.mark.parametrize("as_dask", [False, True])
+def test_labels_as_init_with_n_init_warn_that_one_start_runs(as_dask):
+    W, y = planted(700, K, seed=7)
+    y0 = noisy(y, K, 0.5, seed=2)
+    init = da.from_array(y0, chunks=300) if as_dask else y0
+    with pytest.warns(RuntimeWarning, match="one start.*n_init=2") as record:
+        _est(init=init, n_init=2, max_iter=2).fit(shards(W, 3))
+    assert [w.filename for w in record] == [__file__]
+
 def test_a_dask_fit_forgets_an_earlier_fit_s_feature_names(graph):
     # a Dask array has no column names: an earlier fit's feature_names_in_
     # (a DataFrame's) stayed, and predict would compare X's names with them

@@ -1,6 +1,7 @@
 """FalconNCut behaviour: API, quality invariants, sklearn integration."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -445,8 +446,11 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
 
 
 def test_n_jobs_zero_is_an_error(blobs):
-    with pytest.raises(ValueError, match="n_jobs == 0"):
+    with pytest.raises(ValueError, match="'n_jobs' parameter of FalconNCut"):
         FalconNCut(4, n_jobs=0).fit(blobs[0])
+    est = FalconNCut(4, random_state=0).fit(blobs[0]).set_params(n_jobs=0)
+    with pytest.raises(ValueError, match="n_jobs == 0"):  # not validated there
+        est.predict(blobs[0])
 
 
 def test_precomputed_nearest_neighbors_sparse_rows_with_few_distances():
@@ -605,3 +609,52 @@ def test_falcon_batch_reports_the_exact_ncut_of_its_labels(backend):
     for W, y, ncut, f in zip(graphs, res.labels, res.ncut, res.objective):
         assert ncut == pytest.approx(normalized_cut(W, y), rel=1e-12, abs=1e-12)
         assert f == pytest.approx(normalized_association(W, y), rel=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:The affinity graph is not fully connected")
+@pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
+@pytest.mark.parametrize("n_new", [60, 80])
+def test_a_refit_that_fails_keeps_the_previous_fit_whole(monkeypatch, error, n_new):
+    # the affinity (and isolated_, n_features_in_) of the failed fit were kept
+    # with the previous labels_: predict raised (other n) or mixed the two fits
+    import sklearn_falcon._falcon as falcon
+
+    X, _ = make_blobs(n_samples=60, centers=3, cluster_std=0.5, random_state=0)
+    est = FalconNCut(n_clusters=3, random_state=0).fit(X)
+    before = dict(vars(est))
+    expected = est.predict(X)
+    monkeypatch.setattr(falcon, "solve", lambda *a, **k: (_ for _ in ()).throw(error))
+    X_new = make_blobs(n_samples=n_new, centers=3, n_features=4, random_state=1)[0]
+    with pytest.raises(error):
+        est.fit(X_new + 5.0)
+    assert vars(est).keys() == before.keys()
+    assert all(vars(est)[k] is v for k, v in before.items())
+    np.testing.assert_array_equal(est.predict(X), expected)
+    with pytest.raises(ValueError, match="n_clusters=3 must be <= n_samples=2"):
+        est.fit(X_new[:2])  # validated, then refused: n_features_in_ was 4
+    assert est.n_features_in_ == 2
+    np.testing.assert_array_equal(est.predict(X), expected)
+
+
+def test_a_first_fit_that_fails_leaves_the_estimator_unfitted():
+    est = FalconNCut(n_clusters=3)
+    with pytest.raises(ValueError, match="n_clusters=3 must be <= n_samples=2"):
+        est.fit(np.eye(2))
+    assert vars(est) == vars(FalconNCut(n_clusters=3))
+
+
+@pytest.mark.filterwarnings("ignore:The affinity graph is not fully connected")
+def test_labels_as_init_with_n_init_warn_that_one_start_runs(blobs):
+    # as scikit-learn's KMeans with explicit centers: n_init was silently one
+    X, _ = blobs
+    y0 = FalconNCut(4, random_state=0).fit(X).labels_
+    with pytest.warns(RuntimeWarning, match="one start.*n_init=3") as record:
+        est = FalconNCut(4, init=y0, n_init=3).fit(X)
+    assert [w.filename for w in record if w.category is RuntimeWarning] == [__file__]
+    one = FalconNCut(4, init=y0).fit(X)
+    np.testing.assert_array_equal(est.labels_, one.labels_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        FalconNCut(4, init=y0).fit(X)  # n_init=1: silent
+        # a warm start is one start by its documentation: silent too
+        FalconNCut(4, n_init=3, warm_start=True, random_state=0).fit(X).fit(X)

@@ -43,6 +43,59 @@ def test_cgroup_limit_is_respected(monkeypatch, tmp_path):
     assert _memory._cgroup_room() is None
 
 
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cgroup_room_counts_inactive_page_cache_as_free(monkeypatch, tmp_path,
+                                                        version):
+    # a container's usage counts the page cache of the files it read (a
+    # dataset loaded from disk): 4 GiB of a 6 GiB allocation that fits was
+    # refused; the kernel reclaims inactive cache first (docker stats and
+    # cAdvisor's working set leave it out too)
+    GiB = 2**30
+    if version == 2:
+        files = {"memory.max": 8 * GiB, "memory.current": 6 * GiB}
+        stat = f"anon {2 * GiB}\nfile {4 * GiB}\ninactive_file {3 * GiB}\n"
+    else:
+        files = {"memory.limit_in_bytes": 8 * GiB, "memory.usage_in_bytes": 6 * GiB}
+        stat = (f"cache 0\ninactive_file 0\ntotal_cache {4 * GiB}\n"
+                f"total_inactive_file {3 * GiB}\n")
+    for name, value in files.items():
+        (tmp_path / name).write_text(f"{value}\n")
+    (tmp_path / "memory.stat").write_text(stat)
+    monkeypatch.setattr(_memory, "_CGROUP_V2", str(tmp_path / "absent"))
+    monkeypatch.setattr(_memory, f"_CGROUP_V{version}", str(tmp_path))
+    assert _memory._cgroup_room() == 5 * GiB
+    (tmp_path / "memory.stat").unlink()  # unreadable: the usage as it is
+    assert _memory._cgroup_room() == 2 * GiB
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_cgroup_limit_of_a_cgroup_below_the_mount_is_found(monkeypatch, tmp_path,
+                                                           version):
+    # a Slurm job or a systemd unit (no cgroup namespace) has its limit in its
+    # own cgroup below the mount point, and an ancestor's may be lower: only
+    # the mount point's files were read, so the guard let through allocations
+    # that the job's limit then killed
+    GiB = 2**30
+    own = "/slurm/uid_1/job_2" if version == 1 else "/system.slice/job.scope"
+    line = f"4:cpu,memory:{own}" if version == 1 else f"0::{own}"
+    (tmp_path / "cgroup").write_text(f"9:pids:/other\n{line}\n")
+    limit, usage = (("memory.limit_in_bytes", "memory.usage_in_bytes")
+                    if version == 1 else ("memory.max", "memory.current"))
+    leaf = tmp_path / "mount" / own.strip("/")
+    leaf.mkdir(parents=True)
+    (leaf / limit).write_text(f"{4 * GiB}\n")
+    (leaf / usage).write_text(f"{GiB}\n")
+    monkeypatch.setattr(_memory, "_PROC_CGROUP", str(tmp_path / "cgroup"))
+    monkeypatch.setattr(_memory, "_CGROUP_V1", str(tmp_path / "absent"))
+    monkeypatch.setattr(_memory, "_CGROUP_V2", str(tmp_path / "absent"))
+    monkeypatch.setattr(_memory, f"_CGROUP_V{version}", str(tmp_path / "mount"))
+    assert _memory._cgroup_room() == 3 * GiB
+    parent = leaf.parent  # a lower limit above it: the smaller room
+    (parent / limit).write_text(f"{8 * GiB}\n")
+    (parent / usage).write_text(f"{7 * GiB}\n")
+    assert _memory._cgroup_room() == GiB
+
 @pytest.mark.parametrize("n_rows, row_bytes, wm, expected", [
     (5, 2**20, 2, [(0, 2), (2, 4), (4, 5)]),
     (3, 2**30, 1, [(0, 1), (1, 2), (2, 3)]),  # a row over the budget: one a chunk

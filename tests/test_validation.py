@@ -259,7 +259,8 @@ def test_bad_n_clusters(K):
     "param, value",
     [("tau", 0), ("tau", -1.0), ("gamma_backtrack", 1.0), ("delta", -1),
      ("n_init", 0), ("max_iter", -1), ("affinity", "euclid"), ("backend", "jax"),
-     ("init", "bogus"), ("power", 0), ("n_neighbors", 0), ("tol", -1e-3)],
+     ("init", "bogus"), ("power", 0), ("n_neighbors", 0), ("tol", -1e-3),
+     ("n_jobs", 0)],
 )
 def test_bad_parameters_name_the_parameter(param, value):
     X = np.random.default_rng(0).random((30, 2))

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from .._log import warn_user
 from .._solver import SolverOptions
 from ._hierarchy import Hierarchy
 from ._multilevel import DENSE_FAST, SPARSE_FAST, multilevel_labels
@@ -26,7 +27,7 @@ from ._simple import fill_empty, kmeans_labels, random_labels, warm_labels
 from ._spectral import spectral_embedding_labels
 
 __all__ = ["INITS", "Init", "InitContext", "check_init_labels", "fill_empty",
-           "make_starts", "random_labels", "warm_labels"]
+           "make_starts", "random_labels", "warm_labels", "warn_one_start"]
 
 
 @dataclass
@@ -126,11 +127,12 @@ INITS = {
 }
 
 
-def check_init_labels(init, n_samples, n_clusters, name="init"):
+def check_init_labels(init, n_samples, n_clusters, name="init", n_init=1):
     """``init`` given as labels, as int64; a ValueError names ``name`` and
     what is wrong (the shape, or values outside ``[0, n_clusters)``).  The
     estimator's ``init`` may also be a strategy's name; ``falcon_batch``
-    checks each of its arrays as ``init[b]``."""
+    checks each of its arrays as ``init[b]``.  With ``n_init > 1`` (the
+    estimator's), :func:`warn_one_start` warns."""
     y0 = np.asarray(init)
     if y0.shape != (n_samples,):
         what = ("one of " + ", ".join(repr(s) for s in INITS) + " or an array"
@@ -149,7 +151,17 @@ def check_init_labels(init, n_samples, n_clusters, name="init"):
             f"{name} labels must be integers in [0, n_clusters={n_clusters}); "
             f"got {got}dtype {y0.dtype}."
         )
+    warn_one_start(n_init)
     return y0.astype(np.int64)
+
+
+def warn_one_start(n_init):
+    """A ``RuntimeWarning`` when ``n_init > 1``: labels given as ``init`` are
+    one start (solved the same each time), as scikit-learn's ``KMeans``
+    warns of explicit centres."""
+    if n_init > 1:
+        warn_user(f"init is an array of labels: one start is solved, not "
+                  f"n_init={n_init}; set n_init=1.", RuntimeWarning)
 
 
 def make_starts(init, context, n_init=1):

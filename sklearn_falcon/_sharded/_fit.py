@@ -8,7 +8,7 @@ from sklearn.utils import check_random_state
 
 from .._affinity import check_active_count, check_dtype_kind, make_affinity
 from .._backends import BACKENDS, host_array
-from .._inits import INITS, check_init_labels, warm_labels
+from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
 
@@ -121,9 +121,11 @@ def fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
-    init = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
+    warm = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
-    init = _check_init(est, est.init if init is None else init, n)
+    init = _check_init(est, est.init if warm is None else warm, n)
+    if warm is None and not isinstance(init, str):
+        warn_one_start(est.n_init)
     options = SolverOptions.from_params(est.get_params(deep=False))
     degrees = G.degrees_array()
     isolated = np.asarray(da.flatnonzero(degrees <= 0).compute())
