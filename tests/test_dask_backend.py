@@ -252,6 +252,27 @@ def test_isolated_nodes_and_empty_start_clusters():
     assert est.ncut_ == pytest.approx(ref.ncut_, abs=0.05)
 
 
+@pytest.mark.filterwarnings("ignore:1 sample")
+@pytest.mark.parametrize("init", ["multilevel", "random"])
+def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
+    # 1 / vol overflowed on subnormal degrees: the random start's solve
+    # stopped after one iteration, and the coarse start differed from that
+    # of the same graph at unit scale (the in-memory fit scales it up)
+    W, _ = planted(600, K, seed=5, degree=8, p_in=0.5)
+    tiny = W * 2.0**-1045
+    unit = tiny.copy()
+    unit.data = np.ldexp(unit.data, 1045)  # the same weights, exactly
+    ref = _est(init=init).fit(shards(unit, 3))
+    est = _est(init=init).fit(shards(tiny, 3))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.n_iter_ == ref.n_iter_
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)
+    np.testing.assert_allclose(np.ldexp(est.cluster_volumes_, 1045),
+                               ref.cluster_volumes_, rtol=1e-12)
+    np.testing.assert_allclose(np.ldexp(est.cluster_associations_, 1045),
+                               ref.cluster_associations_, rtol=1e-12)
+
+
 # -------------------------------------------------------------- validation
 def _bad(kind):
     W, _ = planted(200, 2, seed=0)
