@@ -9,6 +9,7 @@ client and survives a killed worker.
 
 import os
 import signal
+import warnings
 
 import numpy as np
 import pytest
@@ -182,6 +183,23 @@ def test_coarsened_start_reaches_the_one_machine_ncut(graph):
         assert [n for n, _ in levels] == sorted(n for n, _ in levels)[::-1]
         assert (levels[-1][1] <= 3000) == ordered
         assert est.ncut_ <= ref.ncut_ * 1.01
+
+
+def test_a_start_coarsened_from_shards_without_locality_warns(graph):
+    """Coarsened below the limit from nodes in random order (a block of 4
+    holds a quarter of the edge weight), the start was poorer than random
+    labels on harder graphs (the Dask guide), silently; shards that keep
+    communities together do not warn."""
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 6000}):
+        with pytest.warns(UserWarning, match="hold 25% of its edge weight"):
+            est = _est().fit(shards(W, 4))
+        assert est._dask_info["levels"][-1][1] <= 6000  # it did not stall
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _est().fit(shards(local, 4))
 
 
 def test_same_start_same_labels_dense_and_streamed():
