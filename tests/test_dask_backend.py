@@ -291,6 +291,20 @@ def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
                                ref.cluster_associations_, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, object])
+def test_dense_blocks_of_other_dtypes_are_converted(dtype):
+    # dense float16 (or numeric object) blocks, which an in-memory fit
+    # accepts, failed in a worker with scipy's "does not support dtype"
+    W, _ = planted(300, 3, seed=2)
+    D = W.toarray().astype(np.float16)
+    ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(
+        shards(D.astype(np.float64), 3, dense=True))
+    est = FalconNCut(3, affinity="precomputed", random_state=0).fit(
+        da.from_array(D.astype(dtype), chunks=(100, 300)))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)
+
+
 # -------------------------------------------------------------- validation
 def _bad(kind):
     W, _ = planted(200, 2, seed=0)

@@ -42,6 +42,8 @@ def as_csr(block):
     if sp.issparse(block):
         W = block.tocsr()
     elif isinstance(block, np.ndarray) and block.ndim == 2:
+        if block.dtype in (np.float16, object):  # dtypes scipy.sparse refuses
+            block = block.astype(np.float64)
         W = sp.csr_matrix(block)
     else:
         raise TypeError(
