@@ -202,6 +202,20 @@ def test_a_start_coarsened_from_shards_without_locality_warns(graph):
             _est().fit(shards(local, 4))
 
 
+def test_coarsening_stopped_by_n_clusters_says_so(graph):
+    # it said the shards held few edges among their own nodes (and to
+    # reorder them) when a coarser level would have had fewer than
+    # n_clusters nodes, on shards that keep communities together
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 4000}):
+        with pytest.warns(UserWarning, match="fewer than n_clusters=200") as rec:
+            FalconNCut(200, affinity="precomputed", random_state=0).fit(
+                shards(local, 2))
+    assert not any("few edges among" in str(w.message) for w in rec)
+
+
 def test_same_start_same_labels_dense_and_streamed():
     W, y = planted(700, K, seed=7)
     y0 = noisy(y, K, 0.5, seed=2)

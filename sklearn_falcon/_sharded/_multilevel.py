@@ -236,13 +236,22 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     keep = G.persisted
     levels, maps, sizes = [G], [], [(G.n, G.nnz)]
     inner = []
+    why = f"it reached {MAX_LEVELS} levels, the most"  # why it stopped above
     while levels[-1].nnz > max_entries and len(maps) < MAX_LEVELS:
         fine = levels[-1]
         coarse, mp, n_active, frac = coarsen_sharded(fine, rng)
         inner.append(frac)
-        if (n_active < n_clusters or coarse.n > 0.95 * fine.n
-                or not decide_persist("auto", coarse.nbytes,
-                                      coarse.nbytes / coarse.n_blocks)):
+        if n_active < n_clusters:
+            why = (f"a coarser level would have fewer than n_clusters={n_clusters} "
+                   "nodes")
+            break
+        if coarse.n > 0.95 * fine.n:
+            why = ("its shards hold few edges among their own nodes. Order the "
+                   "nodes so that shards keep neighbours together (see the Dask "
+                   "guide)")
+            break
+        if not decide_persist("auto", coarse.nbytes, coarse.nbytes / coarse.n_blocks):
+            why = "a coarser level would not fit in the workers' memory"
             break
         if not keep and len(levels) > 1:
             levels[-1] = None
@@ -256,10 +265,8 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     if top.nnz > max_entries:  # stalled: it would not fit one worker
         warn_user(
             f"The sharded graph stopped coarsening at {top.n} nodes and {top.nnz} "
-            f"stored entries, more than coarse_max_entries={max_entries}: its "
-            "shards hold few edges among their own nodes. The start is random "
-            "labels on that level. Order the nodes so that shards keep neighbours "
-            "together (see the Dask guide), or raise the Dask config key "
+            f"stored entries, more than coarse_max_entries={max_entries}: {why}. "
+            "The start is random labels on that level. Raise the Dask config key "
             "sklearn_falcon.dask.coarse_max_entries if one worker can hold that "
             "graph.")
         blocks = random_start(DaskProblem(top, n_clusters), rng).blocks
