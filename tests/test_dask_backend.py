@@ -303,6 +303,7 @@ def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
                                ref.cluster_volumes_, rtol=1e-12)
     np.testing.assert_allclose(np.ldexp(est.cluster_associations_, 1045),
                                ref.cluster_associations_, rtol=1e-12)
+    np.testing.assert_array_equal(est.predict(tiny[:200]), ref.predict(unit[:200]))
 
 
 @pytest.mark.parametrize("dtype", [np.float16, object])
