@@ -9,6 +9,7 @@ client and survives a killed worker.
 
 import os
 import signal
+import warnings
 
 import numpy as np
 import pytest
@@ -184,6 +185,37 @@ def test_coarsened_start_reaches_the_one_machine_ncut(graph):
         assert est.ncut_ <= ref.ncut_ * 1.01
 
 
+def test_a_start_coarsened_from_shards_without_locality_warns(graph):
+    """Coarsened below the limit from nodes in random order (a block of 4
+    holds a quarter of the edge weight), the start was poorer than random
+    labels on harder graphs (the Dask guide), silently; shards that keep
+    communities together do not warn."""
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 6000}):
+        with pytest.warns(UserWarning, match="hold 25% of its edge weight"):
+            est = _est().fit(shards(W, 4))
+        assert est._dask_info["levels"][-1][1] <= 6000  # it did not stall
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _est().fit(shards(local, 4))
+
+
+def test_coarsening_stopped_by_n_clusters_says_so(graph):
+    # it said the shards held few edges among their own nodes (and to
+    # reorder them) when a coarser level would have had fewer than
+    # n_clusters nodes, on shards that keep communities together
+    W, y = graph
+    order = np.argsort(y, kind="stable")
+    local = W[order][:, order].tocsr()
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": 4000}):
+        with pytest.warns(UserWarning, match="fewer than n_clusters=200") as rec:
+            FalconNCut(200, affinity="precomputed", random_state=0).fit(
+                shards(local, 2))
+    assert not any("few edges among" in str(w.message) for w in rec)
+
+
 def test_same_start_same_labels_dense_and_streamed():
     W, y = planted(700, K, seed=7)
     y0 = noisy(y, K, 0.5, seed=2)
@@ -260,6 +292,42 @@ def test_isolated_nodes_and_empty_start_clusters():
     assert est.labels_[5] == np.argmax(est.cluster_volumes_)
     assert np.bincount(est.labels_, minlength=3).min() > 0
     assert est.ncut_ == pytest.approx(ref.ncut_, abs=0.05)
+
+
+@pytest.mark.filterwarnings("ignore:1 sample")
+@pytest.mark.parametrize("init", ["multilevel", "random"])
+def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
+    # 1 / vol overflowed on subnormal degrees: the random start's solve
+    # stopped after one iteration, and the coarse start differed from that
+    # of the same graph at unit scale (the in-memory fit scales it up)
+    W, _ = planted(600, K, seed=5, degree=8, p_in=0.5)
+    tiny = W * 2.0**-1045
+    unit = tiny.copy()
+    unit.data = np.ldexp(unit.data, 1045)  # the same weights, exactly
+    ref = _est(init=init).fit(shards(unit, 3))
+    est = _est(init=init).fit(shards(tiny, 3))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.n_iter_ == ref.n_iter_
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)
+    np.testing.assert_allclose(np.ldexp(est.cluster_volumes_, 1045),
+                               ref.cluster_volumes_, rtol=1e-12)
+    np.testing.assert_allclose(np.ldexp(est.cluster_associations_, 1045),
+                               ref.cluster_associations_, rtol=1e-12)
+    np.testing.assert_array_equal(est.predict(tiny[:200]), ref.predict(unit[:200]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, object])
+def test_dense_blocks_of_other_dtypes_are_converted(dtype):
+    # dense float16 (or numeric object) blocks, which an in-memory fit
+    # accepts, failed in a worker with scipy's "does not support dtype"
+    W, _ = planted(300, 3, seed=2)
+    D = W.toarray().astype(np.float16)
+    ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(
+        shards(D.astype(np.float64), 3, dense=True))
+    est = FalconNCut(3, affinity="precomputed", random_state=0).fit(
+        da.from_array(D.astype(dtype), chunks=(100, 300)))
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)
 
 
 # -------------------------------------------------------------- validation

@@ -135,6 +135,23 @@ def test_subnormal_affinity_gives_the_labels_of_the_same_graph_scaled(fmt, init)
                                   ref.cluster_volumes_)
 
 
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_predict_on_a_subnormal_affinity_gives_the_labels_of_the_scaled(fmt):
+    """The fit scales a graph of subnormal degrees up, but predict scored
+    with its volumes (``1 / vol`` overflowed): on the training rows 70 % of
+    its labels differed from ``labels_`` (and from those of the same graph
+    of integer weights), after a fit in memory or on Dask."""
+    A = sp.random(300, 300, density=0.02, random_state=0, format="csr")
+    A.data = np.ceil(A.data * 8)
+    G = sp.triu(A)
+    G = (G + G.T).toarray()
+    G, tiny = fmt(G), fmt(G * 5e-324)
+    ref = FalconNCut(8, affinity="precomputed", random_state=0).fit(G)
+    got = FalconNCut(8, affinity="precomputed", random_state=0).fit(tiny)
+    np.testing.assert_array_equal(got.predict(tiny), ref.predict(G))
+    assert got.score(tiny) == pytest.approx(ref.score(G), rel=1e-12)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_of_subnormal_graphs_gives_the_labels_of_the_scaled(backend):
     """As the estimator: ``falcon_batch`` solved a graph of subnormal

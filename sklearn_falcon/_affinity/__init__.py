@@ -14,6 +14,7 @@ from ._check import (
     check_nonnegative,
     clean_csr,
     restrict_to_active,
+    unit_exponent,
     unit_scaled,
     warn_if_disconnected,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "make_affinity",
     "restrict_to_active",
     "start_graph",
+    "unit_exponent",
     "unit_scaled",
     "warn_if_disconnected",
     "warn_if_flat_rbf",

@@ -17,7 +17,7 @@ __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "clean_csr", "symmetric_part",
            "warn_if_disconnected", "active_subgraph", "restrict_to_active",
-           "unit_scaled"]
+           "unit_exponent", "unit_scaled"]
 
 # From this many stored entries the symmetry and connectivity checks of a
 # CSR graph run as Numba kernels, without a transpose (at 10M entries 0.09 s
@@ -478,6 +478,16 @@ def active_subgraph(W, degrees, active, n_clusters, hint=None):
 UNIT_SCALE_EXP = 200
 
 
+def unit_exponent(top):
+    """The power of two by which :func:`unit_scaled` multiplies a graph of
+    largest degree ``top``: ``e`` such that ``top * 2**e`` is in ``[1, 2)``
+    when ``top`` is below ``2**-UNIT_SCALE_EXP``, otherwise 0."""
+    if not (np.isfinite(top) and top > 0.0):
+        return 0
+    e = int(np.frexp(top)[1]) - 1  # top / 2**e in [1, 2)
+    return -e if e < -UNIT_SCALE_EXP else 0
+
+
 def unit_scaled(W, degrees):
     """``(W, degrees)`` times the power of two that brings the largest degree
     into ``[1, 2)``, when it is below ``2**-UNIT_SCALE_EXP``; otherwise as
@@ -495,10 +505,8 @@ def unit_scaled(W, degrees):
     None.
     """
     top = float(degrees.max()) if degrees.size else 1.0
-    if W is None or not np.isfinite(top) or top <= 0.0:
-        return W, degrees
-    e = int(np.frexp(top)[1]) - 1  # top / 2**e in [1, 2)
-    if e >= -UNIT_SCALE_EXP:
+    e = -unit_exponent(top)
+    if W is None or e == 0:
         return W, degrees
     if sp.issparse(W):  # a new data array; the index arrays are only read
         sorted_ = W.has_sorted_indices

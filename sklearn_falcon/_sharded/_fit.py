@@ -6,7 +6,12 @@ import time
 import numpy as np
 from sklearn.utils import check_random_state
 
-from .._affinity import check_active_count, check_dtype_kind, make_affinity
+from .._affinity import (
+    check_active_count,
+    check_dtype_kind,
+    make_affinity,
+    unit_exponent,
+)
 from .._backends import BACKENDS, host_array
 from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
 from .._solver import SolverOptions, solve
@@ -102,6 +107,7 @@ def fit_sharded(est, X):
     from .._backends._dask import import_dask
 
     import_dask()
+    import dask
     import dask.array as da
 
     from .._backends._dask import DaskProblem, ShardedGraph
@@ -128,8 +134,14 @@ def fit_sharded(est, X):
         warn_one_start(est.n_init)
     options = SolverOptions.from_params(est.get_params(deep=False))
     degrees = G.degrees_array()
-    isolated = np.asarray(da.flatnonzero(degrees <= 0).compute())
+    isolated, top = dask.compute(da.flatnonzero(degrees <= 0), degrees.max())
+    isolated = np.asarray(isolated)
     check_active_count(n - isolated.size, n, K)
+    # subnormal degrees (1 / vol overflows): solved scaled up by 2**scale, as
+    # in memory (unit_scaled); the volumes are reported in X's units
+    scale = unit_exponent(float(top))
+    if scale:
+        G = G.scaled(scale)
 
     rs = check_random_state(est.random_state)
     rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
@@ -161,8 +173,8 @@ def fit_sharded(est, X):
     est._affinity_matrix = X
     est._affinity = make_affinity("precomputed")
     est._affinity.n_train_ = n
-    est.cluster_volumes_ = vol
-    est.cluster_associations_ = assoc
+    est.cluster_volumes_ = np.ldexp(vol, -scale)
+    est.cluster_associations_ = np.ldexp(assoc, -scale)
     est.ncut_ = ncut_of(vol, assoc)
     est.objective_path_ = best.objective_path[0]
     est.n_iter_ = int(best.n_iter[0])

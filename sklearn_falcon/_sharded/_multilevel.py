@@ -56,6 +56,11 @@ __all__ = ["coarse_max_entries", "coarsen_sharded", "multilevel_start"]
 
 COARSE_MAX_ENTRIES = 8_000_000
 MAX_LEVELS = 20
+# Below this fraction of the edge weight within blocks (on the finest level)
+# the blockwise start is warned about: with nodes in random order a block of
+# B holds 1/B of it, and from 4 blocks on the start was poorer than random
+# labels (the Dask guide); shards that keep neighbours together hold most.
+INNER_WEIGHT_MIN = 0.4
 
 
 def coarse_max_entries():
@@ -84,14 +89,15 @@ def coarse_max_entries():
 # ------------------------------------------------------------------ tasks
 def _match_task(block, r0, degrees, seed):
     """The block-local matching of a block's nodes, on its own columns:
-    ``(map, n_coarse)``."""
+    ``(map, (n_coarse, weight among its own nodes, total degree))``."""
     W = as_csr(block)
     m = W.shape[0]
     D = W[:, r0:r0 + m].tocsr()
     D.eliminate_zeros()
     d = np.where(degrees > 0, degrees, 1.0)  # nodes of zero degree stay single
     _, _, mapping = coarsen(D, d, np.random.default_rng(seed))
-    return mapping, int(mapping.max()) + 1 if m else 0
+    return mapping, (int(mapping.max()) + 1 if m else 0, float(D.sum()),
+                     float(degrees.sum()))
 
 
 def _coarse_block_task(block, degrees, local_map, n_comp, global_map):
@@ -166,13 +172,17 @@ def coarsen_sharded(G, rng):
         of each of its nodes.
     n_active : int
         Coarse nodes of nonzero degree.
+    inner : float
+        The fraction of the edge weight of ``G`` between nodes of the same
+        block (what the matching sees).
     """
     B = G.n_blocks
     seeds = rng.integers(np.iinfo(np.int64).max, size=B)
     match = dask.delayed(_match_task, nout=2)
     parts = [match(G.blocks[b], G.starts[b], G.degrees[b], int(seeds[b]))
              for b in range(B)]
-    maps, n_comp = persist_compute([p[0] for p in parts], [p[1] for p in parts])
+    maps, small = persist_compute([p[0] for p in parts], [p[1] for p in parts])
+    n_comp = [c for c, _, _ in small]
     offsets = np.concatenate([[0], np.cumsum(n_comp)]).astype(np.int64)
     # one task numbers every node's coarse node; each block reads it
     global_map = dask.delayed(_global_map)(offsets, *maps)
@@ -184,7 +194,9 @@ def coarsen_sharded(G, rng):
     coarse = ShardedGraph(
         kept[:B], kept[B:], offsets, nnz=sum(i[0] for i in infos),
         nbytes=sum(i[1] for i in infos), dtype=G.dtype, persisted=True)
-    return coarse, maps, sum(i[2] for i in infos)
+    total = sum(t for _, _, t in small)
+    inner = sum(w for _, w, _ in small) / total if total > 0 else 1.0
+    return coarse, maps, sum(i[2] for i in infos), inner
 
 
 def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
@@ -223,12 +235,23 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     # waits for the finest level
     keep = G.persisted
     levels, maps, sizes = [G], [], [(G.n, G.nnz)]
+    inner = []
+    why = f"it reached {MAX_LEVELS} levels, the most"  # why it stopped above
     while levels[-1].nnz > max_entries and len(maps) < MAX_LEVELS:
         fine = levels[-1]
-        coarse, mp, n_active = coarsen_sharded(fine, rng)
-        if (n_active < n_clusters or coarse.n > 0.95 * fine.n
-                or not decide_persist("auto", coarse.nbytes,
-                                      coarse.nbytes / coarse.n_blocks)):
+        coarse, mp, n_active, frac = coarsen_sharded(fine, rng)
+        inner.append(frac)
+        if n_active < n_clusters:
+            why = (f"a coarser level would have fewer than n_clusters={n_clusters} "
+                   "nodes")
+            break
+        if coarse.n > 0.95 * fine.n:
+            why = ("its shards hold few edges among their own nodes. Order the "
+                   "nodes so that shards keep neighbours together (see the Dask "
+                   "guide)")
+            break
+        if not decide_persist("auto", coarse.nbytes, coarse.nbytes / coarse.n_blocks):
+            why = "a coarser level would not fit in the workers' memory"
             break
         if not keep and len(levels) > 1:
             levels[-1] = None
@@ -242,14 +265,19 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
     if top.nnz > max_entries:  # stalled: it would not fit one worker
         warn_user(
             f"The sharded graph stopped coarsening at {top.n} nodes and {top.nnz} "
-            f"stored entries, more than coarse_max_entries={max_entries}: its "
-            "shards hold few edges among their own nodes. The start is random "
-            "labels on that level. Order the nodes so that shards keep neighbours "
-            "together (see the Dask guide), or raise the Dask config key "
+            f"stored entries, more than coarse_max_entries={max_entries}: {why}. "
+            "The start is random labels on that level. Raise the Dask config key "
             "sklearn_falcon.dask.coarse_max_entries if one worker can hold that "
             "graph.")
         blocks = random_start(DaskProblem(top, n_clusters), rng).blocks
     else:
+        if inner and inner[0] < INNER_WEIGHT_MIN:
+            warn_user(
+                f"The shards of the graph hold {inner[0]:.0%} of its edge weight "
+                "among their own nodes: its start, coarsened block by block, saw "
+                "little of the graph and may be poorer than init='random'. Order "
+                "the nodes so that shards keep neighbours together (see the Dask "
+                "guide).")
         start = dask.delayed(_coarse_init_task)(
             n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
             *top.degrees, *top.blocks)

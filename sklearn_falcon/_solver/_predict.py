@@ -3,6 +3,7 @@
 import numpy as np
 import scipy.sparse as sp
 
+from .._affinity import unit_exponent
 from .._backends._numba import score_matrix
 
 __all__ = ["out_of_sample_labels"]
@@ -38,6 +39,12 @@ def out_of_sample_labels(A, labels, vol, assoc):
     AX = A @ onehot
     AX = AX.toarray() if sp.issparse(AX) else np.asarray(AX, dtype=np.float64)
     d = np.asarray(A.sum(axis=1), dtype=np.float64).ravel()
+    # subnormal volumes (1 / vol overflows): all four scaled up alike, as the
+    # fit scales the graph (the score's argmax is that of the scaled terms)
+    e = unit_exponent(float(vol.max()) if vol.size else 1.0)
+    if e:
+        AX, d = np.ldexp(np.asarray(AX, dtype=np.float64), e), np.ldexp(d, e)
+        vol, assoc = np.ldexp(vol, e), np.ldexp(assoc, e)
     mu = score_matrix(np.ascontiguousarray(AX, dtype=np.float64), d,
                       np.ascontiguousarray(vol, dtype=np.float64),
                       np.ascontiguousarray(assoc, dtype=np.float64))

@@ -28,9 +28,9 @@ from .._numba._kernels import (
 from .._numba._csr import label_dtype
 from .._numba._polish import local_move_sweep_csr_wx
 
-__all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task", "label_dtype",
-           "pass_task", "polish_task", "random_task", "relabel_task", "step_task",
-           "sum_values", "summary_task", "symmetry_sums"]
+__all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task",
+           "label_dtype", "pass_task", "polish_task", "random_task", "relabel_task",
+           "scale_task", "step_task", "sum_values", "summary_task", "symmetry_sums"]
 
 
 def as_csr(block):
@@ -42,6 +42,8 @@ def as_csr(block):
     if sp.issparse(block):
         W = block.tocsr()
     elif isinstance(block, np.ndarray) and block.ndim == 2:
+        if block.dtype in (np.float16, object):  # dtypes scipy.sparse refuses
+            block = block.astype(np.float64)
         W = sp.csr_matrix(block)
     else:
         raise TypeError(
@@ -54,6 +56,16 @@ def as_csr(block):
         W = W.copy()
         W.sum_duplicates()
     return W
+
+
+def scale_task(block, e):
+    """A row block as CSR times ``2**e`` (exact, barring underflow): a new
+    data array, the index arrays shared."""
+    W = as_csr(block)
+    out = sp.csr_matrix((np.ldexp(W.data, e), W.indices, W.indptr), shape=W.shape,
+                        copy=False)
+    out.has_canonical_format = True  # as W's
+    return out
 
 
 # ------------------------------------------------------------- validation

@@ -7,7 +7,7 @@ import scipy.sparse as sp
 import dask
 import dask.array as da
 
-from ._blocks import as_csr, summary_task
+from ._blocks import as_csr, scale_task, summary_task
 
 __all__ = ["PERSIST_FRACTION", "ShardedGraph", "decide_persist", "persist_compute"]
 
@@ -74,6 +74,17 @@ class ShardedGraph:
     def degrees_array(self):
         """The degrees as a Dask array (nothing is gathered)."""
         return self.as_array(self.degrees, np.float64)
+
+    def scaled(self, e):
+        """The graph times ``2**e``, kept in memory as this one is (the
+        blocks of a streamed graph are scaled as they are loaded)."""
+        blocks = [dask.delayed(scale_task)(b, e) for b in self.blocks]
+        degrees = [dask.delayed(np.ldexp)(d, e) for d in self.degrees]
+        if self.persisted:
+            blocks = dask.persist(*blocks)
+        return ShardedGraph(blocks, dask.persist(*degrees), self.bounds, nnz=self.nnz,
+                            nbytes=self.nbytes, dtype=self.dtype,
+                            persisted=self.persisted)
 
     # ------------------------------------------------------------ builders
     @classmethod
