@@ -336,6 +336,9 @@ def falcon_batch(
     True
     """
     _check_dtype(dtype)
+    # a NumPy integer of a narrow type (np.int8(100)) overflowed the K-sized
+    # arithmetic of the starts and statistics, as in FalconNCut.fit
+    n_clusters = int(n_clusters)
     tau_arr = np.asarray(host_array(tau), dtype=np.float64)  # (a tensor too)
     if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
         raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_info
 
 from benchmarks.families import grid_graph
 
-from sklearn_falcon import FalconNCut
+from sklearn_falcon import FalconNCut, falcon_batch
 from sklearn_falcon._affinity import clean_csr
 from shared import planted, spy_on
 from sklearn.metrics import adjusted_rand_score
@@ -974,3 +974,25 @@ def test_n_clusters_as_a_narrow_numpy_integer(init, dtype):
     est = FalconNCut(dtype(100), **kw).fit(W)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     assert est.score(W[:5]) == ref.score(W[:5])
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_falcon_batch_n_clusters_as_a_narrow_numpy_integer(backend, dtype):
+    """As for the estimator: ``falcon_batch(graphs, np.int8(100))`` raised
+    "OverflowError: Python integer 150 out of bounds for int8" in the
+    multilevel start, and ``np.uint8(200)`` "negative dimensions are not
+    allowed" in the final statistics.  It is taken as a Python int."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    A = np.random.default_rng(0).random((300, 300))
+    W = A + A.T
+    kw = dict(affinity="precomputed", init="multilevel_fast", random_state=0,
+              max_iter=5, backend=backend, device="cpu")
+    for K in (100, 200):
+        if K > np.iinfo(dtype).max:
+            continue
+        got = falcon_batch([W], dtype(K), **kw)
+        want = falcon_batch([W], K, **kw)
+        np.testing.assert_array_equal(got.labels[0], want.labels[0])
+        assert got.ncut[0] == want.ncut[0]
