@@ -81,9 +81,11 @@ def cluster_statistics(W, labels, n_clusters, degrees=None):
 
 def ncut_of(vol, assoc):
     """``NCut = sum_k (vol_k - assoc_k) / vol_k`` over clusters of nonzero
-    volume."""
+    volume, each term held in ``[0, 1]``: a float32 ``W``'s degrees are
+    summed in its dtype and its associations in float64, so a cluster with
+    no cut had a term of -2e-8 (an NCut, or a score, of the wrong sign)."""
     pos = vol > 0
-    return float(np.sum((vol[pos] - assoc[pos]) / vol[pos]))
+    return float(np.sum(np.clip((vol[pos] - assoc[pos]) / vol[pos], 0.0, 1.0)))
 
 
 def objective_of(vol, assoc):

@@ -47,6 +47,23 @@ def test_normalized_cut_label_values_and_float32():
     )
 
 
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_normalized_cut_of_float32_affinity_keeps_its_sign(fmt):
+    # a float32 W's degrees are summed in float32, its associations in
+    # float64: the NCut of the two blocks of a disconnected graph was -1.8e-8
+    # (so ncut_ < 0 and a score > 0, outside the documented ranges)
+    from sklearn_falcon import FalconNCut
+
+    rng = np.random.default_rng(0)
+    A = rng.random((20, 20)).astype(np.float32)
+    W = fmt(np.kron(np.eye(2, dtype=np.float32), A + A.T))
+    labels = np.repeat([0, 1], 20)
+    assert 0.0 <= normalized_cut(W, labels) < 1e-7
+    with pytest.warns(UserWarning, match="not fully connected"):
+        est = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)
+    assert 0.0 <= est.ncut_ < 1e-7 and -1e-7 < est.score(W) <= 0.0
+
+
 def test_normalized_cut_bounds_and_isolated():
     W = np.zeros((4, 4))
     W[0, 1] = W[1, 0] = 1.0
