@@ -61,7 +61,8 @@ class BatchResult:
         values: on weights spanning many orders of magnitude the last may
         differ slightly from ``objective``).
     n_iter : ndarray of shape (B,)
-        Accepted proximal iterations.
+        Proximal iterations run (the last may find that no row moves,
+        which is how convergence is detected).
     n_backtracks : ndarray of shape (B,)
         Rejected trial steps.
     converged : ndarray of shape (B,)
