@@ -296,7 +296,9 @@ def falcon_batch(
         Initial labels of each graph, as in
         :class:`~sklearn_falcon.FalconNCut`, or one label array per graph.
     random_state : int, RandomState instance or None, default=None
-        Seed of the initialization.
+        Seed of the initialization.  One generator serves the graphs in
+        order, so a graph's start (and the filling of clusters that
+        only isolated nodes would hold) depends on its place in the batch.
     max_iter, tol, tau, gamma_backtrack, delta, polish, verbose
         Solver parameters, as in :class:`~sklearn_falcon.FalconNCut`;
         ``tau`` may also be an array of shape ``(B,)`` (one per graph).
