@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from .._affinity import check_sparse_structure
 from .._stats import cluster_pair_weights
 
 __all__ = ["conductance_sweep", "grid_conductance", "select_n_segments"]
@@ -60,6 +61,7 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
         raise ValueError(
             f"W of shape {shape} and labels of shape {labels.shape} do not match; "
             "expected (n, n) and (n,).")
+    check_sparse_structure(W, "W")  # its indices are read unchecked too
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
     C = cluster_pair_weights(W, lab, k)
