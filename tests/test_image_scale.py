@@ -137,6 +137,34 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
 
 
+def test_upsample_labels_of_an_empty_map_or_image():
+    """An empty label map (0 rows or columns) was read past its end by the
+    kernel: garbage ids, or a segmentation fault; an empty image divided
+    by zero ("ZeroDivisionError: division by zero")."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from sklearn_falcon.image import upsample_labels
+img = np.zeros((8, 8, 3), np.uint8)
+for shape in ((0, 0), (0, 4), (4, 0)):
+    try:
+        upsample_labels(np.zeros(shape, int), img, np.zeros(shape + (3,), np.uint8))
+    except ValueError as exc:
+        assert "hold no pixel" in str(exc), exc
+        print("refused")
+for shape in ((0, 8, 3), (8, 0, 3), (0, 0, 3)):
+    out = upsample_labels(np.zeros((4, 4), int), np.zeros(shape, np.uint8), img[:4, :4])
+    assert out.shape == shape[:2] and out.dtype == np.int64
+    print("empty")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused"] * 3 + ["empty"] * 3, out.stdout
+
+
 def test_device_twins_match_on_cpu_torch():
     pytest.importorskip("torch")
     img, mask = _blocks(90, 120, seed=1)

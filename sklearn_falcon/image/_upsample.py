@@ -242,6 +242,14 @@ def upsample_labels(labels, image, small_image, *, device=None):
         raise ValueError(
             f"labels {lab.shape}, image {img.shape} and small_image {small.shape} do "
             "not match; expected (h, w), (H, W, C) and (h, w, C).")
+    # the kernel divides by H and W, and reads the nearest working pixels
+    # (of an empty map: past its end, a segmentation fault or garbage ids)
+    if img.shape[0] == 0 or img.shape[1] == 0:
+        return np.empty(img.shape[:2], dtype=np.int64)
+    if lab.size == 0:
+        raise ValueError(
+            f"labels of shape {lab.shape} hold no pixel to bring to the image's "
+            f"{img.shape[:2]}.")
     # Numba has no arithmetic on booleans or float16 ("No implementation of
     # function float(bool)"): those as uint8 (0/255, as load_image reads
     # them) and float32
