@@ -65,6 +65,9 @@ def test_pamr_validation():
     img[0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         pamr(img, lab)
+    # an image of no channel gave 0 / 0 weights: every pixel the first label
+    with pytest.raises(ValueError, match="has no colour channel"):
+        pamr(np.zeros((8, 8, 0)), lab)
 
 
 def _reference_pamr(img, lab, n_iter, dilations):

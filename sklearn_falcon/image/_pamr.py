@@ -202,6 +202,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
             "expected (H, W, C) and (H, W)."
         )
+    if img.shape[2] == 0:  # 0 / 0 weights: every pixel took the first label
+        raise ValueError(f"image of shape {img.shape} has no colour channel.")
     raw = np.asarray(dilations).reshape(-1)
     # (1.5,) was truncated to 1, silently, and "a" gave int()'s own message
     if raw.dtype.kind not in "iuf" or raw.size == 0 or not np.all(
