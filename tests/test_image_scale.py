@@ -137,6 +137,29 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
 
 
+def test_label_ids_that_int64_cannot_hold_are_refused():
+    """Labels of fractions (0.5, 1.5) came back as the ids 0 and 1, and
+    uint64 ids past the int64 range as negative ids, silently; whole
+    floats and booleans keep their ids."""
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 5:] = 255
+    small = img[::2, ::2]
+    lab = (small[..., 0] > 0).astype(np.int64) * 7
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 7], [0, 7]])
+    ref = upsample_labels(lab, img, small)
+    for bad in (lab + 0.5, lab.astype(np.uint64) + np.uint64(2 ** 63)):
+        with pytest.raises(ValueError, match="labels must hold integer label ids"):
+            upsample_labels(bad, img, small)
+    for bad in (tok + 0.5, tok.astype(np.uint64) + np.uint64(2 ** 63)):
+        with pytest.raises(ValueError, match="token_labels must hold integer"):
+            prototype_upsample(F, bad, (2, 4))
+    np.testing.assert_array_equal(upsample_labels(lab.astype(float), img, small), ref)
+    np.testing.assert_array_equal(prototype_upsample(F, tok.astype(np.uint64), (2, 4)),
+                                  prototype_upsample(F, tok, (2, 4)))
+
+
 def test_upsample_labels_of_an_empty_map_or_image():
     """An empty label map (0 rows or columns) was read past its end by the
     kernel: garbage ids, or a segmentation fault; an empty image divided

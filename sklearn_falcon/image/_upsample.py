@@ -49,6 +49,28 @@ def bilinear_matrix(n_out, n_in):
     return m
 
 
+def _label_ids(uniq, name):
+    """The sorted distinct labels ``uniq`` as the int64 ids of the output
+    (as documented), or a ValueError naming ``name``: a fraction (0.5 was
+    written as 0) or a uint64 past the int64 range (written negative) would
+    be another id, silently."""
+    kind = uniq.dtype.kind
+    if kind == "u":
+        ok = not uniq.size or uniq[-1] <= np.iinfo(np.int64).max
+    elif kind == "f":  # whole numbers in the int64 range (NaN is not)
+        with np.errstate(invalid="ignore"):
+            ok = bool(np.all((np.mod(uniq, 1) == 0) & (uniq >= -2.0 ** 63)
+                             & (uniq < 2.0 ** 63)))
+    else:
+        ok = kind in "bi"
+    if ok:
+        return uniq.astype(np.int64)
+    lo, hi = uniq[[0, -1]].tolist() if uniq.size else (None, None)
+    values = f" with values in [{lo!r}, {hi!r}]" if uniq.size else ""
+    raise ValueError(f"{name} must hold integer label ids (in the int64 range); "
+                     f"got dtype={uniq.dtype}{values}.")
+
+
 def prototype_upsample(features, token_labels, out_shape, *, return_scores=False,
                        device=None):
     """Assign every pixel to the nearest cluster prototype.
@@ -104,7 +126,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
         raise ValueError("features contain NaN or infinite values.")
     lab = lab.reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
-    uniq, inv = uniq.astype(np.int64), inv.reshape(-1)  # int64, as documented
+    uniq, inv = _label_ids(uniq, "token_labels"), inv.reshape(-1)
     if device is not None and not return_scores:
         return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, device)]
     fn = f.reshape(-1, c)
@@ -267,7 +289,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
         img, small = img / np.float32(257.0), small / np.float32(257.0)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)
-    uniq = uniq.astype(np.int64)
+    uniq = _label_ids(uniq, "labels")
     if device is not None:
         return _upsample_labels_on_device(inv, img, small, uniq, device)
     # one layout for the kernel (each layout, and read-only arrays, are a
