@@ -111,6 +111,12 @@ def test_upsample_labels_of_bool_and_float16_images():
     np.testing.assert_array_equal(upsample_labels(lab, img > 0, small > 0), ref)
     np.testing.assert_array_equal(
         upsample_labels(lab, img.astype(np.float16), small.astype(np.float16)), ref)
+    # an object image raised Numba's TypingError ("non-precise type"), as a
+    # complex one did ("No implementation of function float")
+    np.testing.assert_array_equal(
+        upsample_labels(lab, img.astype(object), small.astype(object)), ref)
+    with pytest.raises(ValueError, match="small_image must hold real colour"):
+        upsample_labels(lab, img, small.astype(complex))
 
 
 def test_upsample_labels_of_float_and_16_bit_images_are_guided_alike():

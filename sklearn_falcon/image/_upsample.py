@@ -272,12 +272,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
         raise ValueError(
             f"labels of shape {lab.shape} hold no pixel to bring to the image's "
             f"{img.shape[:2]}.")
-    # Numba has no arithmetic on booleans or float16 ("No implementation of
-    # function float(bool)"): those as uint8 (0/255, as load_image reads
-    # them) and float32
-    img, small = (a.astype(np.uint8) * np.uint8(255) if a.dtype == bool else
-                  a.astype(np.float32) if a.dtype == np.float16 else a
-                  for a in (img, small))
+    img, small = _colours(img, "image"), _colours(small, "small_image")
     # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
     # (load_image's convention) and 16-bit images are brought there (on
     # floats in [0, 1] colour differences of at most 1.7 turned the
@@ -304,6 +299,26 @@ def upsample_labels(labels, image, small_image, *, device=None):
     out = np.empty(img.shape[:2], dtype=np.int64)
     return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
                                    _JBU_SIGMA_C, _JBU_FLOOR, out)
+
+
+def _colours(a, name):
+    """The image ``a`` in a dtype the kernel computes with, or a ValueError
+    naming ``name``.  Numba has no arithmetic on booleans or float16 ("No
+    implementation of function float(bool)"): those as uint8 (0/255, as
+    load_image reads them) and float32; an object array of numbers as
+    float64 (it raised Numba's TypingError, as a complex one did)."""
+    if a.dtype == bool:
+        return a.astype(np.uint8) * np.uint8(255)
+    if a.dtype == np.float16:
+        return a.astype(np.float32)
+    if a.dtype.kind in "iuf":
+        return a
+    if a.dtype.kind == "O":
+        try:
+            return a.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"{name} must hold real colour values; got dtype={a.dtype}.")
 
 
 def _prototype_on_device(features, inv, n_labels, out_shape, device):
