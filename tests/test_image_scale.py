@@ -81,6 +81,16 @@ def test_color_texture_features_validation():
         ColorTextureFeatures(position_weight=-1)
     with pytest.raises(ValueError, match="n_color_words"):
         ColorTextureFeatures(n_color_words=0)
+    # word_maps gave the texture id -1 for 0 words, ids up to 98 of 32
+    # words for 100, and kmeans_plusplus's "n_clusters" error for 2.5
+    img = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    fe = ColorTextureFeatures()
+    for bad in ((0, 3), (100, 3), (3, 0), (2.5, 3), (3,), 3):
+        with pytest.raises(ValueError, match=r"n_words must be two integers in "
+                           r"\[1, 32\] and \[1, 16\]"):
+            fe.word_maps(img, bad)
+    tex, col = fe.word_maps(img, (np.int64(32), 16))
+    assert tex.max() < 32 and col.max() < 16 and min(tex.min(), col.min()) >= 0
     with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
         ColorTextureFeatures().extract(np.zeros((4, 40, 3), np.uint8))
 
