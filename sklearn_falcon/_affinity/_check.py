@@ -66,8 +66,8 @@ def check_sparse_structure(W, name="X"):
     problem = None
     if indptr.ndim != 1 or indptr.shape[0] != major + 1:
         problem = f"indptr has {indptr.size} entries, not {major + 1}"
-    elif indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-        problem = "indptr does not start at 0 and never decrease"
+    elif indptr[0] != 0 or np.any(indptr[1:] < indptr[:-1]):  # (unsigned too)
+        problem = "indptr does not start at 0, or decreases"
     elif indptr[-1] > min(indices.size, np.asarray(W.data).size):
         problem = (f"indptr ends at {int(indptr[-1])}, past the "
                    f"{min(indices.size, np.asarray(W.data).size)} stored entries")
