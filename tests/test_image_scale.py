@@ -176,6 +176,21 @@ def test_label_ids_that_int64_cannot_hold_are_refused():
                                   prototype_upsample(F, tok, (2, 4)))
 
 
+def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
+    """The (H, W, K) float32 scores of many token labels at a large
+    out_shape (1000 labels at 4000x4000: 64 GiB) were allocated, and the
+    process killed for memory; they are refused before allocating."""
+    from sklearn_falcon import _memory
+
+    F = np.random.default_rng(0).normal(size=(16, 16, 4))
+    tok = np.arange(256).reshape(16, 16)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="prototype_upsample of 256 labels to "
+                       "128x128 pixels"):
+        prototype_upsample(F, tok, (128, 128))
+    assert prototype_upsample(F, tok % 3, (128, 128)).shape == (128, 128)
+
+
 def test_upsample_labels_of_an_empty_map_or_image():
     """An empty label map (0 rows or columns) was read past its end by the
     kernel: garbage ids, or a segmentation fault; an empty image divided

@@ -5,6 +5,7 @@ import numpy as np
 from numba import prange
 
 from .._jit import pjit
+from .._memory import check_allocation
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
@@ -138,6 +139,9 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     protos /= np.maximum(np.linalg.norm(protos, axis=1, keepdims=True), 1e-12)
     sim = (fn @ protos.T).reshape(gh, gw, k)
     h, w = int(out_shape[0]), int(out_shape[1])
+    check_allocation(4 * h * w * (k + 2), f"prototype_upsample of {k} labels to "
+                     f"{h}x{w} pixels", "It holds an (H, W, K) float32 score map: "
+                     "use fewer token labels, or a smaller out_shape.")
     ry, rx = bilinear_matrix(h, gh), bilinear_matrix(w, gw)
     up = np.einsum("hi,ijk->hjk", ry, sim, optimize=True)
     up = np.einsum("hjk,wj->hwk", up, rx, optimize=True)
