@@ -176,6 +176,15 @@ def test_label_ids_that_int64_cannot_hold_are_refused():
                                   prototype_upsample(F, tok, (2, 4)))
 
 
+def test_prototype_upsample_of_no_token_or_no_channel():
+    """Features of no channel raised NumPy's "cannot reshape array of size
+    0", an empty token grid "index -1 is out of bounds"."""
+    for F, tok in ((np.zeros((2, 2, 0)), np.array([[0, 1], [0, 1]])),
+                   (np.zeros((0, 2, 3)), np.zeros((0, 2), int))):
+        with pytest.raises(ValueError, match="hold no token or no channel"):
+            prototype_upsample(F, tok, (2, 4))
+
+
 def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
     """The (H, W, K) float32 scores of many token labels at a large
     out_shape (1000 labels at 4000x4000: 64 GiB) were allocated, and the

@@ -123,6 +123,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
             f"features of shape {f.shape} and token_labels of shape {lab.shape} do "
             "not match; expected (gh, gw, C) and (gh, gw) or (gh * gw,).")
     gh, gw, c = f.shape
+    if f.size == 0:  # it said "cannot reshape array of size 0" or "index -1"
+        raise ValueError(f"features of shape {f.shape} hold no token or no channel.")
     if not np.all(np.isfinite(f)):  # a NaN prototype: every pixel took label 0
         raise ValueError("features contain NaN or infinite values.")
     lab = lab.reshape(gh, gw)
