@@ -22,6 +22,7 @@ from ._affinity import (
     canonical_sparse,
     check_affinity,
     check_dtype_kind,
+    check_sparse_structure,
     make_affinity,
     restrict_to_active,
     start_graph,
@@ -102,13 +103,15 @@ def _check_graphs(graphs, affinity):
         G = host_array(G)
         check_dtype_kind(G, name=name)
         try:
-            G = canonical_sparse(check_array(  # COO: as CSR; duplicates summed
+            G = check_array(  # COO: as CSR
                 G, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
-                input_name=name, ensure_min_samples=1))
+                input_name=name, ensure_min_samples=1)
         except ValueError as exc:  # scikit-learn names no input in most
             if name in str(exc):
                 raise
             raise ValueError(f"{name}: {exc}") from None
+        check_sparse_structure(G, name)  # indices past its shape: read unchecked
+        G = canonical_sparse(G)  # duplicates summed
         if affinity == "precomputed":
             G = check_affinity(G, name=name)
         else:

@@ -16,6 +16,7 @@ from ._affinity import (
     active_subgraph,
     canonical_sparse,
     check_dtype_kind,
+    check_sparse_structure,
     make_affinity,
     start_graph,
 )
@@ -341,11 +342,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             X = X.compute()
         X = host_array(X)  # a torch tensor, on any device: on the host
         check_dtype_kind(X, name="X")
-        return canonical_sparse(validate_data(  # duplicates: one summed entry
-            self, X, accept_sparse="csr",
-            dtype=(np.float64, np.float32), ensure_min_samples=2 if reset else 1,
-            reset=reset,
-        ))
+        X = validate_data(self, X, accept_sparse="csr", dtype=(np.float64, np.float32),
+                          ensure_min_samples=2 if reset else 1, reset=reset)
+        check_sparse_structure(X, "X")  # indices past its shape: read unchecked
+        return canonical_sparse(X)  # duplicates: one summed entry
 
     @logs_progress
     @_fit_context(prefer_skip_nested_validation=True)

@@ -20,6 +20,7 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
 * a cached kernel is tied to the sources of every kernel module, not only
   its own file (Numba's default): kernels compile their callees into
   themselves, so an edit of a callee's module invalidates its callers too;
+* ``NUMBA_BOUNDSCHECK=1`` kernels are cached apart (Numba's key ignores it);
 * a read-only install whose ``__pycache__`` holds a prebuilt cache is read
   from (Numba itself only uses directories it can write to);
 * a cached kernel's LLVM bitcode, which only a kernel compiled later that
@@ -100,9 +101,7 @@ class Kernel:
     (``signatures``, ``stats``, ...) are the dispatcher's."""
 
     def __init__(self, py_func, options):
-        self.py_func = py_func
-        self.options = dict(options)
-        self._dispatcher = None
+        self.py_func, self.options, self._dispatcher = py_func, dict(options), None
         functools.update_wrapper(self, py_func)
 
     @property
@@ -322,6 +321,7 @@ def _tolerant_cache_class():
     """Numba's per-function cache, made tolerant of unreadable entries, tied
     to the sources of every kernel module, and able to read a prebuilt cache
     from a read-only install (see the module docstring)."""
+    from numba.core import config
     from numba.core.caching import (CompileResultCacheImpl, FunctionCache,
                                     IndexDataCacheFile)
     from numba.core.runtime import rtsys
@@ -386,6 +386,10 @@ def _tolerant_cache_class():
             self._cache_file = IndexDataCacheFile(
                 cache_path=self._cache_path, filename_base=self._impl.filename_base,
                 source_stamp=stamp)
+
+        def _index_key(self, sig, codegen):
+            key = super()._index_key(sig, codegen)
+            return key + ("boundscheck",) if config.BOUNDSCHECK else key
 
         def load_overload(self, sig, target_context):
             # Numba refreshes the whole target context before every load,
@@ -543,8 +547,7 @@ class _GcPause:
     it if it was enabled."""
 
     def __init__(self):
-        self.depth = 0
-        self.resume = False
+        self.depth, self.resume = 0, False
 
     def on_start(self, dispatcher):
         if self.depth == 0:
@@ -567,11 +570,8 @@ class _CompileNotice:
     process, that kernels are being compiled (a Numba event listener)."""
 
     def __init__(self):
-        self.depth = 0
-        self.spent = 0.0
-        self.t0 = None
-        self.timer = None
-        self.done = False
+        self.depth, self.spent, self.done = 0, 0.0, False
+        self.t0 = self.timer = None
 
     def on_start(self):
         if self.depth == 0 and not self.done:

@@ -81,6 +81,16 @@ def test_color_texture_features_validation():
         ColorTextureFeatures(position_weight=-1)
     with pytest.raises(ValueError, match="n_color_words"):
         ColorTextureFeatures(n_color_words=0)
+    # word_maps gave the texture id -1 for 0 words, ids up to 98 of 32
+    # words for 100, and kmeans_plusplus's "n_clusters" error for 2.5
+    img = np.random.default_rng(0).integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    fe = ColorTextureFeatures()
+    for bad in ((0, 3), (100, 3), (3, 0), (2.5, 3), (3,), 3):
+        with pytest.raises(ValueError, match=r"n_words must be two integers in "
+                           r"\[1, 32\] and \[1, 16\]"):
+            fe.word_maps(img, bad)
+    tex, col = fe.word_maps(img, (np.int64(32), 16))
+    assert tex.max() < 32 and col.max() < 16 and min(tex.min(), col.min()) >= 0
     with pytest.raises(ValueError, match="smaller than one 8x8 patch"):
         ColorTextureFeatures().extract(np.zeros((4, 40, 3), np.uint8))
 
@@ -111,6 +121,12 @@ def test_upsample_labels_of_bool_and_float16_images():
     np.testing.assert_array_equal(upsample_labels(lab, img > 0, small > 0), ref)
     np.testing.assert_array_equal(
         upsample_labels(lab, img.astype(np.float16), small.astype(np.float16)), ref)
+    # an object image raised Numba's TypingError ("non-precise type"), as a
+    # complex one did ("No implementation of function float")
+    np.testing.assert_array_equal(
+        upsample_labels(lab, img.astype(object), small.astype(object)), ref)
+    with pytest.raises(ValueError, match="small_image must hold real colour"):
+        upsample_labels(lab, img, small.astype(complex))
 
 
 def test_upsample_labels_of_float_and_16_bit_images_are_guided_alike():
@@ -135,6 +151,81 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img, img[:3, :4])
     with pytest.raises(ValueError, match="do not match"):
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
+
+
+def test_label_ids_that_int64_cannot_hold_are_refused():
+    """Labels of fractions (0.5, 1.5) came back as the ids 0 and 1, and
+    uint64 ids past the int64 range as negative ids, silently; whole
+    floats and booleans keep their ids."""
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 5:] = 255
+    small = img[::2, ::2]
+    lab = (small[..., 0] > 0).astype(np.int64) * 7
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 7], [0, 7]])
+    ref = upsample_labels(lab, img, small)
+    for bad in (lab + 0.5, lab.astype(np.uint64) + np.uint64(2 ** 63)):
+        with pytest.raises(ValueError, match="labels must hold integer label ids"):
+            upsample_labels(bad, img, small)
+    for bad in (tok + 0.5, tok.astype(np.uint64) + np.uint64(2 ** 63)):
+        with pytest.raises(ValueError, match="token_labels must hold integer"):
+            prototype_upsample(F, bad, (2, 4))
+    np.testing.assert_array_equal(upsample_labels(lab.astype(float), img, small), ref)
+    np.testing.assert_array_equal(prototype_upsample(F, tok.astype(np.uint64), (2, 4)),
+                                  prototype_upsample(F, tok, (2, 4)))
+
+
+def test_prototype_upsample_of_no_token_or_no_channel():
+    """Features of no channel raised NumPy's "cannot reshape array of size
+    0", an empty token grid "index -1 is out of bounds"."""
+    for F, tok in ((np.zeros((2, 2, 0)), np.array([[0, 1], [0, 1]])),
+                   (np.zeros((0, 2, 3)), np.zeros((0, 2), int))):
+        with pytest.raises(ValueError, match="hold no token or no channel"):
+            prototype_upsample(F, tok, (2, 4))
+
+
+def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
+    """The (H, W, K) float32 scores of many token labels at a large
+    out_shape (1000 labels at 4000x4000: 64 GiB) were allocated, and the
+    process killed for memory; they are refused before allocating."""
+    from sklearn_falcon import _memory
+
+    F = np.random.default_rng(0).normal(size=(16, 16, 4))
+    tok = np.arange(256).reshape(16, 16)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="prototype_upsample of 256 labels to "
+                       "128x128 pixels"):
+        prototype_upsample(F, tok, (128, 128))
+    assert prototype_upsample(F, tok % 3, (128, 128)).shape == (128, 128)
+
+
+def test_upsample_labels_of_an_empty_map_or_image():
+    """An empty label map (0 rows or columns) was read past its end by the
+    kernel: garbage ids, or a segmentation fault; an empty image divided
+    by zero ("ZeroDivisionError: division by zero")."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+from sklearn_falcon.image import upsample_labels
+img = np.zeros((8, 8, 3), np.uint8)
+for shape in ((0, 0), (0, 4), (4, 0)):
+    try:
+        upsample_labels(np.zeros(shape, int), img, np.zeros(shape + (3,), np.uint8))
+    except ValueError as exc:
+        assert "hold no pixel" in str(exc), exc
+        print("refused")
+for shape in ((0, 8, 3), (8, 0, 3), (0, 0, 3)):
+    out = upsample_labels(np.zeros((4, 4), int), np.zeros(shape, np.uint8), img[:4, :4])
+    assert out.shape == shape[:2] and out.dtype == np.int64
+    print("empty")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused"] * 3 + ["empty"] * 3, out.stdout
 
 
 def test_device_twins_match_on_cpu_torch():

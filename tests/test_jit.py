@@ -113,6 +113,34 @@ print("JSON:" + json.dumps({"f": f, "hits": sum(nk.objective.stats.cache_hits.va
     assert ro["hits"] == 1 and ro["path"] == writable["path"]
 
 
+def test_numba_boundscheck_is_not_served_the_unchecked_cached_kernels(tmp_path):
+    """Numba's cache key ignores ``NUMBA_BOUNDSCHECK``: with the flag set,
+    the kernels cached without it were loaded, and an index out of bounds
+    read (or wrote) past the array instead of raising IndexError.  Both
+    builds are cached, each loaded in its own mode."""
+    code = r"""
+import json, sys
+import numpy as np
+from sklearn_falcon._backends._numba import _kernels as nk
+vol, assoc = np.array([2.0, 4.0]), np.array([1.0, 1.0])
+try:
+    nk.objective(vol, assoc[:int(sys.argv[1])])
+    raised = False
+except IndexError:
+    raised = True
+print("JSON:" + json.dumps({"raised": raised,
+                            "hits": sum(nk.objective.stats.cache_hits.values())}))
+"""
+    env = {"NUMBA_CACHE_DIR": str(tmp_path), "NUMBA_BOUNDSCHECK": "0"}
+    run = code.replace("sys.argv[1]", "2")
+    assert _run(env, run) == {"raised": False, "hits": 0}
+    checked = {**env, "NUMBA_BOUNDSCHECK": "1"}
+    assert _run(checked, code.replace("sys.argv[1]", "1")) == {"raised": True,
+                                                               "hits": 0}
+    assert _run(env, run) == {"raised": False, "hits": 1}
+    assert _run(checked, run) == {"raised": False, "hits": 1}
+
+
 def test_a_cached_kernel_loads_without_numbas_context_refresh(tmp_path):
     # A load from the cache skips Numba's target-context refresh (which
     # imports its NumPy implementations); a compile after it (a signature

@@ -65,6 +65,24 @@ def test_pamr_validation():
     img[0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         pamr(img, lab)
+    # an image of no channel gave 0 / 0 weights: every pixel the first label
+    with pytest.raises(ValueError, match="has no colour channel"):
+        pamr(np.zeros((8, 8, 0)), lab)
+
+
+def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
+    """PAMR holds three float32 masks per label: a superpixel map of
+    thousands of labels on a large image allocated tens of GiB (the process
+    killed for memory); it is refused before allocating, as a too large
+    affinity is."""
+    from sklearn_falcon import _memory
+
+    img = np.zeros((64, 64, 3))
+    lab = np.arange(64 * 64).reshape(64, 64) % 200
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="pamr of 200 labels on a 64x64 image"):
+        pamr(img, lab)
+    assert pamr(img, lab % 2, dilations=(1,)).shape == (64, 64)  # 0.6 MiB
 
 
 def _reference_pamr(img, lab, n_iter, dilations):

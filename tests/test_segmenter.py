@@ -204,6 +204,20 @@ def test_select_n_segments_block_graph():
 
 
 
+def test_select_n_segments_of_any_real_dtype():
+    """A float16, big-endian or object ``W`` reached the kernel as it was:
+    Numba's "NotImplementedError: float16" or "TypingError: non-precise
+    type"; each gives the float64 result (a ``W`` of text a ValueError)."""
+    W = np.kron(np.eye(4), np.ones((5, 5))) + 1e-3
+    over = np.repeat(np.arange(8), [3, 2, 3, 2, 3, 2, 3, 2])
+    ref = select_n_segments(W, over, threshold=0.2)
+    for other in (W.astype(np.float16), W.astype(">f8"), W.astype(object)):
+        k, merged, _ = select_n_segments(other, over, threshold=0.2)
+        assert k == ref[0] and np.array_equal(merged, ref[1])
+    with pytest.raises(ValueError, match="W must hold real numbers"):
+        select_n_segments(np.full((20, 20), "a"), over)
+
+
 def test_select_n_segments_with_an_isolated_cluster_ignores_the_ids():
     # a cluster of zero volume gave 0 / 0 merge gains (RuntimeWarnings): it
     # merged first when its id came first, else never (K = 3 or 4 for one

@@ -529,3 +529,59 @@ def test_n_neighbors_as_a_narrow_numpy_integer(dtype, affinity, sparse):
             got = falcon_batch([X], 3, n_neighbors=dtype(100), random_state=0)
             want = falcon_batch([X], 3, n_neighbors=100, random_state=0)
             np.testing.assert_array_equal(got.labels[0], want.labels[0])
+
+
+def test_malformed_sparse_affinity_is_refused_not_read_out_of_bounds():
+    """SciPy checks a CSR matrix's indices only in ``check_format(full_check=
+    True)``: a column index past ``n`` (or negative, or an ``indptr`` that
+    decreases or runs past the entries) reached the symmetry check and the
+    kernels, a segmentation fault.  Each entry point refuses it by name."""
+    import subprocess
+    import sys
+
+    code = r"""
+import numpy as np, scipy.sparse as sp
+from sklearn_falcon import FalconNCut, falcon_batch, normalized_cut
+from sklearn_falcon.image import select_n_segments
+
+def bad(case):
+    indptr = np.array([0, 2, 4, 6, 8, 10, 12])
+    indices = np.array([1, 2, 0, 2, 0, 1, 4, 5, 3, 5, 3, 4])
+    if case == 0:
+        indices[-1] = 60
+    elif case == 1:
+        indices[0] = -3
+    elif case == 2:
+        indptr[3] = 1
+    W = sp.csr_matrix((np.ones(12), indices, indptr), shape=(6, 6))
+    if case == 3:
+        W.indptr[-1] = 40
+    return W
+
+good = bad(None)
+est = FalconNCut(2, affinity="precomputed", random_state=0).fit(good)
+calls = [
+    lambda W: FalconNCut(2, affinity="precomputed").fit(W),
+    lambda W: FalconNCut(2, affinity="precomputed_nearest_neighbors",
+                         n_neighbors=2).fit(W),
+    lambda W: normalized_cut(W, [0, 0, 0, 1, 1, 1]),
+    lambda W: FalconNCut(2, affinity="cosine").fit(W),
+    lambda W: falcon_batch([good, W], 2, affinity="precomputed", backend="numba"),
+    lambda W: falcon_batch([good, W], 2, backend="numba"),
+    lambda W: est.predict(W),
+    lambda W: select_n_segments(W, np.arange(6)),
+]
+for case in range(4):
+    for call in calls:
+        try:
+            call(bad(case))
+        except ValueError as exc:
+            assert "is malformed" in str(exc), exc
+            print("refused")
+        else:
+            print("accepted")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused"] * 32, out.stdout

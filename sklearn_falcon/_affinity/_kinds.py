@@ -30,6 +30,7 @@ from ._check import (
     check_cross_affinity,
     check_dtype_kind,
     check_finite_top,
+    check_sparse_structure,
     clean_csr,
 )
 from ._neighbors import _BruteNeighbors, _knn_connectivity, _TreeNeighbors
@@ -337,6 +338,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
 
     @staticmethod
     def _check_distances(X):
+        check_sparse_structure(X, "X")
         data = X.data if sp.issparse(X) else X
         if data.size and data.min() < 0:
             raise ValueError(

@@ -1,7 +1,9 @@
 """Eigen-free choice of the number of segments (``n_segments="auto"``)."""
 
 import numpy as np
+import scipy.sparse as sp
 
+from .._affinity import check_sparse_structure
 from .._stats import cluster_pair_weights
 
 __all__ = ["conductance_sweep", "grid_conductance", "select_n_segments"]
@@ -60,6 +62,8 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
         raise ValueError(
             f"W of shape {shape} and labels of shape {labels.shape} do not match; "
             "expected (n, n) and (n,).")
+    check_sparse_structure(W, "W")  # its indices are read unchecked too
+    W = _native_float(W)
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
     C = cluster_pair_weights(W, lab, k)
@@ -113,6 +117,22 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     if best_k is None:
         best_k, best_labels = len(alive), labels_now()
     return best_k, best_labels, history
+
+
+def _native_float(W):
+    """``W`` (dense or sparse) with float32 or float64 values in the
+    machine's byte order, as the kernels type them (a float16, big-endian or
+    object array raised Numba's ``NotImplementedError`` or ``TypingError``);
+    a copy only where needed."""
+    issparse = sp.issparse(W)
+    values = W.data if issparse else np.asarray(W)
+    if values.dtype in (np.float32, np.float64):  # == is False if big-endian
+        return W
+    try:
+        return W.astype(np.float64) if issparse else values.astype(np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"W must hold real numbers; got dtype={values.dtype}.") from None
 
 
 def _conductance(cut, vol):

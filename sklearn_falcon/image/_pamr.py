@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import jit, pjit, prange
+from .._memory import check_allocation
 
 __all__ = ["pamr"]
 
@@ -202,6 +203,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
             "expected (H, W, C) and (H, W)."
         )
+    if img.shape[2] == 0:  # 0 / 0 weights: every pixel took the first label
+        raise ValueError(f"image of shape {img.shape} has no colour channel.")
     raw = np.asarray(dilations).reshape(-1)
     # (1.5,) was truncated to 1, silently, and "a" gave int()'s own message
     if raw.dtype.kind not in "iuf" or raw.size == 0 or not np.all(
@@ -213,6 +216,11 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
         return lab.copy()
     h, w = lab.shape
     offs = _offsets(dil.tolist())
+    if device is None:  # a float32 mask per label, thrice, and the weights
+        n_floats = offs.shape[0] + 3 * len(uniq) + 2 * (img.shape[2] + 1)
+        check_allocation(
+            4 * h * w * n_floats, f"pamr of {len(uniq)} labels on a {h}x{w} image",
+            "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     if not np.all(np.isfinite(planes)):  # NaN weights: every pixel took label 0
         raise ValueError("image contains NaN or infinite values.")

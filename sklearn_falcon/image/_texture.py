@@ -243,8 +243,18 @@ class ColorTextureFeatures:
         """
         # small products on many BLAS threads crawl on a busy machine (15x
         # slower on 2 shared cores): one thread, as during a Falcon fit
+        top = (self.n_texture_words, self.n_color_words)
         if n_words is None:
-            n_words = (self.n_texture_words, self.n_color_words)
+            n_words = top
+        # 0 words gave the id -1, more than ``top`` ids past the documented
+        # range (and a fraction kmeans_plusplus's "n_clusters" error)
+        k = tuple(n_words) if np.ndim(n_words) == 1 else ()
+        if len(k) != 2 or not all(
+                isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                and 1 <= v <= m for v, m in zip(k, top)):
+            raise ValueError(
+                f"n_words must be two integers in [1, {top[0]}] and [1, {top[1]}] "
+                f"(n_texture_words, n_color_words); got {n_words!r}.")
         with fit_threads(None, limit_blas=True):
             return self._word_maps(rgb, *n_words)
 

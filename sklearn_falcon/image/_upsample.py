@@ -5,6 +5,7 @@ import numpy as np
 from numba import prange
 
 from .._jit import pjit
+from .._memory import check_allocation
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
@@ -47,6 +48,28 @@ def bilinear_matrix(n_out, n_in):
     np.add.at(m, (rows, lo), 1.0 - frac)
     np.add.at(m, (rows, hi), frac)
     return m
+
+
+def _label_ids(uniq, name):
+    """The sorted distinct labels ``uniq`` as the int64 ids of the output
+    (as documented), or a ValueError naming ``name``: a fraction (0.5 was
+    written as 0) or a uint64 past the int64 range (written negative) would
+    be another id, silently."""
+    kind = uniq.dtype.kind
+    if kind == "u":
+        ok = not uniq.size or uniq[-1] <= np.iinfo(np.int64).max
+    elif kind == "f":  # whole numbers in the int64 range (NaN is not)
+        with np.errstate(invalid="ignore"):
+            ok = bool(np.all((np.mod(uniq, 1) == 0) & (uniq >= -2.0 ** 63)
+                             & (uniq < 2.0 ** 63)))
+    else:
+        ok = kind in "bi"
+    if ok:
+        return uniq.astype(np.int64)
+    lo, hi = uniq[[0, -1]].tolist() if uniq.size else (None, None)
+    values = f" with values in [{lo!r}, {hi!r}]" if uniq.size else ""
+    raise ValueError(f"{name} must hold integer label ids (in the int64 range); "
+                     f"got dtype={uniq.dtype}{values}.")
 
 
 def prototype_upsample(features, token_labels, out_shape, *, return_scores=False,
@@ -100,11 +123,13 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
             f"features of shape {f.shape} and token_labels of shape {lab.shape} do "
             "not match; expected (gh, gw, C) and (gh, gw) or (gh * gw,).")
     gh, gw, c = f.shape
+    if f.size == 0:  # it said "cannot reshape array of size 0" or "index -1"
+        raise ValueError(f"features of shape {f.shape} hold no token or no channel.")
     if not np.all(np.isfinite(f)):  # a NaN prototype: every pixel took label 0
         raise ValueError("features contain NaN or infinite values.")
     lab = lab.reshape(gh, gw)
     uniq, inv = np.unique(lab, return_inverse=True)
-    uniq, inv = uniq.astype(np.int64), inv.reshape(-1)  # int64, as documented
+    uniq, inv = _label_ids(uniq, "token_labels"), inv.reshape(-1)
     if device is not None and not return_scores:
         return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, device)]
     fn = f.reshape(-1, c)
@@ -116,6 +141,9 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     protos /= np.maximum(np.linalg.norm(protos, axis=1, keepdims=True), 1e-12)
     sim = (fn @ protos.T).reshape(gh, gw, k)
     h, w = int(out_shape[0]), int(out_shape[1])
+    check_allocation(4 * h * w * (k + 2), f"prototype_upsample of {k} labels to "
+                     f"{h}x{w} pixels", "It holds an (H, W, K) float32 score map: "
+                     "use fewer token labels, or a smaller out_shape.")
     ry, rx = bilinear_matrix(h, gh), bilinear_matrix(w, gw)
     up = np.einsum("hi,ijk->hjk", ry, sim, optimize=True)
     up = np.einsum("hjk,wj->hwk", up, rx, optimize=True)
@@ -242,12 +270,15 @@ def upsample_labels(labels, image, small_image, *, device=None):
         raise ValueError(
             f"labels {lab.shape}, image {img.shape} and small_image {small.shape} do "
             "not match; expected (h, w), (H, W, C) and (h, w, C).")
-    # Numba has no arithmetic on booleans or float16 ("No implementation of
-    # function float(bool)"): those as uint8 (0/255, as load_image reads
-    # them) and float32
-    img, small = (a.astype(np.uint8) * np.uint8(255) if a.dtype == bool else
-                  a.astype(np.float32) if a.dtype == np.float16 else a
-                  for a in (img, small))
+    # the kernel divides by H and W, and reads the nearest working pixels
+    # (of an empty map: past its end, a segmentation fault or garbage ids)
+    if img.shape[0] == 0 or img.shape[1] == 0:
+        return np.empty(img.shape[:2], dtype=np.int64)
+    if lab.size == 0:
+        raise ValueError(
+            f"labels of shape {lab.shape} hold no pixel to bring to the image's "
+            f"{img.shape[:2]}.")
+    img, small = _colours(img, "image"), _colours(small, "small_image")
     # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
     # (load_image's convention) and 16-bit images are brought there (on
     # floats in [0, 1] colour differences of at most 1.7 turned the
@@ -259,7 +290,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
         img, small = img / np.float32(257.0), small / np.float32(257.0)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)
-    uniq = uniq.astype(np.int64)
+    uniq = _label_ids(uniq, "labels")
     if device is not None:
         return _upsample_labels_on_device(inv, img, small, uniq, device)
     # one layout for the kernel (each layout, and read-only arrays, are a
@@ -274,6 +305,26 @@ def upsample_labels(labels, image, small_image, *, device=None):
     out = np.empty(img.shape[:2], dtype=np.int64)
     return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
                                    _JBU_SIGMA_C, _JBU_FLOOR, out)
+
+
+def _colours(a, name):
+    """The image ``a`` in a dtype the kernel computes with, or a ValueError
+    naming ``name``.  Numba has no arithmetic on booleans or float16 ("No
+    implementation of function float(bool)"): those as uint8 (0/255, as
+    load_image reads them) and float32; an object array of numbers as
+    float64 (it raised Numba's TypingError, as a complex one did)."""
+    if a.dtype == bool:
+        return a.astype(np.uint8) * np.uint8(255)
+    if a.dtype == np.float16:
+        return a.astype(np.float32)
+    if a.dtype.kind in "iuf":
+        return a
+    if a.dtype.kind == "O":
+        try:
+            return a.astype(np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise ValueError(f"{name} must hold real colour values; got dtype={a.dtype}.")
 
 
 def _prototype_on_device(features, inv, n_labels, out_shape, device):
