@@ -341,3 +341,36 @@ def test_brute_force_knn_takes_equal_distances_by_index(sparse):
     for i in range(Q.shape[0]):
         want = np.lexsort((np.arange(X.shape[0]), d2[i]))[:k]
         assert sorted(got[i].indices) == sorted(want)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_rbf_of_float32_samples_with_a_gamma_beyond_float32(backend):
+    # scikit-learn's rbf_kernel multiplied the float32 squared distances by
+    # -gamma rounded to float32, -inf: 0 * -inf = NaN on the diagonal, and
+    # the fit said "The affinity matrix is all zeros" (the torch backend's
+    # float32 rows too); predict gave NaN rows to duplicates of the samples
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        from sklearn_falcon._backends._torch._affinity import Affinity
+
+        Xt = torch.tensor(np.eye(4, 3)[[0, 1, 2, 2]], dtype=torch.float32)[None]
+        A = Affinity(Xt, torch.ones(1, 4, dtype=torch.bool), "rbf", gamma=1e40)
+        W = A.dense()[0].numpy()
+        assert W.dtype == np.float32
+        np.testing.assert_array_equal(W, [[1, 0, 0, 0], [0, 1, 0, 0],
+                                          [0, 0, 1, 1], [0, 0, 1, 1]])
+    X = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
+    X[1] = X[0]
+    for gamma in (1e40, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # not connected
+            est = FalconNCut(3, affinity="rbf", gamma=gamma, backend=backend,
+                             random_state=0).fit(X)
+        W = est.affinity_matrix_
+        assert W.dtype == np.float32
+        expected = np.eye(12, dtype=np.float32)
+        expected[0, 1] = expected[1, 0] = 1
+        np.testing.assert_array_equal(W, expected)
+        A = est._affinity.cross(X[:3])
+        np.testing.assert_array_equal(A, expected[:3])
+        np.testing.assert_array_equal(est.predict(X[1:3]), est.labels_[1:3])

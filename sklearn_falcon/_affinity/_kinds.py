@@ -369,6 +369,23 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
+def _rbf_kernel(X, Y=None, gamma=1.0):
+    """:func:`sklearn.metrics.pairwise.rbf_kernel`, also for a ``gamma``
+    beyond the range of float32 samples: scikit-learn multiplies their
+    float32 squared distances by ``-gamma`` rounded to float32, ``-inf``,
+    and a zero distance (the diagonal, duplicate samples) gave
+    ``0 * -inf = NaN``; that product is taken in float64."""
+    from sklearn.metrics.pairwise import euclidean_distances
+    from sklearn.metrics.pairwise import rbf_kernel as sk_rbf_kernel
+
+    if gamma <= float(np.finfo(np.float32).max):
+        return sk_rbf_kernel(X, Y, gamma=gamma)
+    K = euclidean_distances(X, Y, squared=True)
+    with np.errstate(over="ignore"):  # beyond K's dtype: -inf, exp(-inf) = 0
+        np.multiply(K, -gamma, out=K, dtype=np.float64, casting="same_kind")
+    return np.exp(K, out=K)
+
+
 def warn_if_flat_rbf(gamma, n_samples):
     """Warn that ``gamma=0`` makes every rbf affinity 1 (as a kNN graph of
     ``n_neighbors >= n_samples`` warns that it is complete)."""
@@ -406,22 +423,18 @@ class RBFAffinity(Affinity):
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
-        from sklearn.metrics.pairwise import rbf_kernel
-
         X = self.X_fit_
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
         if sp.issparse(X) or X.shape[0] <= SELF_PRODUCT_BLOCK:
-            W = rbf_kernel(X, gamma=self.gamma)
+            W = _rbf_kernel(X, gamma=self.gamma)
         else:  # a copy as Y: general products, not the crashing syrk (above)
-            W = rbf_kernel(X, np.array(X), gamma=self.gamma)
+            W = _rbf_kernel(X, np.array(X), gamma=self.gamma)
             np.fill_diagonal(W, 1.0)  # as rbf_kernel(X) (distance 0 to itself)
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
-        from sklearn.metrics.pairwise import rbf_kernel
-
         self.check_features(X_new)
-        return rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
+        return _rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
 
 
 class CosineAffinity(Affinity):
