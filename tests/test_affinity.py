@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from shared import random_graph as _graph
+from sklearn.metrics import adjusted_rand_score
 from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
 
 from sklearn_falcon import FalconNCut
@@ -374,3 +375,32 @@ def test_rbf_of_float32_samples_with_a_gamma_beyond_float32(backend):
         A = est._affinity.cross(X[:3])
         np.testing.assert_array_equal(A, expected[:3])
         np.testing.assert_array_equal(est.predict(X[1:3]), est.labels_[1:3])
+
+
+@pytest.mark.parametrize("affinity, what", [
+    ("nearest_neighbors", "distances between the samples"),
+    ("rbf", "distances between the samples"),
+    ("cosine", "norms of the samples"),
+])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_float32_samples_whose_distances_overflow_float32_are_refused(
+        affinity, what, fmt):
+    """float32 samples of 1e20: scikit-learn's float32 norms and distances
+    overflow (float32 ends at 3.4e38), though float64's would not: the
+    cosine took every row for a zero one (a flat W, silently), the sparse
+    kNN search measured NaN distances and the RBF kernel was NaN or 0.
+    Refused by name, with the advice to pass float64 (which fits)."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    big = (X * 1e20).astype(np.float32)
+    if fmt == "csr":
+        big = sp.csr_matrix(big)
+    kw = dict(affinity=affinity, gamma=1e-40, random_state=0)
+    with pytest.raises(ValueError, match=rf"squared {what} of X can overflow "
+                       r"float32: its values reach .*e\+20.*pass X as float64"):
+        FalconNCut(3, **kw).fit(big)
+    est = FalconNCut(3, **kw).fit(big.astype(np.float64))
+    ref = FalconNCut(3, **dict(kw, gamma=1.0)).fit(
+        sp.csr_matrix(X) if fmt == "csr" else X)
+    assert adjusted_rand_score(est.labels_, ref.labels_) == 1.0  # same partition
+    with pytest.raises(ValueError, match=f"squared {what}.*float32"):
+        FalconNCut(3, **kw).fit(X.astype(np.float32)).predict(big[:5])
