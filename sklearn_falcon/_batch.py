@@ -378,9 +378,10 @@ def falcon_batch(
     keep = [None] * B
     if matrix_free:
         Ws = [None] * B
-        if affinity == "rbf":  # as the graphs formed on the host do
-            warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs))
         degrees = P.degrees_numpy()
+        if affinity == "rbf":  # as the graphs formed on the host do
+            warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs), any(
+                d.size > 1 and np.all(d == d.size) for d in degrees))
         if not all(np.all(d > 0) for d in degrees):
             # (zero rows of cosine features): the problem of the others, with
             # the same affinity entries, as FalconNCut's

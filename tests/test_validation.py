@@ -462,6 +462,29 @@ def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
         FalconNCut(2, affinity="rbf", gamma=0.5).fit(X)
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("gamma, scale", [(1e-20, 1.0), (1.0, 1e-12), (1.0, 0.0)])
+def test_rbf_that_rounds_to_all_ones_warns_that_the_graph_is_flat(
+        backend, gamma, scale):
+    """A gamma too small for the samples' distances (or identical samples)
+    rounds every rbf affinity to 1: the same complete graph of equal weights
+    as gamma=0, where every labelling has the same NCut, but silently."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    X = np.random.default_rng(0).random((20, 2)) * scale
+    match = r"Every rbf affinity rounds to 1 \(gamma=.*labels are arbitrary"
+    with pytest.warns(UserWarning, match=match):
+        FalconNCut(2, affinity="rbf", gamma=gamma, backend=backend).fit(X)
+    with pytest.warns(UserWarning, match=match):
+        falcon_batch([X, X], 2, affinity="rbf", gamma=gamma, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FalconNCut(2, affinity="rbf", gamma=1e-3,
+                   backend=backend).fit(X + np.eye(20, 2))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):

@@ -390,14 +390,19 @@ def _rbf_kernel(X, Y=None, gamma=1.0):
     return np.exp(K, out=K)
 
 
-def warn_if_flat_rbf(gamma, n_samples):
-    """Warn that ``gamma=0`` makes every rbf affinity 1 (as a kNN graph of
-    ``n_neighbors >= n_samples`` warns that it is complete)."""
-    if gamma == 0 and n_samples > 1:
+def warn_if_flat_rbf(gamma, n_samples, flat=False):
+    """Warn that ``gamma=0`` makes every rbf affinity 1, or that every one
+    rounds to 1 (``flat``: identical samples, or a gamma too small for their
+    distances), as a kNN graph of ``n_neighbors >= n_samples`` warns that
+    it is complete."""
+    if n_samples > 1 and (gamma == 0 or flat):
         warn_user(
-            "gamma=0: every rbf affinity is exp(0) = 1, so the graph is "
-            "complete with equal weights and every partition has the same "
-            "NCut (n_clusters - 1); the labels are arbitrary. Use gamma > 0."
+            ("gamma=0: every rbf affinity is exp(0) = 1" if gamma == 0 else
+             f"Every rbf affinity rounds to 1 (gamma={gamma:.3g}: the samples are "
+             "identical, or gamma is too small for their distances)")
+            + ", so the graph is complete with equal weights and every partition "
+            "has the same NCut (n_clusters - 1); the labels are arbitrary. Use "
+            + ("gamma > 0." if gamma == 0 else "a larger gamma.")
         )
 
 
@@ -414,7 +419,9 @@ class RBFAffinity(Affinity):
         without ``W``)."""
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
-        warn_if_flat_rbf(self.gamma, X.shape[0])
+        flat = problem is not None and bool(np.all(  # every entry 1: degree n
+            problem.degrees_numpy()[0] == X.shape[0]))
+        warn_if_flat_rbf(self.gamma, X.shape[0], flat)
 
     def check_features(self, X, name="X"):
         _check_distance_range(X, name=name)
@@ -423,7 +430,10 @@ class RBFAffinity(Affinity):
         self.check_features(X)
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity")
         self.adopt(X, None)
-        return self.recompute()
+        W = self.recompute()
+        if self.gamma > 0:
+            warn_if_flat_rbf(self.gamma, X.shape[0], flat=bool(W.min() == 1))
+        return W
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
