@@ -16,6 +16,7 @@ from ._check import (
     restrict_to_active,
     unit_scaled,
     warn_if_disconnected,
+    warn_if_flat_cosine,
 )
 from ._kinds import (
     AFFINITIES,
@@ -53,6 +54,7 @@ __all__ = [
     "start_graph",
     "unit_scaled",
     "warn_if_disconnected",
+    "warn_if_flat_cosine",
     "warn_if_flat_rbf",
     "zero_norm",
 ]

@@ -31,6 +31,8 @@ from ._check import (
     check_dtype_kind,
     check_finite_top,
     clean_csr,
+    warn_if_flat,
+    warn_if_flat_cosine,
 )
 from ._neighbors import _BruteNeighbors, _knn_connectivity, _TreeNeighbors
 
@@ -395,15 +397,12 @@ def warn_if_flat_rbf(gamma, n_samples, flat=False):
     rounds to 1 (``flat``: identical samples, or a gamma too small for their
     distances), as a kNN graph of ``n_neighbors >= n_samples`` warns that
     it is complete."""
-    if n_samples > 1 and (gamma == 0 or flat):
-        warn_user(
-            ("gamma=0: every rbf affinity is exp(0) = 1" if gamma == 0 else
-             f"Every rbf affinity rounds to 1 (gamma={gamma:.3g}: the samples are "
-             "identical, or gamma is too small for their distances)")
-            + ", so the graph is complete with equal weights and every partition "
-            "has the same NCut (n_clusters - 1); the labels are arbitrary. Use "
-            + ("gamma > 0." if gamma == 0 else "a larger gamma.")
-        )
+    warn_if_flat(
+        gamma == 0 or flat, n_samples,
+        "gamma=0: every rbf affinity is exp(0) = 1" if gamma == 0 else
+        f"Every rbf affinity rounds to 1 (gamma={gamma:.3g}: the samples are "
+        "identical, or gamma is too small for their distances)",
+        "Use gamma > 0." if gamma == 0 else "Use a larger gamma.")
 
 
 class RBFAffinity(Affinity):
@@ -466,6 +465,7 @@ class CosineAffinity(Affinity):
         lo, hi = problem.cosine_range
         self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
         self.compute_dtype_ = problem.compute_dtype
+        warn_if_flat_cosine(self.cos_min_, self.cos_max_, X.shape[0])
 
     def check_features(self, X, name="X"):
         _check_distance_range(X, of="norms", name=name)
@@ -475,6 +475,7 @@ class CosineAffinity(Affinity):
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
         W, self.cos_min_, self.cos_max_ = cosine_power_affinity(X, self.power)
+        warn_if_flat_cosine(self.cos_min_, self.cos_max_, X.shape[0])
         return W
 
     def recompute(self):
