@@ -404,3 +404,26 @@ def test_float32_samples_whose_distances_overflow_float32_are_refused(
     assert adjusted_rand_score(est.labels_, ref.labels_) == 1.0  # same partition
     with pytest.raises(ValueError, match=f"squared {what}.*float32"):
         FalconNCut(3, **kw).fit(X.astype(np.float32)).predict(big[:5])
+
+
+@pytest.mark.parametrize("dtype, scale", [(np.float64, 1e-170), (np.float32, 1e-25)])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_samples_whose_squared_distances_underflow_are_refused_by_knn(
+        dtype, scale, fmt):
+    """Samples of 1e-170: every squared distance rounds to 0 (float32
+    sparse samples of 1e-25 too, squared in float32), and the kNN graph was
+    that of equal distances taken by index, silently. Refused by name; the
+    graph inits of a matrix-free fit (start_graph) still take them."""
+    from sklearn_falcon._affinity import start_graph
+
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    tiny = (X * scale).astype(dtype)
+    if fmt == "csr":
+        tiny = sp.csr_matrix(tiny)
+    with pytest.raises(ValueError, match=r"squared distances between the samples "
+                       rf"of X underflow {np.dtype(dtype).name}: its values are at "
+                       r"most .*e-(170|25)"):
+        FalconNCut(3, random_state=0).fit(tiny)
+    assert start_graph(tiny, 5).shape == (40, 40)
+    FalconNCut(3, random_state=0).fit(np.zeros((10, 3)))  # all equal: exact
+    FalconNCut(3, random_state=0).fit((X * 1e-100).astype(np.float64))

@@ -34,7 +34,8 @@ from ._check import (
     warn_if_flat,
     warn_if_flat_cosine,
 )
-from ._neighbors import _BruteNeighbors, _knn_connectivity, _TreeNeighbors
+from ._neighbors import (_BruteNeighbors, _check_distance_underflow,
+                         _knn_connectivity, _TreeNeighbors)
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range", "cosine_similarity", "make_affinity", "start_graph",
@@ -265,6 +266,8 @@ class NearestNeighborsAffinity(Affinity):
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
+        if self.warns_complete:  # (a start's graph: any kNN graph will do)
+            _check_distance_underflow(X)
         self._warn_if_complete(n)
         if not sp.issparse(X) and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2:
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)

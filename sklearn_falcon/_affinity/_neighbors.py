@@ -32,11 +32,35 @@ from sklearn.utils.extmath import row_norms
 from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._threads import effective_n_threads
 
-__all__ = ["_BruteNeighbors", "_TreeNeighbors", "_knn_connectivity"]
+__all__ = ["_BruteNeighbors", "_TreeNeighbors", "_check_distance_underflow",
+           "_knn_connectivity"]
 
 # float64 entries of one block of differences (query rows x candidates x
 # features): 32 MB
 _BLOCK = 1 << 22
+
+
+def _check_distance_underflow(X, name="X"):
+    """Refuse training samples whose squared distances are all below the
+    normal range of their dtype (float64 values below about 1e-155, float32
+    ones below about 1e-20, which scikit-learn's sparse search squares in
+    float32): they round to subnormal numbers or zero, and the neighbours
+    were chosen among equal distances, in index order (a kNN graph of 1e-170
+    times some samples was not theirs)."""
+    data = X.data if sp.issparse(X) else X
+    if not data.size:
+        return
+    top = float(np.abs(data).max())
+    dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
+    bound = 4.0 * top * top * max(X.shape[1], 1)  # the largest squared distance
+    if top == 0 or bound >= float(np.finfo(dtype).tiny):
+        return  # (all samples zero: all distances are exactly equal)
+    raise ValueError(
+        f"The squared distances between the samples of {name} underflow "
+        f"{dtype.name}: its values are at most {top:.3g}, and the nearest "
+        f"neighbours would be chosen among equal distances. Scale {name} up, for "
+        "example with StandardScaler."
+    )
 
 
 def _connectivity(idx, n_train):
