@@ -384,11 +384,10 @@ def _rbf_kernel(X, Y=None, gamma=1.0):
     float32 squared distances by ``-gamma`` rounded to float32, ``-inf``,
     and a zero distance (the diagonal, duplicate samples) gave
     ``0 * -inf = NaN``; that product is taken in float64."""
-    from sklearn.metrics.pairwise import euclidean_distances
-    from sklearn.metrics.pairwise import rbf_kernel as sk_rbf_kernel
+    from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
     if gamma <= float(np.finfo(np.float32).max):
-        return sk_rbf_kernel(X, Y, gamma=gamma)
+        return rbf_kernel(X, Y, gamma=gamma)
     K = euclidean_distances(X, Y, squared=True)
     with np.errstate(over="ignore"):  # beyond K's dtype: -inf, exp(-inf) = 0
         np.multiply(K, -gamma, out=K, dtype=np.float64, casting="same_kind")
@@ -558,11 +557,13 @@ class CallableAffinity(Affinity):
         if not sp.issparse(A):
             A = np.asarray(A)
         check_dtype_kind(A, name=call)  # sparse too: complex would lose its part
+        # float32 kept, as a precomputed affinity: symmetric within its rounding
+        dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.float64
         if sp.issparse(A):
-            A = sp.csr_matrix(A, dtype=np.float64)
+            A = sp.csr_matrix(A, dtype=dtype)
             values = A.data
         else:
-            A = A.astype(np.float64, copy=False)
+            A = A.astype(dtype, copy=False)
             values = A
         if A.ndim != 2:
             raise ValueError(
