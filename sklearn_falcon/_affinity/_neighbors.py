@@ -184,11 +184,16 @@ class _BruteNeighbors:
             return idx, np.empty(0, dtype=np.int64)
         kth = np.take_along_axis(d2, order[:, -1:], axis=1)[:, 0]
         # a sample the candidates missed is at least as far, in
-        # scikit-learn's distances, as the last candidate
+        # scikit-learn's distances, as the last candidate; only samples of
+        # norm up to |q| + sqrt(kth) can be as near as the k-th (the others
+        # are farther, by the triangle inequality), so their norms bound the
+        # rounding (one outlier's norm made every query unsure: an O(n^2)
+        # search, 39 s instead of 0.2 s for 8,000 samples)
         eps = np.finfo(np.float64).eps
         last = dist[:, -1].astype(np.float64) ** 2
-        margin = (16.0 * (max(Q.shape[1], 1) + 2) * eps
-                  * (q_norms + self.sq_norms.max())
+        reach = np.minimum(self.sq_norms.max(),
+                           (np.sqrt(q_norms) + np.sqrt(kth)) ** 2 * (1 + 1e-6))
+        margin = (16.0 * (max(Q.shape[1], 1) + 2) * eps * (q_norms + reach)
                   + 4.0 * np.finfo(dist.dtype).eps * last)
         return idx, np.flatnonzero(last - margin <= kth)
 
