@@ -489,3 +489,21 @@ def test_brute_force_knn_of_samples_far_from_the_origin_stays_linear(
     for i in range(0, 400, 7):
         want = np.lexsort((np.arange(400), d2[i]))[:k]
         assert sorted(got[i].indices) == sorted(want)
+
+
+def test_rbf_of_samples_far_from_the_origin_is_that_of_centred_ones():
+    # rbf_kernel's squared distances ||x||^2 + ||y||^2 - 2 x.y round to
+    # eps ||x||^2: samples of spread 1 at 1e7 from the origin had entries
+    # off by 0.07 (at 1e8 by 1.0, garbage), in fit and predict, and the
+    # torch backend's affinity_matrix_ was not the (centred) W it solved
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    ref = rbf_kernel(X - X.mean(axis=0), gamma=0.5)
+    for offset in (1e7, 1e8):
+        est = FalconNCut(3, affinity="rbf", gamma=0.5, random_state=0).fit(
+            X + offset)
+        np.testing.assert_allclose(est.affinity_matrix_, ref, atol=1e-12)
+        np.testing.assert_allclose(est._affinity.cross(X[:7] + offset), ref[:7],
+                                   atol=1e-12)
+        np.testing.assert_allclose(
+            est._affinity.cross(sp.csr_matrix(X[:7] + offset)), ref[:7], atol=1e-12)

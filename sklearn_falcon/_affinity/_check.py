@@ -307,6 +307,32 @@ def check_finite_top(top, name):
         )
 
 
+def _check_distance_range(X, of="distances", name="X"):
+    """Refuse samples whose squared Euclidean distances (``of="distances"``)
+    or squared norms (``"norms"``) can overflow their dtype, float64 values
+    beyond about 1e153 and float32 ones beyond about 1e18 (scikit-learn
+    computes float32 norms and distances in float32): a neighbour search
+    would see every neighbour at an infinite distance and return arbitrary
+    ones, an RBF kernel would be NaN or 0 everywhere, and the cosine would
+    take every row for a zero one."""
+    data = X.data if sp.issparse(X) else X
+    if not data.size:
+        return
+    top = float(np.abs(data).max())
+    check_finite_top(top, name)
+    bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
+    dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
+    if bound < float(np.finfo(dtype).max):
+        return
+    what = ("distances between the samples" if of == "distances"
+            else "norms of the samples")
+    raise ValueError(
+        f"The squared {what} of {name} can overflow {dtype.name}: its values "
+        f"reach {top:.3g}. Scale {name}, for example with StandardScaler"
+        + (f", or pass {name} as float64." if dtype == np.float32 else ".")
+    )
+
+
 def check_finite_degrees(W, name):
     """Raise ValueError, naming ``name``, if the degrees (row sums) of a
     nonnegative ``W`` (or of a cross-affinity), or their total, overflow its

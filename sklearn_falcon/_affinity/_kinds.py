@@ -26,15 +26,15 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
 from ._check import (
+    _check_distance_range,
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
-    check_finite_top,
     clean_csr,
     warn_if_flat,
     warn_if_flat_cosine,
 )
-from ._neighbors import (_BruteNeighbors, _check_distance_underflow,
+from ._neighbors import (_BruteNeighbors, _check_distance_underflow, _far_shift,
                          _knn_connectivity, _TreeNeighbors)
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
@@ -307,32 +307,6 @@ class NearestNeighborsAffinity(Affinity):
 _KD_TREE_MAX_FEATURES = 15
 
 
-def _check_distance_range(X, of="distances", name="X"):
-    """Refuse samples whose squared Euclidean distances (``of="distances"``)
-    or squared norms (``"norms"``) can overflow their dtype, float64 values
-    beyond about 1e153 and float32 ones beyond about 1e18 (scikit-learn
-    computes float32 norms and distances in float32): a neighbour search
-    would see every neighbour at an infinite distance and return arbitrary
-    ones, an RBF kernel would be NaN or 0 everywhere, and the cosine would
-    take every row for a zero one."""
-    data = X.data if sp.issparse(X) else X
-    if not data.size:
-        return
-    top = float(np.abs(data).max())
-    check_finite_top(top, name)
-    bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
-    dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
-    if bound < float(np.finfo(dtype).max):
-        return
-    what = ("distances between the samples" if of == "distances"
-            else "norms of the samples")
-    raise ValueError(
-        f"The squared {what} of {name} can overflow {dtype.name}: its values "
-        f"reach {top:.3g}. Scale {name}, for example with StandardScaler"
-        + (f", or pass {name} as float64." if dtype == np.float32 else ".")
-    )
-
-
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     """``X`` is a (sparse) distance matrix; its ``n_neighbors`` nearest
     neighbours give ``W``, equal distances taken in column order (dense or
@@ -386,6 +360,10 @@ def _rbf_kernel(X, Y=None, gamma=1.0):
     ``0 * -inf = NaN``; that product is taken in float64."""
     from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
 
+    shift = _far_shift(X if Y is None else Y)
+    if shift is not None:  # (translation invariant) centred, as the torch rows
+        X, Y = [None if Z is None else (Z.toarray() if sp.issparse(Z) else Z) - shift
+                for Z in (X, Y)]
     if gamma <= float(np.finfo(np.float32).max):
         return rbf_kernel(X, Y, gamma=gamma)
     K = euclidean_distances(X, Y, squared=True)

@@ -33,7 +33,7 @@ from .. import _jit  # not `from .._jit import`, which marks a kernel module
 from .._threads import effective_n_threads
 
 __all__ = ["_BruteNeighbors", "_TreeNeighbors", "_check_distance_underflow",
-           "_knn_connectivity"]
+           "_far_shift", "_knn_connectivity"]
 
 # float64 entries of one block of differences (query rows x candidates x
 # features): 32 MB
@@ -61,6 +61,21 @@ def _check_distance_underflow(X, name="X"):
         f"neighbours would be chosen among equal distances. Scale {name} up, for "
         "example with StandardScaler."
     )
+
+
+def _far_shift(X, sq_norms=None):
+    """The mean of dense samples far from the origin next to their spread
+    (its squared norm above 1e4 times their mean squared distance to it), to
+    centre them by: scikit-learn's distances ``||x||^2 + ||y||^2 - 2 x.y``
+    round to about ``eps ||x||^2`` (1e7 from the origin, a spread of 1
+    gave squared distances off by 0.1); None for others, and sparse ones."""
+    if sp.issparse(X) or not X.shape[0]:
+        return None
+    mean = X.mean(axis=0, dtype=np.float64)
+    mu2 = float(mean @ mean)
+    sq = row_norms(X, squared=True) if sq_norms is None else sq_norms
+    far = mu2 > 0 and float(sq.mean(dtype=np.float64)) - mu2 <= 1e-4 * mu2
+    return mean if far else None
 
 
 def _connectivity(idx, n_train):
@@ -143,16 +158,9 @@ class _BruteNeighbors:
         self.n = X.shape[0]
         self.n_candidates = min(self.n, 2 * k)
         self.sq_norms = row_norms(X, squared=True).astype(np.float64)
-        # scikit-learn's distances ||q||^2 + ||x||^2 - 2 q.x round to about
-        # eps (||q||^2 + ||x||^2): dense samples far from the origin next to
-        # their spread (coordinates of 1e7) made every query unsure of its
-        # candidates, an O(n^2) search; they are searched centred (a copy)
-        self.shift = None
-        if not sp.issparse(X) and self.n:
-            mean = X.mean(axis=0, dtype=np.float64)
-            mu2 = float(mean @ mean)
-            if self.sq_norms.mean() - mu2 <= 1e-4 * mu2:
-                self.shift = mean
+        # samples far from the origin (coordinates of 1e7) made every query
+        # unsure of its candidates, an O(n^2) search: searched centred
+        self.shift = _far_shift(X, self.sq_norms)
         self.search_sq_norms = (self.sq_norms if self.shift is None else
                                 row_norms(X - self.shift, squared=True))
         self.nn = NearestNeighbors(n_neighbors=self.n_candidates,
