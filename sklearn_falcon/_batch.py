@@ -27,6 +27,7 @@ from ._affinity import (
     restrict_to_active,
     start_graph,
     unit_scaled,
+    warn_if_flat_cosine,
     warn_if_flat_rbf,
 )
 from ._backends import BACKENDS, host_array, resolve_backend
@@ -387,9 +388,13 @@ def falcon_batch(
     keep = [None] * B
     if matrix_free:
         Ws = [None] * B
-        if affinity == "rbf":  # as the graphs formed on the host do
-            warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs))
         degrees = P.degrees_numpy()
+        if affinity == "rbf":  # as the graphs formed on the host do
+            warn_if_flat_rbf(gamma, max(G.shape[0] for G in graphs), any(
+                d.size > 1 and np.all(d == d.size) for d in degrees))
+        else:
+            for lo, hi, d in zip(*P.cosine_range, degrees):
+                warn_if_flat_cosine(lo, hi, d.size)
         if not all(np.all(d > 0) for d in degrees):
             # (zero rows of cosine features): the problem of the others, with
             # the same affinity entries, as FalconNCut's

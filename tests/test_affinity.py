@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from shared import random_graph as _graph
+from sklearn.metrics import adjusted_rand_score
 from sklearn.metrics.pairwise import cosine_similarity, rbf_kernel
 
 from sklearn_falcon import FalconNCut
@@ -341,3 +342,168 @@ def test_brute_force_knn_takes_equal_distances_by_index(sparse):
     for i in range(Q.shape[0]):
         want = np.lexsort((np.arange(X.shape[0]), d2[i]))[:k]
         assert sorted(got[i].indices) == sorted(want)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_rbf_of_float32_samples_with_a_gamma_beyond_float32(backend):
+    # scikit-learn's rbf_kernel multiplied the float32 squared distances by
+    # -gamma rounded to float32, -inf: 0 * -inf = NaN on the diagonal, and
+    # the fit said "The affinity matrix is all zeros" (the torch backend's
+    # float32 rows too); predict gave NaN rows to duplicates of the samples
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        from sklearn_falcon._backends._torch._affinity import Affinity
+
+        Xt = torch.tensor(np.eye(4, 3)[[0, 1, 2, 2]], dtype=torch.float32)[None]
+        A = Affinity(Xt, torch.ones(1, 4, dtype=torch.bool), "rbf", gamma=1e40)
+        W = A.dense()[0].numpy()
+        assert W.dtype == np.float32
+        np.testing.assert_array_equal(W, [[1, 0, 0, 0], [0, 1, 0, 0],
+                                          [0, 0, 1, 1], [0, 0, 1, 1]])
+    X = np.random.default_rng(0).normal(size=(12, 3)).astype(np.float32)
+    X[1] = X[0]
+    for gamma in (1e40, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # not connected
+            est = FalconNCut(3, affinity="rbf", gamma=gamma, backend=backend,
+                             random_state=0).fit(X)
+        W = est.affinity_matrix_
+        assert W.dtype == np.float32
+        expected = np.eye(12, dtype=np.float32)
+        expected[0, 1] = expected[1, 0] = 1
+        np.testing.assert_array_equal(W, expected)
+        A = est._affinity.cross(X[:3])
+        np.testing.assert_array_equal(A, expected[:3])
+        np.testing.assert_array_equal(est.predict(X[1:3]), est.labels_[1:3])
+
+
+@pytest.mark.parametrize("affinity, what", [
+    ("nearest_neighbors", "distances between the samples"),
+    ("rbf", "distances between the samples"),
+    ("cosine", "norms of the samples"),
+])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_float32_samples_whose_distances_overflow_float32_are_refused(
+        affinity, what, fmt):
+    """float32 samples of 1e20: scikit-learn's float32 norms and distances
+    overflow (float32 ends at 3.4e38), though float64's would not: the
+    cosine took every row for a zero one (a flat W, silently), the sparse
+    kNN search measured NaN distances and the RBF kernel was NaN or 0.
+    Refused by name, with the advice to pass float64 (which fits)."""
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    big = (X * 1e20).astype(np.float32)
+    if fmt == "csr":
+        big = sp.csr_matrix(big)
+    kw = dict(affinity=affinity, gamma=1e-40, random_state=0)
+    with pytest.raises(ValueError, match=rf"squared {what} of X can overflow "
+                       r"float32: its values reach .*e\+20.*pass X as float64"):
+        FalconNCut(3, **kw).fit(big)
+    est = FalconNCut(3, **kw).fit(big.astype(np.float64))
+    ref = FalconNCut(3, **dict(kw, gamma=1.0)).fit(
+        sp.csr_matrix(X) if fmt == "csr" else X)
+    assert adjusted_rand_score(est.labels_, ref.labels_) == 1.0  # same partition
+    with pytest.raises(ValueError, match=f"squared {what}.*float32"):
+        FalconNCut(3, **kw).fit(X.astype(np.float32)).predict(big[:5])
+
+
+@pytest.mark.parametrize("dtype, scale", [(np.float64, 1e-170), (np.float32, 1e-25)])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_samples_whose_squared_distances_underflow_are_refused_by_knn(
+        dtype, scale, fmt):
+    """Samples of 1e-170: every squared distance rounds to 0 (float32
+    sparse samples of 1e-25 too, squared in float32), and the kNN graph was
+    that of equal distances taken by index, silently. Refused by name; the
+    graph inits of a matrix-free fit (start_graph) still take them."""
+    from sklearn_falcon._affinity import start_graph
+
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    tiny = (X * scale).astype(dtype)
+    if fmt == "csr":
+        tiny = sp.csr_matrix(tiny)
+    with pytest.raises(ValueError, match=r"squared distances between the samples "
+                       rf"of X underflow {np.dtype(dtype).name}: its values are at "
+                       r"most .*e-(170|25)"):
+        FalconNCut(3, random_state=0).fit(tiny)
+    assert start_graph(tiny, 5).shape == (40, 40)
+    FalconNCut(3, random_state=0).fit(np.zeros((10, 3)))  # all equal: exact
+    FalconNCut(3, random_state=0).fit((X * 1e-100).astype(np.float64))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_brute_force_knn_of_samples_with_an_outlier_stays_linear(sparse, monkeypatch):
+    # the rounding margin of every query was set by the largest norm of all
+    # samples: one outlier (1e8 among samples of norm 4) made every query
+    # unsure of its candidates and searched all n samples for each, O(n^2):
+    # 39 s instead of 0.2 s for 8,000 samples.  The same graph, exact.
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(399, 20)), np.full((1, 20), 1e8)])
+    calls = []
+    nearest = _BruteNeighbors._nearest
+
+    def spy(self, Q, m):
+        calls.append((Q.shape[0], m))
+        return nearest(self, Q, m)
+
+    monkeypatch.setattr(_BruteNeighbors, "_nearest", spy)
+    k = 7
+    nn = _BruteNeighbors(sp.csr_matrix(X) if sparse else X, k)
+    got = nn.kneighbors_graph(sp.csr_matrix(X) if sparse else X)
+    assert calls[0] == (400, 2 * k)
+    assert sum(rows for rows, _ in calls[1:]) <= 4  # (every query: 400)
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    for i in range(0, 400, 7):
+        want = np.lexsort((np.arange(400), d2[i]))[:k]
+        assert sorted(got[i].indices) == sorted(want)
+
+
+@pytest.mark.parametrize("offset", [1e7, 12345678.0])
+def test_brute_force_knn_of_samples_far_from_the_origin_stays_linear(
+        offset, monkeypatch):
+    # scikit-learn's distances ||q||^2 + ||x||^2 - 2 q.x round to about
+    # eps ||x||^2: samples of spread 1 at 1e7 from the origin (coordinates,
+    # timestamps) made every query unsure of its candidates, which searched
+    # all samples for each (37 s instead of 0.2 s for 8,000 samples).  The
+    # search is centred; the graph is the same, exact, ties by index.
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 20))
+    if offset != 1e7:  # a lattice: many equal distances
+        X = rng.integers(0, 3, size=(400, 20)).astype(np.float64)
+    X = X + offset
+    calls = []
+    nearest = _BruteNeighbors._nearest
+
+    def spy(self, Q, m):
+        calls.append(Q.shape[0])
+        return nearest(self, Q, m)
+
+    monkeypatch.setattr(_BruteNeighbors, "_nearest", spy)
+    k = 7
+    got = _BruteNeighbors(X, k).kneighbors_graph(X)
+    if offset == 1e7:
+        assert calls == [400]  # (every query was searched again)
+    d2 = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    for i in range(0, 400, 7):
+        want = np.lexsort((np.arange(400), d2[i]))[:k]
+        assert sorted(got[i].indices) == sorted(want)
+
+
+def test_rbf_of_samples_far_from_the_origin_is_that_of_centred_ones():
+    # rbf_kernel's squared distances ||x||^2 + ||y||^2 - 2 x.y round to
+    # eps ||x||^2: samples of spread 1 at 1e7 from the origin had entries
+    # off by 0.07 (at 1e8 by 1.0, garbage), in fit and predict, and the
+    # torch backend's affinity_matrix_ was not the (centred) W it solved
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    ref = rbf_kernel(X - X.mean(axis=0), gamma=0.5)
+    for offset in (1e7, 1e8):
+        est = FalconNCut(3, affinity="rbf", gamma=0.5, random_state=0).fit(
+            X + offset)
+        np.testing.assert_allclose(est.affinity_matrix_, ref, atol=1e-12)
+        np.testing.assert_allclose(est._affinity.cross(X[:7] + offset), ref[:7],
+                                   atol=1e-12)
+        np.testing.assert_allclose(
+            est._affinity.cross(sp.csr_matrix(X[:7] + offset)), ref[:7], atol=1e-12)

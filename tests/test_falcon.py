@@ -658,3 +658,28 @@ def test_labels_as_init_with_n_init_warn_that_one_start_runs(blobs):
         FalconNCut(4, init=y0).fit(X)  # n_init=1: silent
         # a warm start is one start by its documentation: silent too
         FalconNCut(4, n_init=3, warm_start=True, random_state=0).fit(X).fit(X)
+
+
+def test_callable_affinity_of_float32_is_the_precomputed_one():
+    # a float32 affinity from a callable was made float64 and checked for
+    # symmetry at float64's tolerance: one symmetric up to float32 rounding
+    # (a GPU product) warned "is not symmetric" and was averaged, where the
+    # same matrix, precomputed, was taken as it is, in float32
+    X, _ = make_blobs(n_samples=120, centers=3, random_state=0)
+    W = laplacian_kernel(X, gamma=0.5).astype(np.float32)
+    upper = np.triu_indices(120, 1)
+    W[upper] = np.nextafter(W[upper], np.float32(2))  # one ulp above W.T
+
+    def kernel(A, B=None):
+        return W if B is None else laplacian_kernel(A, B, gamma=0.5).astype(
+            np.float32)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = FalconNCut(3, affinity=kernel, random_state=0).fit(X)
+        ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(W)
+    assert est.affinity_matrix_.dtype == np.float32
+    np.testing.assert_array_equal(est.affinity_matrix_, ref.affinity_matrix_)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X[:7]),
+                                  ref.predict(kernel(X[:7], X)))

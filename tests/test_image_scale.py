@@ -328,6 +328,23 @@ def test_knn_affinity_of_identical_tokens_is_flat():
     assert Wz.nnz >= 18 and (Wz.data == 1.0).all()
 
 
+
+def test_knn_affinity_takes_rows_below_the_zero_norm_for_zero_rows():
+    # rows of norm below 10 eps (float32) have similarity 0 to every row in
+    # the dense affinity; the kNN one scaled them by 1 / (10 eps) instead,
+    # to norms of 0.08 (weights off by 0.08 at power 1), and tokens that
+    # were all such rows gave a W of all zeros, not the dense one's all ones
+    rng = np.random.default_rng(0)
+    F = np.vstack([rng.normal(size=(28, 6)), np.full((2, 6), 1e-7)])
+    W = knn_cosine_power_affinity(F, 1.0, n_neighbors=30, n_range_rows=30)
+    np.testing.assert_allclose(W.toarray(), cosine_power_affinity(F, 1.0),
+                               atol=1e-6)
+    T = rng.normal(size=(6, 4)) * 1e-30
+    np.testing.assert_array_equal(cosine_power_affinity(T, 6.0), 1.0)
+    Wt = knn_cosine_power_affinity(T, 6.0, n_neighbors=3)
+    assert Wt.nnz >= 18 and (Wt.data == 1.0).all()
+
+
 # ------------------------------------------------------- budget and memory
 def test_work_shape_and_plan():
     assert _budget.work_shape(512, 512, 512 * 512) == (512, 512)

@@ -480,6 +480,55 @@ def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
         FalconNCut(2, affinity="rbf", gamma=0.5).fit(X)
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("gamma, scale", [(1e-20, 1.0), (1.0, 1e-12), (1.0, 0.0)])
+def test_rbf_that_rounds_to_all_ones_warns_that_the_graph_is_flat(
+        backend, gamma, scale):
+    """A gamma too small for the samples' distances (or identical samples)
+    rounds every rbf affinity to 1: the same complete graph of equal weights
+    as gamma=0, where every labelling has the same NCut, but silently."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    X = np.random.default_rng(0).random((20, 2)) * scale
+    match = r"Every rbf affinity rounds to 1 \(gamma=.*labels are arbitrary"
+    with pytest.warns(UserWarning, match=match):
+        FalconNCut(2, affinity="rbf", gamma=gamma, backend=backend).fit(X)
+    with pytest.warns(UserWarning, match=match):
+        falcon_batch([X, X], 2, affinity="rbf", gamma=gamma, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FalconNCut(2, affinity="rbf", gamma=1e-3,
+                   backend=backend).fit(X + np.eye(20, 2))
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("case", ["parallel", "zero_norm"])
+def test_cosine_of_equal_similarities_warns_that_the_graph_is_flat(backend, case):
+    """Samples whose cosine similarities are all equal (rows along one
+    direction, or rows below the zero norm) give a ``W`` of all ones, where
+    every labelling has the same NCut, as rbf with gamma=0 (which warned),
+    but silently."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    X = (rng.random((20, 1)) + 0.5) * rng.normal(size=(1, 4))
+    if case == "zero_norm":
+        X = rng.normal(size=(20, 4)) * 1e-17
+    match = r"Every cosine similarity of the samples is equal.*labels are arbitrary"
+    with pytest.warns(UserWarning, match=match):
+        FalconNCut(2, affinity="cosine", backend=backend).fit(X)
+    with pytest.warns(UserWarning, match=match):
+        falcon_batch([X, X[:10]], 2, affinity="cosine", backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FalconNCut(2, affinity="cosine", backend=backend).fit(
+            rng.normal(size=(20, 4)))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):

@@ -18,6 +18,7 @@ from ._check import (
     unit_exponent,
     unit_scaled,
     warn_if_disconnected,
+    warn_if_flat_cosine,
 )
 from ._kinds import (
     AFFINITIES,
@@ -57,6 +58,7 @@ __all__ = [
     "unit_exponent",
     "unit_scaled",
     "warn_if_disconnected",
+    "warn_if_flat_cosine",
     "warn_if_flat_rbf",
     "zero_norm",
 ]

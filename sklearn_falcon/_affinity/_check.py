@@ -16,8 +16,8 @@ from .._memory import check_allocation
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
-           "symmetric_part",
-           "warn_if_disconnected", "active_subgraph", "restrict_to_active",
+           "symmetric_part", "warn_if_disconnected", "warn_if_flat",
+           "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
            "unit_exponent", "unit_scaled"]
 
 # From this many stored entries the symmetry and connectivity checks of a
@@ -405,6 +405,26 @@ def _dense_n_components(W, chunk=1 << 22):
             frontier = np.flatnonzero(reach & ~seen)
             seen[frontier] = True
     return n_comp
+
+
+def warn_if_flat(flat, n_samples, cause, advice):
+    """Warn, when ``flat`` (every affinity of the ``n_samples > 1`` samples
+    is equal), that the graph is complete with equal weights and the labels
+    arbitrary; ``cause`` starts the warning and ``advice`` ends it."""
+    if flat and n_samples > 1:
+        warn_user(
+            f"{cause}, so the graph is complete with equal weights and every "
+            "partition has the same NCut (n_clusters - 1); the labels are "
+            f"arbitrary. {advice}"
+        )
+
+
+def warn_if_flat_cosine(lo, hi, n_samples):
+    """Warn that every cosine similarity ``lo`` to ``hi`` is equal (``hi <=
+    lo``, see :func:`~._kinds.cosine_range`): ``W`` is all ones."""
+    warn_if_flat(not hi > lo, n_samples, "Every cosine similarity of the samples "
+                 "is equal (parallel rows, or rows of zero norm): W is all ones",
+                 "(Rows of norm below 10 eps of the features' dtype count as zero.)")
 
 
 def warn_if_disconnected(W, n_clusters, hint=None):

@@ -29,11 +29,19 @@ from ._check import (
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
-    check_finite_top,
     check_sparse_structure,
     clean_csr,
+    warn_if_flat,
+    warn_if_flat_cosine,
 )
-from ._neighbors import _BruteNeighbors, _knn_connectivity, _TreeNeighbors
+from ._neighbors import (
+    _BruteNeighbors,
+    _check_distance_range,
+    _check_distance_underflow,
+    _far_shift,
+    _knn_connectivity,
+    _TreeNeighbors,
+)
 
 __all__ = ["AFFINITIES", "Affinity", "cosine_power", "cosine_power_affinity",
            "cosine_range", "cosine_similarity", "make_affinity", "start_graph",
@@ -264,6 +272,8 @@ class NearestNeighborsAffinity(Affinity):
         self.n_train_ = n
         k = min(self.n_neighbors, n)
         self.check_features(X)
+        if self.warns_complete:  # (a start's graph: any kNN graph will do)
+            _check_distance_underflow(X)
         self._warn_if_complete(n)
         if not sp.issparse(X) and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2:
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
@@ -301,28 +311,6 @@ class NearestNeighborsAffinity(Affinity):
 # scikit-learn's NearestNeighbors(algorithm="auto") searches a tree up to
 # this many features, and by brute force (one matrix product) above
 _KD_TREE_MAX_FEATURES = 15
-
-
-def _check_distance_range(X, of="distances", name="X"):
-    """Refuse samples whose squared Euclidean distances (``of="distances"``)
-    or squared norms (``"norms"``) can overflow float64, values beyond about
-    1e153: a neighbour search would see every neighbour at an infinite
-    distance and return arbitrary ones, an RBF kernel would be NaN or 0
-    everywhere, and the cosine would take every row for a zero one."""
-    data = X.data if sp.issparse(X) else X
-    if not data.size:
-        return
-    top = float(np.abs(data).max())
-    check_finite_top(top, name)
-    bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
-    if bound < np.finfo(np.float64).max:
-        return
-    what = ("distances between the samples" if of == "distances"
-            else "norms of the samples")
-    raise ValueError(
-        f"The squared {what} of {name} can overflow float64: its values reach "
-        f"{top:.3g}. Scale {name}, for example with StandardScaler."
-    )
 
 
 class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
@@ -371,15 +359,37 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
-def warn_if_flat_rbf(gamma, n_samples):
-    """Warn that ``gamma=0`` makes every rbf affinity 1 (as a kNN graph of
-    ``n_neighbors >= n_samples`` warns that it is complete)."""
-    if gamma == 0 and n_samples > 1:
-        warn_user(
-            "gamma=0: every rbf affinity is exp(0) = 1, so the graph is "
-            "complete with equal weights and every partition has the same "
-            "NCut (n_clusters - 1); the labels are arbitrary. Use gamma > 0."
-        )
+def _rbf_kernel(X, Y=None, gamma=1.0):
+    """:func:`sklearn.metrics.pairwise.rbf_kernel`, also for a ``gamma``
+    beyond the range of float32 samples: scikit-learn multiplies their
+    float32 squared distances by ``-gamma`` rounded to float32, ``-inf``,
+    and a zero distance (the diagonal, duplicate samples) gave
+    ``0 * -inf = NaN``; that product is taken in float64."""
+    from sklearn.metrics.pairwise import euclidean_distances, rbf_kernel
+
+    shift = _far_shift(X if Y is None else Y)
+    if shift is not None:  # (translation invariant) centred, as the torch rows
+        X, Y = [None if Z is None else (Z.toarray() if sp.issparse(Z) else Z) - shift
+                for Z in (X, Y)]
+    if gamma <= float(np.finfo(np.float32).max):
+        return rbf_kernel(X, Y, gamma=gamma)
+    K = euclidean_distances(X, Y, squared=True)
+    with np.errstate(over="ignore"):  # beyond K's dtype: -inf, exp(-inf) = 0
+        np.multiply(K, -gamma, out=K, dtype=np.float64, casting="same_kind")
+    return np.exp(K, out=K)
+
+
+def warn_if_flat_rbf(gamma, n_samples, flat=False):
+    """Warn that ``gamma=0`` makes every rbf affinity 1, or that every one
+    rounds to 1 (``flat``: identical samples, or a gamma too small for their
+    distances), as a kNN graph of ``n_neighbors >= n_samples`` warns that
+    it is complete."""
+    warn_if_flat(
+        gamma == 0 or flat, n_samples,
+        "gamma=0: every rbf affinity is exp(0) = 1" if gamma == 0 else
+        f"Every rbf affinity rounds to 1 (gamma={gamma:.3g}: the samples are "
+        "identical, or gamma is too small for their distances)",
+        "Use gamma > 0." if gamma == 0 else "Use a larger gamma.")
 
 
 class RBFAffinity(Affinity):
@@ -395,7 +405,9 @@ class RBFAffinity(Affinity):
         without ``W``)."""
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
-        warn_if_flat_rbf(self.gamma, X.shape[0])
+        flat = problem is not None and bool(np.all(  # every entry 1: degree n
+            problem.degrees_numpy()[0] == X.shape[0]))
+        warn_if_flat_rbf(self.gamma, X.shape[0], flat)
 
     def check_features(self, X, name="X"):
         _check_distance_range(X, name=name)
@@ -404,26 +416,25 @@ class RBFAffinity(Affinity):
         self.check_features(X)
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity")
         self.adopt(X, None)
-        return self.recompute()
+        W = self.recompute()
+        if self.gamma > 0:
+            warn_if_flat_rbf(self.gamma, X.shape[0], flat=bool(W.min() == 1))
+        return W
 
     def recompute(self):
         """The dense training affinity, from the stored features."""
-        from sklearn.metrics.pairwise import rbf_kernel
-
         X = self.X_fit_
         check_dense_fits(X.shape[0], X.shape[0], X.dtype, "rbf affinity", _RECOMPUTE)
         if sp.issparse(X) or X.shape[0] <= SELF_PRODUCT_BLOCK:
-            W = rbf_kernel(X, gamma=self.gamma)
+            W = _rbf_kernel(X, gamma=self.gamma)
         else:  # a copy as Y: general products, not the crashing syrk (above)
-            W = rbf_kernel(X, np.array(X), gamma=self.gamma)
+            W = _rbf_kernel(X, np.array(X), gamma=self.gamma)
             np.fill_diagonal(W, 1.0)  # as rbf_kernel(X) (distance 0 to itself)
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
     def cross(self, X_new):
-        from sklearn.metrics.pairwise import rbf_kernel
-
         self.check_features(X_new)
-        return rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
+        return _rbf_kernel(X_new, self.X_fit_, gamma=self.gamma)
 
 
 class CosineAffinity(Affinity):
@@ -441,6 +452,7 @@ class CosineAffinity(Affinity):
         lo, hi = problem.cosine_range
         self.cos_min_, self.cos_max_ = float(lo[0]), float(hi[0])
         self.compute_dtype_ = problem.compute_dtype
+        warn_if_flat_cosine(self.cos_min_, self.cos_max_, X.shape[0])
 
     def check_features(self, X, name="X"):
         _check_distance_range(X, of="norms", name=name)
@@ -450,6 +462,7 @@ class CosineAffinity(Affinity):
         self.n_train_ = X.shape[0]
         self.X_fit_ = X
         W, self.cos_min_, self.cos_max_ = cosine_power_affinity(X, self.power)
+        warn_if_flat_cosine(self.cos_min_, self.cos_max_, X.shape[0])
         return W
 
     def recompute(self):
@@ -529,11 +542,13 @@ class CallableAffinity(Affinity):
         if not sp.issparse(A):
             A = np.asarray(A)
         check_dtype_kind(A, name=call)  # sparse too: complex would lose its part
+        # float32 kept, as a precomputed affinity: symmetric within its rounding
+        dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.float64
         if sp.issparse(A):
-            A = sp.csr_matrix(A, dtype=np.float64)
+            A = sp.csr_matrix(A, dtype=dtype)
             values = A.data
         else:
-            A = A.astype(np.float64, copy=False)
+            A = A.astype(dtype, copy=False)
             values = A
         if A.ndim != 2:
             raise ValueError(

@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import clean_csr, cosine_power
+from .._affinity import clean_csr, cosine_power, zero_norm
 from .._affinity import cosine_power_affinity as _cosine_power_affinity
 
 __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
@@ -138,8 +138,12 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     f = _token_matrix(features)
     n = f.shape[0]
     k = min(int(n_neighbors), n)
+    # unit rows; rows of zero norm (below 10 eps) exactly zero, as the dense
+    # cosine_similarity has them (scaled by 1 / (10 eps), they were not)
     norm = np.linalg.norm(f, axis=1, keepdims=True)
-    fn = f / np.maximum(norm, 10 * np.finfo(np.float32).eps)
+    tiny = norm < zero_norm(np.float32)
+    fn = f / np.where(tiny, np.float32(1), norm)
+    fn[tiny[:, 0]] = 0
     rng = check_random_state(random_state)
     sample = rng.choice(n, size=min(int(n_range_rows), n), replace=False)
     rows = max(1, _KNN_BLOCK_ELEMS // n)

@@ -155,7 +155,10 @@ class Affinity:
                 self.sqn.gather(1, idx).unsqueeze(-1))
             A.clamp_(min=0.0)
             A.scatter_(2, idx.unsqueeze(-1), 0.0)  # exact zero self-distance
-            A.mul_(-self.gamma).exp_()
+            if self.gamma <= torch.finfo(A.dtype).max:
+                A.mul_(-self.gamma).exp_()
+            else:  # -gamma is -inf in A's dtype, and 0 * -inf NaN: in float64
+                A = A.to(F64).mul_(-self.gamma).exp_().to(self.X.dtype)
         A.mul_(self.valid.unsqueeze(1).to(A.dtype))
         A.mul_(self.valid.gather(1, idx).unsqueeze(-1).to(A.dtype))
         return A
