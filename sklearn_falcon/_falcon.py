@@ -144,7 +144,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     n_init : int, default=1
         Number of independent initializations; the one reaching the highest
-        ``f`` is kept.
+        ``f`` is kept.  An array ``init`` is one start (``n_init > 1`` warns).
 
     warm_start : bool, default=False
         When True and the estimator is fitted on the same number of samples
