@@ -573,7 +573,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         Returns
         -------
         score : float
-            In ``[-n_clusters, 0]``.
+            In ``[-K, 0]``, for the ``K`` of the fit (not of a later ``set_params``).
         """
         check_is_fitted(self)
         Xv = self._validate_X(X, reset=False)  # once: a Dask array is computed
