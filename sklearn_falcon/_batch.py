@@ -325,7 +325,15 @@ def falcon_batch(
 
     Returns
     -------
-    BatchResult
+    result : BatchResult
+        A dataclass of one entry per graph: ``labels`` (a list of label
+        vectors, each of its graph's size), ``ncut`` and ``objective``
+        (arrays of shape ``(B,)``, the NCut and ``f`` of each labelling
+        from a fresh pass over its graph, as the estimator's ``ncut_``),
+        ``objective_path`` (a list of the non-decreasing running ``f`` of
+        each solve), ``n_iter``, ``n_backtracks``, ``converged`` (stopped
+        before ``max_iter``) and ``tau`` (the final proximal parameter),
+        and the ``backend`` and ``device`` that ran.
 
     Examples
     --------
