@@ -414,6 +414,21 @@ def test_segment_refuses_before_allocating(monkeypatch):
         ImageSegmenter(n_segments=3).segment(img)
 
 
+def test_segment_refuses_under_a_cgroup_limit(monkeypatch):
+    # the image guard read MemAvailable and ulimit -v only: in a container
+    # (a Slurm job, a systemd unit) whose cgroup limit is far below the
+    # host's free memory it let the allocation through, and the kernel
+    # killed the process; the estimator's guard counts the cgroup limits
+    from sklearn_falcon import _memory
+
+    monkeypatch.setattr(_memory, "_cgroup_room", lambda: 1 << 20)
+    avail = _budget.available_memory()
+    assert avail is not None and avail <= 1 << 20
+    img, _ = _blocks(64, 64)
+    with pytest.raises(MemoryError, match="max_tokens=4096"):
+        ImageSegmenter(n_segments=3).segment(img)
+
+
 def test_cli_reports_memory_error(tmp_path, monkeypatch, capsys):
     from PIL import Image
 

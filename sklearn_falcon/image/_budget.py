@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _memory
+
 __all__ = ["Plan", "available_memory", "check_memory", "make_plan", "resize_rgb"]
 
 #: Above this many tokens the token graph is a sparse kNN graph instead of a
@@ -153,19 +155,15 @@ def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
 def available_memory():
     """Bytes the process may still allocate, or None when unknown.
 
-    The smaller of the system's available memory (``MemAvailable``) and what
-    is left under the address-space limit (``ulimit -v``) given the
-    process's current virtual size.
+    The smaller of the memory the estimator's guard sees (the system's
+    available memory and the room under the process's cgroup limits: a
+    container's, a Slurm job's) and what is left under the address-space
+    limit (``ulimit -v``) given the process's current virtual size.
     """
     avail = []
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail.append(int(line.split()[1]) * 1024)
-                    break
-    except OSError:
-        pass
+    system = _memory.available_memory()
+    if system is not None:
+        avail.append(system)
     try:
         import resource
 

@@ -48,8 +48,8 @@ class ImageSegmenter(BaseEstimator):
        nothing but the output map.
 
     Before step 2 the peak memory of the image is estimated; when it exceeds
-    what the process can still allocate (``MemAvailable``, and ``ulimit -v``)
-    a ``MemoryError`` names ``max_tokens``.
+    what the process can still allocate (the available memory, the cgroup
+    limits and ``ulimit -v``) a ``MemoryError`` names ``max_tokens``.
 
     Parameters
     ----------
