@@ -26,7 +26,7 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
 
     Parameters
     ----------
-    W : ndarray of shape (n, n)
+    W : {array-like, sparse matrix} of shape (n, n)
         Symmetric affinity.
     labels : ndarray of shape (n,)
         Over-segmentation, ids in ``[0, K_max)``.

@@ -383,7 +383,7 @@ class ImageSegmenter(BaseEstimator):
 
         Parameters
         ----------
-        W : ndarray of shape (n_tokens, n_tokens)
+        W : {array-like, sparse matrix} of shape (n_tokens, n_tokens)
             Token affinity (``init`` must be one that needs no features).
         grid_shape : (int, int), default=None
             The tokens' grid ``(gh, gw)`` (row-major, ``gh * gw ==
