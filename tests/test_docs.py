@@ -386,3 +386,22 @@ def test_every_module_has_a_source_page():
         except Exception as exc:  # noqa: BLE001 - report every failure
             failed.append(f"{name}: {exc}")
     assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("obj", [sklearn_falcon.FalconNCut, sklearn_falcon.falcon_batch,
+                                 sklearn_falcon.metrics.normalized_cut,
+                                 sklearn_falcon.metrics.normalized_association])
+def test_clustering_examples_run_without_warnings(obj):
+    # the class's example, the first a user copies, warned that its kNN graph
+    # was not connected (make_blobs with cluster_std=0.5)
+    import warnings
+
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(
+        optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS, verbose=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for test in finder.find(obj, obj.__name__, globs={}):
+            runner.run(test, out=lambda s: None)
+    result = runner.summarize(verbose=False)
+    assert result.attempted > 0
+    assert result.failed == 0, f"{obj.__name__}'s example failed or warned"
