@@ -40,7 +40,7 @@ def make_extractor(
         ``"color"`` for the offline colour + texture features,
         ``"color-position"`` for the colour + position ones, else a timm
         model name, a checkpoint-backed timm name, or a module.
-    patch_size : int or (int, int), default=None
+    patch_size : int, default=None
         Cell size of the offline features (8 when None); must be None for
         a ViT, whose patch size is the model's.
     pretrained : bool, default=False
