@@ -801,3 +801,24 @@ def test_timm_parameters_refused_before_the_model_is_built(monkeypatch, kw, matc
     with pytest.raises(ValueError, match=match):
         ImageSegmenter("vit_tiny_patch16_224", n_segments=2, **kw).fit([_img(32, 32)])
     assert set(built) <= {"meta"}
+
+
+def test_timm_checkpoint_path_refused_before_the_model_is_built(monkeypatch, tmp_path):
+    """A ``checkpoint_path`` that does not exist, or a folder, was refused
+    only when it was loaded, after the model was built (13 s for a ViT-L)."""
+    timm = pytest.importorskip("timm")
+    from sklearn_falcon.image import TimmFeatures
+
+    built, create = [], timm.create_model
+
+    def spy(*args, **kwargs):
+        net = create(*args, **kwargs)
+        built.append(next(net.parameters()).device.type)
+        return net
+
+    monkeypatch.setattr(timm, "create_model", spy)
+    with pytest.raises(FileNotFoundError, match="checkpoint_path not found"):
+        TimmFeatures("vit_tiny_patch16_224", checkpoint_path=tmp_path / "w.pth")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        TimmFeatures("vit_tiny_patch16_224", checkpoint_path=tmp_path, layer=3)
+    assert set(built) <= {"meta"}

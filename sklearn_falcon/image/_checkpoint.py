@@ -1,5 +1,6 @@
-"""Loading a local checkpoint into the model of a :class:`TimmFeatures`,
-and its ``layer`` checked against the model's depth, before it is built.
+"""Loading a local checkpoint into the model of a :class:`TimmFeatures`;
+its path, and its ``layer`` against the model's depth, checked before the
+model is built.
 
 torch (and safetensors for a ``.safetensors`` file) are imported by the
 caller or lazily, never at import time.
@@ -10,7 +11,8 @@ import numbers
 import sys
 from pathlib import Path
 
-__all__ = ["check_layer", "load_checkpoint", "registry_depth"]
+__all__ = ["check_checkpoint_path", "check_layer", "load_checkpoint",
+           "registry_depth"]
 
 #: parameters of a classifier that the token features never use
 _IGNORED = ("head.", "fc_norm.", "head_drop.")
@@ -58,7 +60,9 @@ def _is_safetensors(path):
             and 0 < int.from_bytes(head[:8], "little") < path.stat().st_size)
 
 
-def _load_state_dict(path, torch):
+def check_checkpoint_path(path):
+    """``path`` as a ``Path``: a file that exists (checked before the model
+    is built, and again when it is loaded)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
@@ -67,6 +71,11 @@ def _load_state_dict(path, torch):
         raise IsADirectoryError(
             f"checkpoint_path '{path}' is a directory; give the weights file "
             f"itself{' (it holds ' + ', '.join(found[:3]) + ')' if found else ''}.")
+    return path
+
+
+def _load_state_dict(path, torch):
+    path = check_checkpoint_path(path)
     if path.suffix == ".safetensors" or _is_safetensors(path):
         try:
             from safetensors.torch import load_file

@@ -11,7 +11,8 @@ import threading
 
 import numpy as np
 
-from ._checkpoint import check_layer, load_checkpoint, registry_depth
+from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
+from ._checkpoint import registry_depth
 from ._io import check_image_size, load_image
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
@@ -215,6 +216,8 @@ class TimmFeatures:
                     f"got {resolution!r}."
                 )
         check_layer(layer, None)
+        if checkpoint_path is not None:
+            check_checkpoint_path(checkpoint_path)
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
         if feature not in ("token", "key"):
             raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
