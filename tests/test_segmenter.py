@@ -80,6 +80,25 @@ def test_init_kmeans_with_auto_n_segments_and_on_a_knn_token_graph(monkeypatch,
             call(img)
 
 
+def test_init_kmeans_on_a_knn_token_graph_refused_before_extraction(monkeypatch):
+    """``init="kmeans"`` on the kNN token graph (more than 16,384 tokens)
+    was refused only after the features were extracted: 100 s of a ViT's
+    forward pass on a large image, for an error known from the plan."""
+    from sklearn_falcon.image import ColorTextureFeatures, _budget
+
+    def extract(self, rgb):
+        raise AssertionError("features extracted")
+
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 20)
+    monkeypatch.setattr(ColorTextureFeatures, "extract", extract)
+    img, _ = _quadrants()
+    seg = ImageSegmenter(n_segments=4, init="kmeans", refine=None)
+    for call in (seg.segment, lambda im: list(seg.segment_video([im]))):
+        with pytest.raises(ValueError, match=r"init='kmeans' needs the token "
+                           r"features.*48 tokens"):
+            call(img)
+
+
 def test_pamr_does_not_increase_segments_in_pipeline():
     img = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
     raw = ImageSegmenter(n_segments=5, refine=None).segment(img)

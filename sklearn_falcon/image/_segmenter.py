@@ -322,13 +322,6 @@ class ImageSegmenter(BaseEstimator):
     def _graph(self, X, plan):
         """``(input, affinity)`` of Falcon for the token features ``X``."""
         if plan.graph == "knn":
-            if INITS[self.init].needs_features:
-                raise ValueError(
-                    f"init={self.init!r} needs the token features, but the "
-                    f"{X.shape[0]} tokens of this image (more than "
-                    f"{DENSE_MAX_TOKENS}) are clustered on their kNN graph. Use "
-                    "init='multilevel' or a smaller max_tokens (now "
-                    f"{self.max_tokens}).")
             W = knn_cosine_power_affinity(X, self._power(), n_neighbors=KNN_NEIGHBORS,
                                           random_state=self.random_state)
             return W, "precomputed"
@@ -411,6 +404,13 @@ class ImageSegmenter(BaseEstimator):
 
     def _segment_work(self, work, plan, est=None):
         """Label map of the working image, ids ``0..n-1``."""
+        if plan.graph == "knn" and INITS[self.init].needs_features:  # known
+            raise ValueError(  # from the plan: before the features' extraction
+                f"init={self.init!r} needs the token features, but the "
+                f"{plan.n_tokens} tokens of this image (more than "
+                f"{DENSE_MAX_TOKENS}) are clustered on their kNN graph. Use "
+                "init='multilevel' or a smaller max_tokens (now "
+                f"{self.max_tokens}).")
         feats = self._get_extractor().extract(work)
         gh, gw = feats.shape[:2]
         dev = self._torch_device()
