@@ -99,6 +99,28 @@ def test_init_kmeans_on_a_knn_token_graph_refused_before_extraction(monkeypatch)
             call(img)
 
 
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps", "meta"])
+def test_device_refused_before_the_vit_is_built(monkeypatch, device):
+    """With a ViT, a device that Falcon cannot run on (``"mps"``, or
+    ``"cuda"`` without CUDA) was refused only once the ViT was built and
+    moved there, with torch's "Found no NVIDIA driver on your system" or
+    "not linked with support for mps devices"; ``"meta"`` passed the ViT
+    and was refused by Falcon's backend.  The offline models said at once
+    "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"; so does a ViT."""
+    timm = pytest.importorskip("timm")
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("CUDA is available")
+    built, create = [], timm.create_model
+    monkeypatch.setattr(timm, "create_model",
+                        lambda *a, **k: built.append(a) or create(*a, **k))
+    seg = ImageSegmenter("vit_tiny_patch16_224", n_segments=2, device=device)
+    with pytest.raises(ValueError, match=f"device={device!r}"):
+        seg.fit([_quadrants()[0]])
+    assert built == []
+
+
 def test_pamr_does_not_increase_segments_in_pipeline():
     img = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
     raw = ImageSegmenter(n_segments=5, refine=None).segment(img)

@@ -274,10 +274,10 @@ class ImageSegmenter(BaseEstimator):
                 "The 'auto_range' parameter of ImageSegmenter must be a pair of "
                 f"integers 1 <= low <= high. Got {r!r} instead."
             )
+        self._torch_device()  # refused before a ViT is built and moved there
 
     def _torch_device(self):
-        """The device Falcon runs on with torch (CUDA), or None (Numba): the
-        upsampling and PAMR run there too."""
+        """Falcon's torch device (CUDA: the upsampling, PAMR too) or None."""
         from .._backends import resolve_backend
 
         backend, device = resolve_backend("auto", str(self.device))
