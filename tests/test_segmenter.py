@@ -145,6 +145,20 @@ def test_auto_n_segments():
     assert len(np.unique(few)) <= len(np.unique(lab))
 
 
+def test_auto_range_above_the_tokens_is_refused():
+    """``n_segments="auto"`` with ``auto_range[0]`` above the image's
+    tokens returned one segment per token (48 on a 48-token image for
+    ``auto_range=(60, 100)``), outside the range searched, where an
+    integer ``n_segments=60`` is refused; it is refused in the same words."""
+    img, _ = _quadrants()
+    seg = ImageSegmenter(n_segments="auto", auto_range=(60, 100), refine=None)
+    with pytest.raises(ValueError, match=r"yields only 48 patch tokens, fewer "
+                       r"than auto_range\[0\]=60"):
+        seg.segment(img)
+    lab = ImageSegmenter(n_segments="auto", auto_range=(2, 100)).segment(img)
+    assert 2 <= np.unique(lab).size <= 48
+
+
 def test_grid_conductance():
     halves = np.repeat([[0, 0, 0, 1, 1, 1]], 4, axis=0).ravel()     # 4 x 6 grid
     stripes = np.tile([0, 1], 12)

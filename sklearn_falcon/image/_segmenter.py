@@ -272,8 +272,7 @@ class ImageSegmenter(BaseEstimator):
                 and 1 <= r[0] <= r[1]):
             raise ValueError(
                 "The 'auto_range' parameter of ImageSegmenter must be a pair of "
-                f"integers 1 <= low <= high. Got {r!r} instead."
-            )
+                f"integers 1 <= low <= high. Got {r!r} instead.")
         self._torch_device()  # refused before a ViT is built and moved there
 
     def _torch_device(self):
@@ -333,10 +332,9 @@ class ImageSegmenter(BaseEstimator):
         with ``warm_start=True`` kept across calls (video frames);
         ``grid_shape``: the token grid, for ``n_segments="auto"``;
         ``resized``: the image was resized to the token budget."""
-        n = X.shape[0]
-        if self.n_segments == "auto":
-            return self._cluster_auto(X, affinity, grid_shape)
-        k = int(self.n_segments)
+        n, auto = X.shape[0], self.n_segments == "auto"  # "auto": its K >= low
+        k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
+                   else (int(self.n_segments), "n_segments"))
         if k > n:
             # a token budget near K is what caps the tokens, not the image
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
@@ -350,9 +348,11 @@ class ImageSegmenter(BaseEstimator):
                 size, what = ("", ""), f"The image, resized for max_tokens={mt},"
                 hint = f"a larger max_tokens (now {mt}) "
             raise ValueError(
-                f"{what} yields only {n} patch tokens, fewer than n_segments={k}. "
+                f"{what} yields only {n} patch tokens, fewer than {name}={k}. "
                 f"Use {size[0]}{hint}{size[1]}or fewer segments."
             )
+        if auto:
+            return self._cluster_auto(X, affinity, grid_shape)
         if k == 1:
             return np.zeros(n, dtype=np.int64)
         if est is None:
