@@ -407,6 +407,23 @@ def test_check_memory_refuses_naming_max_tokens():
         _budget.check_memory(huge, 4096, available=int(18.3 * (1 << 30)))
 
 
+def test_memory_plan_counts_no_more_segments_than_tokens():
+    """The memory plan counted ``n_segments`` (or ``auto_range``'s upper
+    end) segments even above the number of tokens: ``n_segments=10**7``
+    on a 48-token image raised a ``MemoryError`` of 343 GiB advising a
+    lower ``max_tokens`` instead of naming its 48 tokens, and
+    ``auto_range=(2, 10**7)``, whose sweep starts at 48, was refused."""
+    img, _ = _blocks(48, 64)
+    with pytest.raises(ValueError, match="yields only 48 patch tokens, fewer "
+                       "than n_segments=10000000"):
+        ImageSegmenter(n_segments=10**7, refine=None).segment(img)
+    lab = ImageSegmenter(n_segments="auto", auto_range=(2, 10**7)).segment(img)
+    assert lab.shape == (48, 64)
+    p = _budget.make_plan((48, 64), max_tokens=4096, patch=8, n_features=112,
+                          n_segments=10**7, refine=True)
+    assert p.n_segments == 48
+
+
 def test_segment_refuses_before_allocating(monkeypatch):
     monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 20)
     img, _ = _blocks(64, 64)

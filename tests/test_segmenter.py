@@ -80,6 +80,47 @@ def test_init_kmeans_with_auto_n_segments_and_on_a_knn_token_graph(monkeypatch,
             call(img)
 
 
+def test_init_kmeans_on_a_knn_token_graph_refused_before_extraction(monkeypatch):
+    """``init="kmeans"`` on the kNN token graph (more than 16,384 tokens)
+    was refused only after the features were extracted: 100 s of a ViT's
+    forward pass on a large image, for an error known from the plan."""
+    from sklearn_falcon.image import ColorTextureFeatures, _budget
+
+    def extract(self, rgb):
+        raise AssertionError("features extracted")
+
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 20)
+    monkeypatch.setattr(ColorTextureFeatures, "extract", extract)
+    img, _ = _quadrants()
+    seg = ImageSegmenter(n_segments=4, init="kmeans", refine=None)
+    for call in (seg.segment, lambda im: list(seg.segment_video([im]))):
+        with pytest.raises(ValueError, match=r"init='kmeans' needs the token "
+                           r"features.*48 tokens"):
+            call(img)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps", "meta"])
+def test_device_refused_before_the_vit_is_built(monkeypatch, device):
+    """With a ViT, a device that Falcon cannot run on (``"mps"``, or
+    ``"cuda"`` without CUDA) was refused only once the ViT was built and
+    moved there, with torch's "Found no NVIDIA driver on your system" or
+    "not linked with support for mps devices"; ``"meta"`` passed the ViT
+    and was refused by Falcon's backend.  The offline models said at once
+    "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"; so does a ViT."""
+    timm = pytest.importorskip("timm")
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("CUDA is available")
+    built, create = [], timm.create_model
+    monkeypatch.setattr(timm, "create_model",
+                        lambda *a, **k: built.append(a) or create(*a, **k))
+    seg = ImageSegmenter("vit_tiny_patch16_224", n_segments=2, device=device)
+    with pytest.raises(ValueError, match=f"device={device!r}"):
+        seg.fit([_quadrants()[0]])
+    assert built == []
+
+
 def test_pamr_does_not_increase_segments_in_pipeline():
     img = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
     raw = ImageSegmenter(n_segments=5, refine=None).segment(img)
@@ -102,6 +143,20 @@ def test_auto_n_segments():
     # a stricter threshold keeps fewer segments
     few = ImageSegmenter(n_segments="auto", auto_threshold=0.05).segment(img)
     assert len(np.unique(few)) <= len(np.unique(lab))
+
+
+def test_auto_range_above_the_tokens_is_refused():
+    """``n_segments="auto"`` with ``auto_range[0]`` above the image's
+    tokens returned one segment per token (48 on a 48-token image for
+    ``auto_range=(60, 100)``), outside the range searched, where an
+    integer ``n_segments=60`` is refused; it is refused in the same words."""
+    img, _ = _quadrants()
+    seg = ImageSegmenter(n_segments="auto", auto_range=(60, 100), refine=None)
+    with pytest.raises(ValueError, match=r"yields only 48 patch tokens, fewer "
+                       r"than auto_range\[0\]=60"):
+        seg.segment(img)
+    lab = ImageSegmenter(n_segments="auto", auto_range=(2, 100)).segment(img)
+    assert 2 <= np.unique(lab).size <= 48
 
 
 def test_grid_conductance():

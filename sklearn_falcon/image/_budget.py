@@ -108,7 +108,8 @@ def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
     n_features : int
         Feature length of a token.
     n_segments : int
-        Clusters K (the upper end of the range for ``"auto"``).
+        Clusters K (the upper end of the range for ``"auto"``); counted up
+        to the number of tokens.
     refine : bool
         Whether PAMR runs.
     vit_tokens : callable, default=None
@@ -134,7 +135,7 @@ def make_plan(image_shape, *, max_tokens, patch, n_features, n_segments, refine,
         graph = "knn"
     else:
         graph = "dense"
-    k = int(n_segments)
+    k = min(int(n_segments), n)  # more are refused, or not swept ("auto")
     px = h * w
     parts = {}
     if (h, w) != (H, W):

@@ -1,13 +1,18 @@
-"""Loading a local checkpoint into the model of a :class:`TimmFeatures`.
+"""Loading a local checkpoint into the model of a :class:`TimmFeatures`;
+its path, and its ``layer`` against the model's depth, checked before the
+model is built.
 
 torch (and safetensors for a ``.safetensors`` file) are imported by the
 caller or lazily, never at import time.
 """
 
+import functools
+import numbers
 import sys
 from pathlib import Path
 
-__all__ = ["load_checkpoint"]
+__all__ = ["check_checkpoint_path", "check_layer", "load_checkpoint",
+           "registry_depth"]
 
 #: parameters of a classifier that the token features never use
 _IGNORED = ("head.", "fc_norm.", "head_drop.")
@@ -15,6 +20,32 @@ _IGNORED = ("head.", "fc_norm.", "head_drop.")
 _PREFIXES = ("module.", "_orig_mod.", "backbone.", "model.")
 #: suffixes of weight files, named when a directory is given
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+
+
+def check_layer(layer, n_blocks):
+    """Refuse a ``layer`` that is no block of ``n_blocks`` (None: of an
+    unknown depth, any integer); ``True`` is not block 1."""
+    if not isinstance(layer, numbers.Integral) or isinstance(layer, bool) or (
+            n_blocks is not None and not -n_blocks <= layer < n_blocks):
+        raise ValueError("layer must be an integer" + (
+            "" if n_blocks is None else f" in [{-n_blocks}, {n_blocks - 1}]")
+            + f"; got {layer!r}.")
+
+
+@functools.lru_cache(maxsize=64)
+def registry_depth(name):
+    """The number of blocks of timm's model ``name``, from a build on
+    torch's meta device (no weights, no memory: a tenth of a second where
+    the model's takes seconds, and its pretrained weights a download), or
+    None where it cannot be built there."""
+    import timm
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return len(timm.create_model(name, pretrained=False).blocks)
+    except Exception:  # any failure: the depth is checked after the build
+        return None
 
 
 def _is_safetensors(path):
@@ -29,7 +60,9 @@ def _is_safetensors(path):
             and 0 < int.from_bytes(head[:8], "little") < path.stat().st_size)
 
 
-def _load_state_dict(path, torch):
+def check_checkpoint_path(path):
+    """``path`` as a ``Path``: a file that exists (checked before the model
+    is built, and again when it is loaded)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint_path not found: '{path}'.")
@@ -38,6 +71,11 @@ def _load_state_dict(path, torch):
         raise IsADirectoryError(
             f"checkpoint_path '{path}' is a directory; give the weights file "
             f"itself{' (it holds ' + ', '.join(found[:3]) + ')' if found else ''}.")
+    return path
+
+
+def _load_state_dict(path, torch):
+    path = check_checkpoint_path(path)
     if path.suffix == ".safetensors" or _is_safetensors(path):
         try:
             from safetensors.torch import load_file

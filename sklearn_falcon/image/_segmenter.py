@@ -272,12 +272,11 @@ class ImageSegmenter(BaseEstimator):
                 and 1 <= r[0] <= r[1]):
             raise ValueError(
                 "The 'auto_range' parameter of ImageSegmenter must be a pair of "
-                f"integers 1 <= low <= high. Got {r!r} instead."
-            )
+                f"integers 1 <= low <= high. Got {r!r} instead.")
+        self._torch_device()  # refused before a ViT is built and moved there
 
     def _torch_device(self):
-        """The device Falcon runs on with torch (CUDA), or None (Numba): the
-        upsampling and PAMR run there too."""
+        """Falcon's torch device (CUDA: the upsampling, PAMR too) or None."""
         from .._backends import resolve_backend
 
         backend, device = resolve_backend("auto", str(self.device))
@@ -322,13 +321,6 @@ class ImageSegmenter(BaseEstimator):
     def _graph(self, X, plan):
         """``(input, affinity)`` of Falcon for the token features ``X``."""
         if plan.graph == "knn":
-            if INITS[self.init].needs_features:
-                raise ValueError(
-                    f"init={self.init!r} needs the token features, but the "
-                    f"{X.shape[0]} tokens of this image (more than "
-                    f"{DENSE_MAX_TOKENS}) are clustered on their kNN graph. Use "
-                    "init='multilevel' or a smaller max_tokens (now "
-                    f"{self.max_tokens}).")
             W = knn_cosine_power_affinity(X, self._power(), n_neighbors=KNN_NEIGHBORS,
                                           random_state=self.random_state)
             return W, "precomputed"
@@ -340,10 +332,9 @@ class ImageSegmenter(BaseEstimator):
         with ``warm_start=True`` kept across calls (video frames);
         ``grid_shape``: the token grid, for ``n_segments="auto"``;
         ``resized``: the image was resized to the token budget."""
-        n = X.shape[0]
-        if self.n_segments == "auto":
-            return self._cluster_auto(X, affinity, grid_shape)
-        k = int(self.n_segments)
+        n, auto = X.shape[0], self.n_segments == "auto"  # "auto": its K >= low
+        k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
+                   else (int(self.n_segments), "n_segments"))
         if k > n:
             # a token budget near K is what caps the tokens, not the image
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
@@ -357,9 +348,11 @@ class ImageSegmenter(BaseEstimator):
                 size, what = ("", ""), f"The image, resized for max_tokens={mt},"
                 hint = f"a larger max_tokens (now {mt}) "
             raise ValueError(
-                f"{what} yields only {n} patch tokens, fewer than n_segments={k}. "
+                f"{what} yields only {n} patch tokens, fewer than {name}={k}. "
                 f"Use {size[0]}{hint}{size[1]}or fewer segments."
             )
+        if auto:
+            return self._cluster_auto(X, affinity, grid_shape)
         if k == 1:
             return np.zeros(n, dtype=np.int64)
         if est is None:
@@ -411,6 +404,13 @@ class ImageSegmenter(BaseEstimator):
 
     def _segment_work(self, work, plan, est=None):
         """Label map of the working image, ids ``0..n-1``."""
+        if plan.graph == "knn" and INITS[self.init].needs_features:  # known
+            raise ValueError(  # from the plan: before the features' extraction
+                f"init={self.init!r} needs the token features, but the "
+                f"{plan.n_tokens} tokens of this image (more than "
+                f"{DENSE_MAX_TOKENS}) are clustered on their kNN graph. Use "
+                "init='multilevel' or a smaller max_tokens (now "
+                f"{self.max_tokens}).")
         feats = self._get_extractor().extract(work)
         gh, gw = feats.shape[:2]
         dev = self._torch_device()

@@ -11,7 +11,8 @@ import threading
 
 import numpy as np
 
-from ._checkpoint import load_checkpoint
+from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
+from ._checkpoint import registry_depth
 from ._io import check_image_size, load_image
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
@@ -197,6 +198,26 @@ class TimmFeatures:
                 or not smoothing >= 0 or not np.isfinite(smoothing)):
             raise ValueError(
                 f"smoothing must be a finite number >= 0; got {smoothing!r}.")
+        # checked before the model is built (seconds; a download)
+        if resolution is not None:
+            def size(r):  # True is not 1 pixel
+                return (isinstance(r, numbers.Integral) and not isinstance(r, bool)
+                        and r > 0)
+
+            ok = size(resolution)
+            ok = ok or (
+                isinstance(resolution, (tuple, list))
+                and len(resolution) == 2
+                and all(size(r) for r in resolution)
+            )
+            if not ok:
+                raise ValueError(
+                    "resolution must be None, a positive int or a (height, width) pair; "
+                    f"got {resolution!r}."
+                )
+        check_layer(layer, None)
+        if checkpoint_path is not None:
+            check_checkpoint_path(checkpoint_path)
         torch, timm = _import_torch_timm(f"TimmFeatures(model={model!r})")
         if feature not in ("token", "key"):
             raise ValueError(f"feature must be 'token' or 'key'; got {feature!r}.")
@@ -205,6 +226,14 @@ class TimmFeatures:
                 "pos_interpolation must be 'bicubic' or 'timm'; got "
                 f"{pos_interpolation!r}."
             )
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):  # not torch's list of device types
+            raise ValueError(
+                "device must be 'auto' or a torch device ('cpu', 'cuda', "
+                f"'cuda:N', ...); got device={device!r}.") from None
         if isinstance(model, str):
             # timm's "local-dir:" and "hf-hub:" names read their architecture
             # from the model's folder or repository: no registry name
@@ -221,6 +250,8 @@ class TimmFeatures:
             # a checkpoint replaces every weight: none is downloaded for it
             pretrained = bool(pretrained) and checkpoint_path is None
             with _create_lock, torch.random.fork_rng(devices=[]):
+                if layer != -1 and not source:  # its depth, without the build
+                    check_layer(layer, registry_depth(model))
                 torch.manual_seed(0)
                 try:
                     net = timm.create_model(
@@ -252,14 +283,7 @@ class TimmFeatures:
                 f"Model {type(net).__name__} is not a timm-style Vision Transformer "
                 "(needs 'patch_embed' and 'blocks')."
             )
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError):  # not torch's list of device types
-            raise ValueError(
-                "device must be 'auto' or a torch device ('cpu', 'cuda', "
-                f"'cuda:N', ...); got device={device!r}.") from None
+        check_layer(layer, len(net.blocks))  # before a copy, a checkpoint's load
         if net is model and (
             checkpoint_path is not None
             or net.training
@@ -270,15 +294,9 @@ class TimmFeatures:
             net = copy.deepcopy(net)
         if checkpoint_path is not None:
             load_checkpoint(net, checkpoint_path, torch)
-        n_blocks = len(net.blocks)
-        if (not isinstance(layer, numbers.Integral) or isinstance(layer, bool)
-                or not -n_blocks <= layer < n_blocks):  # True is not block 1
-            raise ValueError(
-                f"layer must be an integer in [{-n_blocks}, {n_blocks - 1}]; got {layer!r}."
-            )
         self.device = device
         self.model = net.eval().to(self.device)
-        self.layer = int(layer) % n_blocks
+        self.layer = int(layer) % len(net.blocks)
         self.feature = feature
         # the stride of a token: a hybrid's backbone times its patch (feat_ratio)
         pe = net.patch_embed
@@ -301,22 +319,6 @@ class TimmFeatures:
         fixed = getattr(net.patch_embed, "img_size", None) or cfg["input_size"][1:]
         self.fixed_size = (int(fixed[0]), int(fixed[1]))
         self.default_short = int(min(cfg["input_size"][1:]))
-        if resolution is not None:
-            def size(r):  # True is not 1 pixel
-                return (isinstance(r, numbers.Integral) and not isinstance(r, bool)
-                        and r > 0)
-
-            ok = size(resolution)
-            ok = ok or (
-                isinstance(resolution, (tuple, list))
-                and len(resolution) == 2
-                and all(size(r) for r in resolution)
-            )
-            if not ok:
-                raise ValueError(
-                    "resolution must be None, a positive int or a (height, width) pair; "
-                    f"got {resolution!r}."
-                )
         self.resolution = resolution
         self.pos_interpolation = pos_interpolation
         self._pos_cache = {}
