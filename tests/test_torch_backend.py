@@ -207,6 +207,34 @@ def test_matrix_free_rbf_in_float32_far_from_the_origin():
         assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-4)
 
 
+@pytest.mark.parametrize("kind,kw", [("cosine", {"power": 2.0}),
+                                     ("rbf", {"gamma": 0.02})])
+@pytest.mark.parametrize("scale", [1e19, 1e30, 1e40])
+def test_matrix_free_float32_of_features_beyond_its_range(kind, kw, scale):
+    """float64 features are checked against float64's range, but the
+    matrix-free rows were computed in the compute dtype: in float32 (the
+    CUDA default) features of 1e19 overflowed their squared norms, so that
+    every cosine degree was n (a flat W) and every rbf row NaN.  A cosine
+    row is scaled to unit norm and rbf features by a power of two (gamma
+    by its square) on the host, when the compute dtype needs it; and so is
+    the cosine W that affinity_matrix_ recomputes in the device's dtype."""
+    X, _ = tokens(60, 3, seed=3)
+    g = {"gamma": kw["gamma"] / scale**2} if kind == "rbf" else kw
+    ref = make_problem_from_features(X, 3, affinity=kind, device="cpu",
+                                     dtype="float64", **kw)
+    P = make_problem_from_features(X * scale, 3, affinity=kind, device="cpu",
+                                   dtype="float32", **g)
+    np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                               ref.affinity.dense()[0].numpy(), atol=2e-5)
+    np.testing.assert_allclose(P.degrees_numpy()[0], ref.degrees_numpy()[0],
+                               rtol=1e-4)
+    if kind == "cosine":  # affinity_matrix_ of a CUDA fit: W in float32 too
+        A = make_affinity("cosine", **kw)
+        A.adopt(X * scale, P)
+        np.testing.assert_allclose(A.recompute(), ref.affinity.dense()[0].numpy(),
+                                   atol=2e-5)
+
+
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node

@@ -473,8 +473,13 @@ class CosineAffinity(Affinity):
         n = X.shape[0]
         dtype = getattr(self, "compute_dtype_", X.dtype)
         check_dense_fits(n, n, dtype, "cosine affinity", _RECOMPUTE)
-        # zero norms by the features' dtype, as the device's rows had them
-        S = cosine_similarity(X.astype(dtype, copy=False), zero=zero_norm(X.dtype))
+        # zero norms by the features' dtype, as the device's rows had them;
+        # rows whose squares overflow the compute dtype were unit rows there
+        top = float(abs(X).max()) if X.size else 0.0
+        U, zero = X, zero_norm(X.dtype)
+        if top * top * X.shape[1] >= float(np.finfo(dtype).max) / 16:
+            U, zero = _unit_rows(X), 0.5
+        S = cosine_similarity(U.astype(dtype, copy=False), zero=zero)
         W = cosine_power(S, self.cos_min_, self.cos_max_, self.power)
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 

@@ -28,6 +28,34 @@ def _as_list(obj):
     return list(obj) if isinstance(obj, (list, tuple)) else [obj]
 
 
+def _fit_range(feats, affinity, zero_norm, gamma, dtype_max):
+    """``(feats, zero_norm, gamma)`` whose rows the compute dtype holds.
+
+    The features are checked against the range of their own dtype, but the
+    rows are computed in the compute dtype: in float32 (the CUDA default)
+    float64 features of 1e19 overflowed their squared norms, so that every
+    cosine entry was 1 (or NaN) and every rbf row NaN.  Where the squares
+    may overflow, the cosine rows are scaled to unit norm on the host (rows
+    of zero norm zero; the cosine is blind to a row's scale), and the rbf
+    features by a power of two ``s``, ``gamma`` by ``s**2``.  Others are
+    returned as they are.
+    """
+    top = max((float(np.abs(F).max()) for F in feats if F.size), default=0.0)
+    p = max(feats[0].shape[1], 1)
+    if (4.0 if affinity == "rbf" else 1.0) * top * top * p < dtype_max / 16:
+        return feats, zero_norm, gamma
+    if affinity == "cosine":
+        out = []
+        for F in feats:
+            norms = np.linalg.norm(F.astype(np.float64), axis=1, keepdims=True)
+            tiny = norms < zero_norm
+            out.append(np.where(tiny, 0.0, F / np.where(tiny, 1.0, norms)))
+        return out, 0.5, gamma  # unit rows, or zero ones
+    s = 2.0 ** int(np.frexp(top)[1])
+    gamma = min(float(gamma) * s * s, float(np.finfo(np.float64).max))
+    return [F / s for F in feats], zero_norm, gamma
+
+
 # Sparse graphs on the CPU are solved with the Numba CSR kernels on views of
 # the problem's tensors (:mod:`._host`); False runs torch's own CSR kernels
 # there too (the CUDA path, tested on the CPU).
@@ -221,6 +249,8 @@ class TorchProblem:
             # float32, the CUDA default (features 1e4 from the origin made
             # every entry of W exp(0) or garbage)
             feats = [F - F.mean(axis=0, dtype=np.float64) for F in feats]
+        feats, zero_norm, gamma = _fit_range(feats, affinity, zero_norm, gamma,
+                                             torch.finfo(dtype).max)
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
