@@ -235,6 +235,33 @@ def test_matrix_free_float32_of_features_beyond_its_range(kind, kw, scale):
                                    atol=2e-5)
 
 
+@pytest.mark.parametrize("form", ["requires_grad", "coo", "csr", "bfloat16"])
+def test_callable_affinity_returning_a_tensor(form):
+    """A callable affinity that returned a torch tensor other than a plain
+    CPU one failed with torch's own message ("Can't call numpy() on Tensor
+    that requires grad", "can't convert Sparse layout tensor to numpy",
+    "Got unsupported ScalarType BFloat16"); it is brought to the host as a
+    tensor X is (a sparse one as CSR)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X, _ = tokens(40, 2, seed=4)
+    as_form = {"requires_grad": lambda t: t.requires_grad_(),
+               "coo": lambda t: t.to_sparse(), "csr": lambda t: t.to_sparse_csr(),
+               "bfloat16": lambda t: t.bfloat16()}[form]
+
+    def kernel(A, B=None):
+        return as_form(torch.as_tensor(rbf_kernel(A, B, gamma=0.5)))
+
+    def reference(A, B=None):
+        K = torch.as_tensor(rbf_kernel(A, B, gamma=0.5))
+        return K.bfloat16().float().numpy() if form == "bfloat16" else K.numpy()
+
+    est = FalconNCut(2, affinity=kernel, init="random", random_state=0).fit(X)
+    ref = FalconNCut(2, affinity=reference, init="random", random_state=0).fit(X)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X[:7]), ref.predict(X[:7]))
+
+
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node
