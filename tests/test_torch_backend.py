@@ -837,6 +837,20 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
         FalconNCut(2).fit(X.to(torch.complex32))
 
 
+def test_torch_tensors_on_the_meta_device_are_refused_by_name():
+    """A tensor on the "meta" device (a shape without data, as a model built
+    with ``torch.device("meta")`` holds) raised torch's NotImplementedError
+    "Cannot copy out of meta tensor; no data!" from fit; a ValueError says
+    what it is, for dense and sparse ones, as X and as a precomputed W."""
+    X = torch.zeros(20, 2, device="meta")
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        FalconNCut(2).fit(X)
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        FalconNCut(2, affinity="precomputed").fit(torch.zeros(20, 20, device="meta"))
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        falcon_batch([X], 2, device="cpu")
+
+
 def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():
     # rows of zero features have zero cosine affinity to every row; the
     # matrix-free path kept them in the solve, where a start with them alone in
