@@ -235,6 +235,35 @@ def test_matrix_free_float32_of_features_beyond_its_range(kind, kw, scale):
                                    atol=2e-5)
 
 
+@pytest.mark.parametrize("scale", [1e39, 1e-50])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_float32_graphs_of_weights_beyond_its_range(scale, fmt, monkeypatch):
+    """A float64 graph is solved in float32 on CUDA (or dtype="float32"):
+    weights of 1e39 became inf (NaN scores, ncut and objective NaN) and
+    weights of 1e-50 zero (every score 0).  A graph whose degrees float32
+    cannot hold is solved scaled by a power of two; degrees and statistics
+    are reported unscaled."""
+    from sklearn_falcon._backends._torch import _problem
+
+    monkeypatch.setattr(_problem, "HOST_CSR_ON_CPU", False)  # the CUDA path
+    X, y = tokens(60, 3, seed=5)
+    W = make_affinity("rbf", gamma=0.1).fit(X)
+    G = (lambda A: A) if fmt == "dense" else sp.csr_matrix
+    y0 = noisy(y, 3, 0.5, seed=1)
+    ref = solve(make_problem(G(W), 3, backend="torch", device="cpu"), y0,
+                opts(polish=True))
+    P = make_problem(G(W * scale), 3, backend="torch", device="cpu",
+                     dtype="float32")
+    np.testing.assert_allclose(P.degrees_numpy()[0], W.sum(axis=1) * scale,
+                               rtol=1e-12)
+    res = solve(P, y0, opts(polish=True))
+    np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+    assert res.objective[0] == pytest.approx(ref.objective[0], rel=1e-5)
+    vol, assoc = P.cluster_statistics(res.labels[0])
+    np.testing.assert_allclose(
+        vol[0], np.bincount(res.labels[0], W.sum(axis=1), 3) * scale, rtol=1e-5)
+
+
 @pytest.mark.parametrize("form", ["requires_grad", "coo", "csr", "bfloat16"])
 def test_callable_affinity_returning_a_tensor(form):
     """A callable affinity that returned a torch tensor other than a plain
