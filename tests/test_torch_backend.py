@@ -235,6 +235,20 @@ def test_matrix_free_float32_of_features_beyond_its_range(kind, kw, scale):
                                    atol=2e-5)
 
 
+def test_matrix_free_rbf_in_float32_of_tiny_features():
+    """The other end of float32's range: rbf features of 1e-22 (with a gamma
+    of their scale) had squared distances below float32's smallest normal,
+    so that the rows were rounding noise (degrees off by 7%).  They are
+    scaled up by a power of two (gamma down by its square)."""
+    X, _ = tokens(60, 3, seed=3)
+    ref = make_problem_from_features(X, 3, affinity="rbf", gamma=0.02,
+                                     device="cpu", dtype="float64")
+    P = make_problem_from_features(X * 1e-22, 3, affinity="rbf", gamma=0.02e44,
+                                   device="cpu", dtype="float32")
+    np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                               ref.affinity.dense()[0].numpy(), atol=2e-5)
+
+
 @pytest.mark.parametrize("scale", [1e39, 1e-50])
 @pytest.mark.parametrize("fmt", ["dense", "csr"])
 def test_float32_graphs_of_weights_beyond_its_range(scale, fmt, monkeypatch):

@@ -52,7 +52,7 @@ def _float32_scaled(graphs, degrees):
     return out, degs, exps
 
 
-def _fit_range(feats, affinity, zero_norm, gamma, dtype_max):
+def _fit_range(feats, affinity, zero_norm, gamma, finfo):
     """``(feats, zero_norm, gamma)`` whose rows the compute dtype holds.
 
     The features are checked against the range of their own dtype, but the
@@ -61,12 +61,15 @@ def _fit_range(feats, affinity, zero_norm, gamma, dtype_max):
     cosine entry was 1 (or NaN) and every rbf row NaN.  Where the squares
     may overflow, the cosine rows are scaled to unit norm on the host (rows
     of zero norm zero; the cosine is blind to a row's scale), and the rbf
-    features by a power of two ``s``, ``gamma`` by ``s**2``.  Others are
-    returned as they are.
+    features by a power of two ``s``, ``gamma`` by ``s**2`` (so are rbf
+    features whose squared distances are below the smallest normal number
+    times ``2**24``: features of 1e-22 in float32).  Others are returned as
+    they are.
     """
     top = max((float(np.abs(F).max()) for F in feats if F.size), default=0.0)
-    p = max(feats[0].shape[1], 1)
-    if (4.0 if affinity == "rbf" else 1.0) * top * top * p < dtype_max / 16:
+    sq = top * top * max(feats[0].shape[1], 1)
+    tiny = affinity == "rbf" and 0.0 < sq < float(finfo.tiny) * 2.0**24
+    if (4.0 if affinity == "rbf" else 1.0) * sq < float(finfo.max) / 16 and not tiny:
         return feats, zero_norm, gamma
     if affinity == "cosine":
         out = []
@@ -285,7 +288,7 @@ class TorchProblem:
             # every entry of W exp(0) or garbage)
             feats = [F - F.mean(axis=0, dtype=np.float64) for F in feats]
         feats, zero_norm, gamma = _fit_range(feats, affinity, zero_norm, gamma,
-                                             torch.finfo(dtype).max)
+                                             torch.finfo(dtype))
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
