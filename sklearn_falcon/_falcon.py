@@ -465,7 +465,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         """
         self._affinity = make_affinity(self.affinity, n_neighbors=self.n_neighbors,
                                        gamma=self.gamma, power=self.power,
-                                       n_jobs=self.n_jobs)
+                                       n_jobs=self.n_jobs, to_host=host_array)
         spec = BACKENDS[backend]
         W, problem = None, None
         if spec.make_problem_from_features is not None and self._affinity.matrix_free:

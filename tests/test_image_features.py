@@ -16,6 +16,7 @@ from sklearn_falcon.image import (
     ColorPositionFeatures,
     ColorTextureFeatures,
     cosine_power_affinity,
+    knn_cosine_power_affinity,
     make_extractor,
     prototype_upsample,
     rgb_to_lab,
@@ -146,6 +147,29 @@ def test_cosine_power_affinity_definition():
     assert W.min() >= 0 and W.max() <= 1
     with pytest.raises(ValueError, match="power"):
         cosine_power_affinity(F, power=0)
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e40])
+def test_token_affinities_of_float64_features_beyond_float32(scale):
+    """The token affinities are computed in float32, and float64 features
+    were cast as they were: features of 1e20 overflowed their squared norms
+    to a silently flat W (all ones), and features beyond 3.4e38 were refused
+    as "contain NaN or infinite values".  The cosine is blind to a row's
+    scale: such rows are scaled by a power of two before the cast."""
+    F = np.random.default_rng(0).normal(size=(30, 4))
+    for affinity in (cosine_power_affinity, knn_cosine_power_affinity):
+        ref = affinity(F, 2.0)
+        W = affinity(F * scale, 2.0)
+        if hasattr(W, "toarray"):
+            W, ref = W.toarray(), ref.toarray()
+        assert W.dtype == np.float32
+        np.testing.assert_allclose(W, ref, atol=1e-6)
+    mixed = F.copy()
+    mixed[0] *= scale  # one row far out: its cosines are those of F[0]
+    np.testing.assert_allclose(cosine_power_affinity(mixed, 2.0),
+                               cosine_power_affinity(F, 2.0), atol=1e-6)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        cosine_power_affinity(np.full((3, 2), np.inf))
 
 
 def test_prototype_upsample_resolution_and_boundary():

@@ -207,6 +207,104 @@ def test_matrix_free_rbf_in_float32_far_from_the_origin():
         assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-4)
 
 
+@pytest.mark.parametrize("kind,kw", [("cosine", {"power": 2.0}),
+                                     ("rbf", {"gamma": 0.02})])
+@pytest.mark.parametrize("scale", [1e19, 1e30, 1e40])
+def test_matrix_free_float32_of_features_beyond_its_range(kind, kw, scale):
+    """float64 features are checked against float64's range, but the
+    matrix-free rows were computed in the compute dtype: in float32 (the
+    CUDA default) features of 1e19 overflowed their squared norms, so that
+    every cosine degree was n (a flat W) and every rbf row NaN.  A cosine
+    row is scaled to unit norm and rbf features by a power of two (gamma
+    by its square) on the host, when the compute dtype needs it; and so is
+    the cosine W that affinity_matrix_ recomputes in the device's dtype."""
+    X, _ = tokens(60, 3, seed=3)
+    g = {"gamma": kw["gamma"] / scale**2} if kind == "rbf" else kw
+    ref = make_problem_from_features(X, 3, affinity=kind, device="cpu",
+                                     dtype="float64", **kw)
+    P = make_problem_from_features(X * scale, 3, affinity=kind, device="cpu",
+                                   dtype="float32", **g)
+    np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                               ref.affinity.dense()[0].numpy(), atol=2e-5)
+    np.testing.assert_allclose(P.degrees_numpy()[0], ref.degrees_numpy()[0],
+                               rtol=1e-4)
+    if kind == "cosine":  # affinity_matrix_ of a CUDA fit: W in float32 too
+        A = make_affinity("cosine", **kw)
+        A.adopt(X * scale, P)
+        np.testing.assert_allclose(A.recompute(), ref.affinity.dense()[0].numpy(),
+                                   atol=2e-5)
+
+
+def test_matrix_free_rbf_in_float32_of_tiny_features():
+    """The other end of float32's range: rbf features of 1e-22 (with a gamma
+    of their scale) had squared distances below float32's smallest normal,
+    so that the rows were rounding noise (degrees off by 7%).  They are
+    scaled up by a power of two (gamma down by its square)."""
+    X, _ = tokens(60, 3, seed=3)
+    ref = make_problem_from_features(X, 3, affinity="rbf", gamma=0.02,
+                                     device="cpu", dtype="float64")
+    P = make_problem_from_features(X * 1e-22, 3, affinity="rbf", gamma=0.02e44,
+                                   device="cpu", dtype="float32")
+    np.testing.assert_allclose(P.affinity.dense()[0].numpy(),
+                               ref.affinity.dense()[0].numpy(), atol=2e-5)
+
+
+@pytest.mark.parametrize("scale", [1e39, 1e-50])
+@pytest.mark.parametrize("fmt", ["dense", "csr"])
+def test_float32_graphs_of_weights_beyond_its_range(scale, fmt, monkeypatch):
+    """A float64 graph is solved in float32 on CUDA (or dtype="float32"):
+    weights of 1e39 became inf (NaN scores, ncut and objective NaN) and
+    weights of 1e-50 zero (every score 0).  A graph whose degrees float32
+    cannot hold is solved scaled by a power of two; degrees and statistics
+    are reported unscaled."""
+    from sklearn_falcon._backends._torch import _problem
+
+    monkeypatch.setattr(_problem, "HOST_CSR_ON_CPU", False)  # the CUDA path
+    X, y = tokens(60, 3, seed=5)
+    W = make_affinity("rbf", gamma=0.1).fit(X)
+    G = (lambda A: A) if fmt == "dense" else sp.csr_matrix
+    y0 = noisy(y, 3, 0.5, seed=1)
+    ref = solve(make_problem(G(W), 3, backend="torch", device="cpu"), y0,
+                opts(polish=True))
+    P = make_problem(G(W * scale), 3, backend="torch", device="cpu",
+                     dtype="float32")
+    np.testing.assert_allclose(P.degrees_numpy()[0], W.sum(axis=1) * scale,
+                               rtol=1e-12)
+    res = solve(P, y0, opts(polish=True))
+    np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+    assert res.objective[0] == pytest.approx(ref.objective[0], rel=1e-5)
+    vol, assoc = P.cluster_statistics(res.labels[0])
+    np.testing.assert_allclose(
+        vol[0], np.bincount(res.labels[0], W.sum(axis=1), 3) * scale, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["requires_grad", "coo", "csr", "bfloat16"])
+def test_callable_affinity_returning_a_tensor(form):
+    """A callable affinity that returned a torch tensor other than a plain
+    CPU one failed with torch's own message ("Can't call numpy() on Tensor
+    that requires grad", "can't convert Sparse layout tensor to numpy",
+    "Got unsupported ScalarType BFloat16"); it is brought to the host as a
+    tensor X is (a sparse one as CSR)."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    X, _ = tokens(40, 2, seed=4)
+    as_form = {"requires_grad": lambda t: t.requires_grad_(),
+               "coo": lambda t: t.to_sparse(), "csr": lambda t: t.to_sparse_csr(),
+               "bfloat16": lambda t: t.bfloat16()}[form]
+
+    def kernel(A, B=None):
+        return as_form(torch.as_tensor(rbf_kernel(A, B, gamma=0.5)))
+
+    def reference(A, B=None):
+        K = torch.as_tensor(rbf_kernel(A, B, gamma=0.5))
+        return K.bfloat16().float().numpy() if form == "bfloat16" else K.numpy()
+
+    est = FalconNCut(2, affinity=kernel, init="random", random_state=0).fit(X)
+    ref = FalconNCut(2, affinity=reference, init="random", random_state=0).fit(X)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X[:7]), ref.predict(X[:7]))
+
+
 @pytest.mark.parametrize("block_elems", [None, 5000])
 def test_matrix_free_polish_matches_numba_dense(block_elems):
     # the streamed sweep is the Numba dense sweep, node for node
@@ -780,6 +878,20 @@ def test_torch_tensors_of_bool_or_complex_dtype_are_refused_by_name():
                                       ref)
     with pytest.raises(ValueError, match="X has dtype=complex64"):
         FalconNCut(2).fit(X.to(torch.complex32))
+
+
+def test_torch_tensors_on_the_meta_device_are_refused_by_name():
+    """A tensor on the "meta" device (a shape without data, as a model built
+    with ``torch.device("meta")`` holds) raised torch's NotImplementedError
+    "Cannot copy out of meta tensor; no data!" from fit; a ValueError says
+    what it is, for dense and sparse ones, as X and as a precomputed W."""
+    X = torch.zeros(20, 2, device="meta")
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        FalconNCut(2).fit(X)
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        FalconNCut(2, affinity="precomputed").fit(torch.zeros(20, 20, device="meta"))
+    with pytest.raises(ValueError, match=r"'meta' device.*holds no data"):
+        falcon_batch([X], 2, device="cpu")
 
 
 def test_falcon_batch_cosine_zero_rows_are_left_out_of_the_solve():

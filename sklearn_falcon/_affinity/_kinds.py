@@ -473,8 +473,13 @@ class CosineAffinity(Affinity):
         n = X.shape[0]
         dtype = getattr(self, "compute_dtype_", X.dtype)
         check_dense_fits(n, n, dtype, "cosine affinity", _RECOMPUTE)
-        # zero norms by the features' dtype, as the device's rows had them
-        S = cosine_similarity(X.astype(dtype, copy=False), zero=zero_norm(X.dtype))
+        # zero norms by the features' dtype, as the device's rows had them;
+        # rows whose squares overflow the compute dtype were unit rows there
+        top = float(abs(X).max()) if X.size else 0.0
+        U, zero = X, zero_norm(X.dtype)
+        if top * top * X.shape[1] >= float(np.finfo(dtype).max) / 16:
+            U, zero = _unit_rows(X), 0.5
+        S = cosine_similarity(U.astype(dtype, copy=False), zero=zero)
         W = cosine_power(S, self.cos_min_, self.cos_max_, self.power)
         return np.ascontiguousarray(W.astype(X.dtype, copy=False))
 
@@ -496,6 +501,7 @@ class CallableAffinity(Affinity):
     affinity (``Y=None`` means ``Y = X``)."""
 
     name = "callable"
+    to_host = staticmethod(lambda A: A)  # see make_affinity
 
     def __init__(self, function, **params):
         super().__init__(**params)
@@ -539,6 +545,7 @@ class CallableAffinity(Affinity):
         """Call the user function and check its output is finite and real."""
         A = self.function(X) if Y is None else self.function(X, Y)
         call = "affinity(X)" if Y is None else "affinity(X, X_fit)"
+        A = self.to_host(A)
         if not sp.issparse(A):
             A = np.asarray(A)
         check_dtype_kind(A, name=call)  # sparse too: complex would lose its part
@@ -577,9 +584,14 @@ def start_graph(X, n_neighbors, n_jobs=None):
     return knn.fit(X)
 
 
-def make_affinity(affinity, **params):
+def make_affinity(affinity, to_host=None, **params):
     """The :class:`Affinity` of an ``affinity`` parameter (a name of
-    :data:`AFFINITIES`, or a callable)."""
+    :data:`AFFINITIES`, or a callable).  ``to_host`` brings what a callable
+    returns to the host (the estimator's ``_backends.host_array``: a torch
+    tensor, sparse or with autograd, as a NumPy array or CSR matrix)."""
     if callable(affinity):
-        return CallableAffinity(affinity, **params)
+        A = CallableAffinity(affinity, **params)
+        if to_host is not None:
+            A.to_host = to_host
+        return A
     return AFFINITIES[affinity](**params)

@@ -108,6 +108,10 @@ def host_array(X):
     if not is_tensor(X):
         return X
     torch = import_torch()
+    if X.device.type == "meta":  # torch: "Cannot copy out of meta tensor"
+        raise ValueError(
+            f"Expected a tensor with data; got one of shape {tuple(X.shape)} on "
+            "the 'meta' device, which holds no data.")
     X = X.detach()
     if X.dtype.is_floating_point and X.dtype not in (
             torch.float16, torch.float32, torch.float64):

@@ -17,8 +17,16 @@ _KNN_BLOCK_ELEMS = 1 << 24
 
 def _token_matrix(features):
     """``features`` as a finite float32 ``(n_tokens, n_features)`` matrix (a
-    ``(gh, gw, C)`` token grid is flattened)."""
-    f = np.asarray(features, dtype=np.float32)
+    ``(gh, gw, C)`` token grid is flattened).
+
+    The cosine is blind to a row's scale: rows whose squared norm would
+    overflow float32 (values beyond about 1e18, float64 ones beyond float32's
+    range too) are scaled by a power of two first, on a copy (cast as they
+    were, they made a flat ``W``, or were refused as infinite).
+    """
+    f = np.asarray(features)
+    if f.dtype != np.float32:  # (integers of 1e19 as well)
+        f = np.asarray(f, dtype=np.float64)
     if f.ndim == 3:
         f = f.reshape(-1, f.shape[-1])
     if f.ndim != 2 or f.shape[0] == 0:
@@ -26,7 +34,12 @@ def _token_matrix(features):
             f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
-    return f
+    top = np.abs(f).max(axis=1) if f.shape[1] else np.zeros(f.shape[0])
+    big = top * np.sqrt(f.shape[1]) > 2.0**60
+    if big.any():
+        f = np.array(f)  # (not the caller's array)
+        f[big] = np.ldexp(f[big], -np.frexp(top[big])[1][:, None])
+    return np.asarray(f, dtype=np.float32)
 
 
 def check_token_affinity(W, n_segments):

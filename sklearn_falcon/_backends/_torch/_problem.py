@@ -28,6 +28,61 @@ def _as_list(obj):
     return list(obj) if isinstance(obj, (list, tuple)) else [obj]
 
 
+def _float32_scaled(graphs, degrees):
+    """``(graphs, degrees, exps)``: each graph whose largest degree float32
+    cannot hold (beyond about 1e36, where its weights and sums were inf and
+    the scores NaN, or below about 1e-30, where its weights were subnormal
+    or zero) times ``2**e`` that brings it into ``[1, 2)``, on the host,
+    exactly; the normalized cut does not depend on the scale of ``W``."""
+    out, degs, exps = [], [], []
+    for W, d in zip(graphs, degrees):
+        top = float(d.max()) if d.size else 0.0
+        e = 0
+        if np.isfinite(top) and top > 0 and not 2.0**-100 <= top < 2.0**120:
+            e = 1 - int(np.frexp(top)[1])
+            if sp.issparse(W):
+                W = sp.csr_matrix((np.ldexp(W.data, e), W.indices, W.indptr),
+                                  shape=W.shape)
+            else:
+                W = np.ldexp(W, e)
+            d = np.ldexp(d, e)
+        out.append(W)
+        degs.append(d)
+        exps.append(e)
+    return out, degs, exps
+
+
+def _fit_range(feats, affinity, zero_norm, gamma, finfo):
+    """``(feats, zero_norm, gamma)`` whose rows the compute dtype holds.
+
+    The features are checked against the range of their own dtype, but the
+    rows are computed in the compute dtype: in float32 (the CUDA default)
+    float64 features of 1e19 overflowed their squared norms, so that every
+    cosine entry was 1 (or NaN) and every rbf row NaN.  Where the squares
+    may overflow, the cosine rows are scaled to unit norm on the host (rows
+    of zero norm zero; the cosine is blind to a row's scale), and the rbf
+    features by a power of two ``s``, ``gamma`` by ``s**2`` (so are rbf
+    features whose squared distances are below the smallest normal number
+    times ``2**24``: features of 1e-22 in float32).  Others are returned as
+    they are.
+    """
+    top = max((float(np.abs(F).max()) for F in feats if F.size), default=0.0)
+    sq = top * top * max(feats[0].shape[1], 1)
+    tiny = affinity == "rbf" and 0.0 < sq < float(finfo.tiny) * 2.0**24
+    if (4.0 if affinity == "rbf" else 1.0) * sq < float(finfo.max) / 16 and not tiny:
+        return feats, zero_norm, gamma
+    if affinity == "cosine":
+        out = []
+        for F in feats:
+            norms = np.linalg.norm(F.astype(np.float64), axis=1, keepdims=True)
+            tiny = norms < zero_norm
+            out.append(np.where(tiny, 0.0, F / np.where(tiny, 1.0, norms)))
+        return out, 0.5, gamma  # unit rows, or zero ones
+    s = 2.0 ** int(np.frexp(top)[1])
+    gamma = min(float(gamma) * s * s, float(np.finfo(np.float64).max))
+    return [F / s for F in feats], zero_norm, gamma
+
+
 # Sparse graphs on the CPU are solved with the Numba CSR kernels on views of
 # the problem's tensors (:mod:`._host`); False runs torch's own CSR kernels
 # there too (the CUDA path, tested on the CPU).
@@ -93,6 +148,8 @@ class TorchProblem:
         self._host_graphs = host_graphs
         self._host_csr = host_csr
         self._last_update = None  # (WX, old, new, WX of new): see commit
+        # per graph, the power of two by which it is held (_float32_scaled)
+        self._exps = np.zeros(self.n_graphs, dtype=np.int64)
 
     # -- construction ----------------------------------------------------
     @classmethod
@@ -131,7 +188,12 @@ class TorchProblem:
                        for d in _as_list(degrees)]
         sizes = [W.shape[0] for W in host]
         B, n = len(host), max(sizes)
-        if any(sp.issparse(W) for W in host):
+        sparse = any(sp.issparse(W) for W in host)
+        exps = [0] * B
+        if dtype == torch.float32 and not (sparse and device.type == "cpu"
+                                           and HOST_CSR_ON_CPU):
+            host, degrees, exps = _float32_scaled(host, degrees)
+        if sparse:
             host = [W if sp.issparse(W) else sp.csr_matrix(W) for W in host]
             if device.type == "cpu" and HOST_CSR_ON_CPU:
                 return cls("csr", n_clusters, device, dtype, sizes, degrees,
@@ -150,16 +212,20 @@ class TorchProblem:
                 bd.to_tensor(M.data, device, dtype),
             )
             csr = csr + (tk.csr_rows(csr[0]),)
-            return cls("csr", n_clusters, device, dtype, sizes, degrees, csr=csr,
-                       host_graphs=host)
-        if B == 1:
-            Wt = bd.to_tensor(host[0], device, dtype).unsqueeze(0)
+            P = cls("csr", n_clusters, device, dtype, sizes, degrees, csr=csr,
+                    host_graphs=host)
         else:
-            Wt = torch.zeros(B, n, n, dtype=dtype, device=device)
-            for b, W in enumerate(host):
-                Wt[b, : W.shape[0], : W.shape[0]] = bd.to_tensor(W, device, dtype)
-        return cls("dense", n_clusters, device, dtype, sizes, degrees, W=Wt,
-                   host_graphs=host)
+            if B == 1:
+                Wt = bd.to_tensor(host[0], device, dtype).unsqueeze(0)
+            else:
+                Wt = torch.zeros(B, n, n, dtype=dtype, device=device)
+                for b, W in enumerate(host):
+                    Wt[b, : W.shape[0], : W.shape[0]] = bd.to_tensor(W, device,
+                                                                     dtype)
+            P = cls("dense", n_clusters, device, dtype, sizes, degrees, W=Wt,
+                    host_graphs=host)
+        P._exps = np.asarray(exps, dtype=np.int64)
+        return P
 
     @classmethod
     def from_features(cls, features, n_clusters, *, affinity="cosine", power=1.0,
@@ -221,6 +287,8 @@ class TorchProblem:
             # float32, the CUDA default (features 1e4 from the origin made
             # every entry of W exp(0) or garbage)
             feats = [F - F.mean(axis=0, dtype=np.float64) for F in feats]
+        feats, zero_norm, gamma = _fit_range(feats, affinity, zero_norm, gamma,
+                                             torch.finfo(dtype))
         Xt = torch.zeros(B, n, p, dtype=dtype, device=device)
         for b, F in enumerate(feats):
             Xt[b, : F.shape[0]] = bd.to_tensor(np.ascontiguousarray(F), device, dtype)
@@ -285,11 +353,12 @@ class TorchProblem:
         """``(vol, assoc)`` of NumPy labels, as ``(B, K)`` NumPy arrays."""
         X = self.from_labels(labels)
         vol, assoc = self.stats(self.weights(X), X)
-        return bd.to_numpy(vol), bd.to_numpy(assoc)
+        unit = np.ldexp(1.0, -self._exps)[:, None]
+        return bd.to_numpy(vol) * unit, bd.to_numpy(assoc) * unit
 
     def degrees_numpy(self):
         """Per-graph degrees ``W 1`` as NumPy arrays."""
-        return [d.copy() for d in self.host_degrees]
+        return [np.ldexp(d, -e) for d, e in zip(self.host_degrees, self._exps)]
 
     # -- solver protocol ---------------------------------------------------
     @property
