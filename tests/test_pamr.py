@@ -85,6 +85,21 @@ def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
     assert pamr(img, lab % 2, dilations=(1,)).shape == (64, 64)  # 0.6 MiB
 
 
+def test_pamr_on_the_torch_cpu_device_refuses_masks_that_cannot_fit(monkeypatch):
+    """The torch path holds the masks too (an int64 one-hot, then float32
+    masks, their padded copy and the next step's), but only the Numba path
+    checked the memory: ``pamr(device="cpu")`` of thousands of labels on a
+    large image got the process killed.  It is refused before allocating."""
+    pytest.importorskip("torch")
+    from sklearn_falcon import _memory
+
+    img = np.zeros((64, 64, 3))
+    lab = np.arange(64 * 64).reshape(64, 64) % 200
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="pamr of 200 labels on a 64x64 image"):
+        pamr(img, lab, device="cpu")
+    assert pamr(img, lab % 2, dilations=(1,), device="cpu").shape == (64, 64)
+
 def _reference_pamr(img, lab, n_iter, dilations):
     """PAMR written from its definition with NumPy, in float64."""
     img = np.asarray(img, dtype=np.float64)

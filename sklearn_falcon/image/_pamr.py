@@ -218,9 +218,7 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     offs = _offsets(dil.tolist())
     if device is None:  # a float32 mask per label, thrice, and the weights
         n_floats = offs.shape[0] + 3 * len(uniq) + 2 * (img.shape[2] + 1)
-        check_allocation(
-            4 * h * w * n_floats, f"pamr of {len(uniq)} labels on a {h}x{w} image",
-            "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
+        _check_memory(4 * h * w * n_floats, len(uniq), h, w)
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     if not np.all(np.isfinite(planes)):  # NaN weights: every pixel took label 0
         raise ValueError("image contains NaN or infinite values.")
@@ -235,6 +233,12 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     return uniq[np.argmax(out, axis=0)].astype(lab.dtype, copy=False)
 
 
+def _check_memory(nbytes, n_labels, h, w):
+    check_allocation(
+        nbytes, f"pamr of {n_labels} labels on a {h}x{w} image",
+        "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
+
+
 def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
     """PAMR with the torch kernels of :mod:`._pamr_torch` on ``device``: the
     ``(C, H, W)`` image and the ``(H, W)`` label indices in ``[0, n_labels)``
@@ -246,6 +250,16 @@ def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device)
     from . import _pamr_torch as pk
 
     dev = bd.torch_device(device)
+    if dev.type == "cpu":  # in host memory (CUDA raises its own OutOfMemoryError)
+        c, h, w = planes.shape
+        r = int(np.abs(offsets).max())
+        padded = (h + 2 * r) * (w + 2 * r)
+        # the int64 one-hot and its float32 masks; then the masks, the
+        # current and next step's and a padded copy; the weights, their
+        # float64 logits and the padded float64 image
+        n_bytes = max(12 * n_labels * h * w,
+                      4 * n_labels * (3 * h * w + padded)) + 12 * len(offsets) * h * w
+        _check_memory(n_bytes + 8 * c * (padded + 4 * h * w), n_labels, h, w)
     img = bd.to_tensor(planes, dev)
     idx = bd.to_tensor(np.asarray(inv, dtype=np.int64), dev)
     mask = torch.nn.functional.one_hot(idx, n_labels)
