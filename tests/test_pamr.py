@@ -2,6 +2,8 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -69,6 +71,25 @@ def test_pamr_validation():
     with pytest.raises(ValueError, match="has no colour channel"):
         pamr(np.zeros((8, 8, 0)), lab)
 
+
+def test_pamr_refuses_an_image_of_complex_or_text_values():
+    """A complex image was reduced to its real part with NumPy's
+    ComplexWarning, and an image of text parsed as numbers, silently;
+    both are refused by name, as ``upsample_labels`` refuses them.  Booleans
+    and object arrays of numbers keep giving the float result."""
+    img = np.zeros((8, 8, 3))
+    img[:, 4:] = 1
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bad in (img + 1j, img.astype(str)):
+            with pytest.raises(ValueError, match="image must hold real colour "
+                               f"values; got dtype={bad.dtype}"):
+                pamr(bad, lab)
+        ref = pamr(img, lab)
+        for other in (img > 0.5, img.astype(object), img.astype(np.float16)):
+            np.testing.assert_array_equal(pamr(other, lab), ref)
 
 def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
     """PAMR holds three float32 masks per label: a superpixel map of

@@ -14,6 +14,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import jit, pjit, prange
 from .._memory import check_allocation
+from ._upsample import _colours
 
 __all__ = ["pamr"]
 
@@ -198,6 +199,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     """
     img = np.asarray(image)
     lab = np.asarray(labels)
+    # complex was cast to its real part (a ComplexWarning), text parsed
+    img = _colours(img, "image")
     if img.ndim != 3 or img.shape[:2] != lab.shape:
         raise ValueError(
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
