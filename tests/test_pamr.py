@@ -91,6 +91,29 @@ def test_pamr_refuses_an_image_of_complex_or_text_values():
         for other in (img > 0.5, img.astype(object), img.astype(np.float16)):
             np.testing.assert_array_equal(pamr(other, lab), ref)
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-12, 1e200, 1e300])
+def test_pamr_of_an_image_at_any_scale(scale):
+    """"Only colour differences relative to the local spread matter, so the
+    scale is irrelevant": but the squares of colours past 1e153 overflowed
+    (NaN weights: every pixel took the first label), and below 1e-9 the
+    spread drowned in the weights' 1e-8 floor (uniform weights: a blur).
+    Both gave other labels than the same image in [0, 255], silently."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (20, 24, 3)).astype(float)
+    img[:, 12:] += 300
+    lab = np.zeros((20, 24), int)
+    lab[:, 9:] = 1
+    ref = pamr(img, lab)
+    assert (ref[:, 9:12] == 0).mean() > 0.8  # the band labelled 1 moves to 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(pamr(img * scale, lab), ref)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return
+        np.testing.assert_array_equal(pamr(img * scale, lab, device="cpu"), ref)
+
 def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
     """PAMR holds three float32 masks per label: a superpixel map of
     thousands of labels on a large image allocated tens of GiB (the process

@@ -225,6 +225,12 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     if not np.all(np.isfinite(planes)):  # NaN weights: every pixel took label 0
         raise ValueError("image contains NaN or infinite values.")
+    # the scale is irrelevant but for float64's range: squares past 1e153
+    # overflow (NaN weights) and a spread below 1e-8 drowns in the weights'
+    # floor (uniform weights); such an image is scaled by a power of 2
+    top = float(np.abs(planes).max()) if planes.size else 0.0
+    if top > 2.0**500 or 0 < top < 2.0**-10:
+        planes = np.ldexp(planes, -np.frexp(top)[1])
     if device is not None:
         idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
                               int(n_iter), device)
