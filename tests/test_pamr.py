@@ -255,6 +255,20 @@ def test_pamr_on_a_torch_device_matches_numba():
         pamr(img, lab, device="gpu")
 
 
+def test_pamr_on_a_torch_device_with_a_dilation_past_the_image():
+    """The torch kernels pad the image and the masks by the largest
+    dilation: ``dilations=(1, 100_000)`` on an 8x8 image asked for a
+    terabyte (the Numba path clamps to the border and needs nothing more).
+    A shift past the image is the shift to its border: the same labels."""
+    pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 4:] = 255
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    for dil in ((1, 100_000), (2, 7, 8, 10**12)):
+        np.testing.assert_array_equal(pamr(img, lab, dilations=dil, device="cpu"),
+                                      pamr(img, lab, dilations=dil))
+
 def test_pamr_device_without_torch_is_a_clear_error(monkeypatch):
     import sys
 

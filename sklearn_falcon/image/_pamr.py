@@ -259,21 +259,24 @@ def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device)
     from . import _pamr_torch as pk
 
     dev = bd.torch_device(device)
+    c, h, w = planes.shape
+    # the kernels pad by the largest shift: one past the image is the shift
+    # to its border (as the Numba kernels clamp), not a terabyte of padding
+    offs = [(int(min(max(dy, 1 - h), h - 1)), int(min(max(dx, 1 - w), w - 1)))
+            for dy, dx in offsets]
     if dev.type == "cpu":  # in host memory (CUDA raises its own OutOfMemoryError)
-        c, h, w = planes.shape
-        r = int(np.abs(offsets).max())
+        r = max(max(abs(dy), abs(dx)) for dy, dx in offs)
         padded = (h + 2 * r) * (w + 2 * r)
         # the int64 one-hot and its float32 masks; then the masks, the
         # current and next step's and a padded copy; the weights, their
         # float64 logits and the padded float64 image
         n_bytes = max(12 * n_labels * h * w,
-                      4 * n_labels * (3 * h * w + padded)) + 12 * len(offsets) * h * w
+                      4 * n_labels * (3 * h * w + padded)) + 12 * len(offs) * h * w
         _check_memory(n_bytes + 8 * c * (padded + 4 * h * w), n_labels, h, w)
     img = bd.to_tensor(planes, dev)
     idx = bd.to_tensor(np.asarray(inv, dtype=np.int64), dev)
     mask = torch.nn.functional.one_hot(idx, n_labels)
     mask = mask.permute(2, 0, 1).to(torch.float32).contiguous()
-    offs = [(int(dy), int(dx)) for dy, dx in offsets]
     aff = pk._affinities(img, offs, int(n_dilations))
     out = pk._propagate(mask, aff, offs, int(n_iter))
     return bd.to_numpy(out.argmax(dim=0))
