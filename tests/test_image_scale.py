@@ -153,6 +153,24 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
 
 
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("where", ["image", "small_image"])
+def test_upsample_labels_refuses_nan_or_infinite_colours(device, where):
+    """A NaN colour made every weight NaN: the pixels took the first label
+    (or any other), silently, as ``pamr`` refuses to."""
+    if device is not None:
+        pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3))
+    img[:, 5:] = 1.0
+    small = img[::2, ::2].copy()
+    lab = (small[..., 0] > 0).astype(int)
+    bad = img if where == "image" else small
+    for value in (np.nan, np.inf):
+        bad[3, 3, 1] = value
+        with pytest.raises(ValueError, match=f"{where} contains NaN or infinite"):
+            upsample_labels(lab, img, small, device=device)
+
 def test_label_ids_that_int64_cannot_hold_are_refused():
     """Labels of fractions (0.5, 1.5) came back as the ids 0 and 1, and
     uint64 ids past the int64 range as negative ids, silently; whole

@@ -279,6 +279,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
             f"labels of shape {lab.shape} hold no pixel to bring to the image's "
             f"{img.shape[:2]}.")
     img, small = _colours(img, "image"), _colours(small, "small_image")
+    for a, name in ((img, "image"), (small, "small_image")):
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):  # NaN weights
+            raise ValueError(f"{name} contains NaN or infinite values.")
     # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
     # (load_image's convention) and 16-bit images are brought there (on
     # floats in [0, 1] colour differences of at most 1.7 turned the
