@@ -148,6 +148,28 @@ def test_cosine_power_affinity_definition():
         cosine_power_affinity(F, power=0)
 
 
+
+def test_complex_token_features_are_refused_by_name():
+    """Complex token features were cast to float32 with NumPy's
+    ComplexWarning (the imaginary part dropped, silently otherwise), as the
+    estimator refuses them."""
+    import warnings
+
+    from sklearn_falcon.image import knn_cosine_power_affinity
+
+    F = np.random.default_rng(0).normal(size=(2, 3, 4)) + 1j
+    lab = np.array([[0, 0, 1], [0, 1, 1]])
+    calls = [lambda f: cosine_power_affinity(f, 2.0),
+             lambda f: knn_cosine_power_affinity(f, 2.0, n_neighbors=2),
+             lambda f: prototype_upsample(f, lab, (4, 6))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in calls:
+            with pytest.raises(ValueError, match="Complex data not supported: "
+                               "features has dtype=complex128"):
+                call(F)
+            call(F.real)
+
 def test_prototype_upsample_resolution_and_boundary():
     F = np.zeros((3, 4, 2), np.float32)
     F[:, :2, 0] = 1

@@ -15,10 +15,21 @@ __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
 _KNN_BLOCK_ELEMS = 1 << 24
 
 
+def real_float32(features, name="features"):
+    """``features`` as a float32 array, or a ValueError naming ``name`` for
+    complex values (NumPy casts them to their real part, with only a
+    ComplexWarning)."""
+    f = np.asarray(features)
+    if f.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: {name} has dtype={f.dtype}. "
+                         "Pass real float32 or float64 values.")
+    return f.astype(np.float32, copy=False)
+
+
 def _token_matrix(features):
     """``features`` as a finite float32 ``(n_tokens, n_features)`` matrix (a
     ``(gh, gw, C)`` token grid is flattened)."""
-    f = np.asarray(features, dtype=np.float32)
+    f = real_float32(features)
     if f.ndim == 3:
         f = f.reshape(-1, f.shape[-1])
     if f.ndim != 2 or f.shape[0] == 0:

@@ -6,6 +6,7 @@ from numba import prange
 
 from .._jit import pjit
 from .._memory import check_allocation
+from ._affinity import real_float32
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
@@ -115,7 +116,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     array([[0, 0, 1, 1],
            [0, 0, 1, 1]])
     """
-    f = np.asarray(features, dtype=np.float32)
+    f = real_float32(features)
     lab = np.asarray(token_labels)
     # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
     if f.ndim != 3 or lab.shape not in (f.shape[:2], (f.shape[0] * f.shape[1],)):
