@@ -203,6 +203,36 @@ def test_prototype_upsample_of_no_token_or_no_channel():
             prototype_upsample(F, tok, (2, 4))
 
 
+
+def test_prototype_upsample_and_bilinear_matrix_refuse_bad_sizes():
+    """An ``out_shape`` of 0 raised "ZeroDivisionError: division by zero"
+    (torch: "Input and output sizes should be greater than 0"), a negative
+    one NumPy's "negative dimensions", a fraction was truncated (2.5 as 2)
+    and a third entry ignored, silently; ``bilinear_matrix`` raised the
+    same ZeroDivisionError, or "index -1 is out of bounds" for ``n_in=0``."""
+    from sklearn_falcon.image import bilinear_matrix
+
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 1], [0, 1]])
+    devices = [None]
+    try:
+        import torch  # noqa: F401
+        devices.append("cpu")
+    except ImportError:
+        pass
+    for out_shape in ((0, 4), (-2, 4), (2.5, 4), (2, 4, 3), (4,), "ab", (True, 4),
+                      (np.inf, 4), (np.nan, 4)):
+        for device in devices:
+            with pytest.raises(ValueError, match=r"out_shape must be a pair of "
+                               r"positive integers \(H, W\); got "):
+                prototype_upsample(F, tok, out_shape, device=device)
+    np.testing.assert_array_equal(prototype_upsample(F, tok, (2.0, np.int64(4))),
+                                  prototype_upsample(F, tok, (2, 4)))
+    for n_out, n_in in ((0, 2), (4, 0), (-1, 2), (4.5, 2)):
+        with pytest.raises(ValueError, match="parameter of bilinear_matrix must be"):
+            bilinear_matrix(n_out, n_in)
+
 def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
     """The (H, W, K) float32 scores of many token labels at a large
     out_shape (1000 labels at 4000x4000: 64 GiB) were allocated, and the
