@@ -503,3 +503,21 @@ for case in range(6):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["refused"] * 5 + ["accepted"], out.stdout
+
+
+def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
+    """A block's own dtype may differ from the Dask array's: a complex block
+    lost its imaginary part with NumPy's ComplexWarning (once per pass), a
+    block of text raised SciPy's "scipy.sparse does not support dtype <U32",
+    naming no block."""
+    W = np.kron(np.eye(2), np.ones((4, 4)))
+    for bad in (sp.csr_matrix(W[4:] + 1j * W[4:]), W[4:] + 1j, W[4:].astype(str)):
+        blocks = [W[:4], bad]
+        X = da.concatenate([da.from_delayed(dask.delayed(b), shape=(4, 8),
+                                            dtype=float, meta=np.empty((0, 0)))
+                            for b in blocks])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=r"The row block of X starting at "
+                               rf"row 4 has dtype={bad.dtype}; pass real"):
+                FalconNCut(2, affinity="precomputed").fit(X)

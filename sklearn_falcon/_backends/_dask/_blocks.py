@@ -113,6 +113,13 @@ def summary_task(block, r0, n_rows, n, salt, name="X"):
     it, before anything reads them (SciPy does not check them when a matrix
     is built from its arrays; the kernels would read out of bounds)."""
     check_sparse_structure(block, f"{name} (its row block starting at row {r0})")
+    dtype = block.dtype if isinstance(block, np.ndarray) or sp.issparse(block) else (
+        None)  # a block's own, not the array's (others: as_csr's TypeError)
+    if dtype is not None and dtype.kind in "cSU":
+        raise ValueError(
+            f"The row block of {name} starting at row {r0} has dtype={dtype}; pass "
+            "real float32 or float64 values (complex values lose their imaginary "
+            "part).")
     W = as_csr(block)
     if W.shape != (n_rows, n):
         raise ValueError(
