@@ -149,6 +149,20 @@ def test_cosine_power_affinity_definition():
 
 
 
+def test_rgb_to_lab_of_large_finite_floats_says_their_range():
+    """Float64 colours past float32's range (1e300) were cast first, to
+    inf, and refused as "rgb contains NaN or infinite values" (with NumPy's
+    overflow warning): they are finite; the message says their range."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"must have values in \[0, 1\]; got "
+                           r"values in \[0, 1e\+300\]"):
+            rgb_to_lab(np.array([[0.0, 0.5, 1e300]]))
+        with pytest.raises(ValueError, match="rgb contains NaN or infinite"):
+            rgb_to_lab(np.array([[0.0, 0.5, np.inf]]))
+
 def test_complex_token_features_are_refused_by_name():
     """Complex token features were cast to float32 with NumPy's
     ComplexWarning (the imaginary part dropped, silently otherwise), as the
