@@ -24,12 +24,27 @@ def _cluster_terms(W, labels):
     )
     if W.shape[0] != W.shape[1]:
         raise ValueError(f"W must be a square affinity matrix; got shape={W.shape}.")
-    labels = _homogeneous(np.asarray(labels))
+    labels = np.asarray(labels)
     if labels.ndim != 1 or labels.shape[0] != W.shape[0]:
         raise ValueError(
             f"labels must have shape (n_samples,) = ({W.shape[0]},); got "
             f"shape={labels.shape}."
         )
+    labels = check_label_values(labels)
+    # the estimator's checks: nonnegative, degrees in range, and the
+    # symmetric part of an asymmetric W (with a warning); no dense copy
+    W = check_affinity(W, name="W", copy=False)
+    _, y = np.unique(labels, return_inverse=True)
+    K = int(y.max()) + 1 if y.size else 0
+    return cluster_statistics(W, y, K)
+
+
+def check_label_values(labels):
+    """``labels`` (an array) as ids: integers, strings, or whole floats;
+    an object array of only strings or only integers is converted.  NaN,
+    fractions and other values are refused with a ValueError naming
+    ``labels``."""
+    labels = _homogeneous(labels)
     if labels.dtype.kind == "f":
         with np.errstate(invalid="ignore"):
             whole = np.mod(labels, 1) == 0  # False at NaN and inf
@@ -40,12 +55,7 @@ def _cluster_terms(W, labels):
     elif labels.dtype.kind not in "biuUS":
         raise ValueError(
             f"labels must be integers or strings; got dtype={labels.dtype}.")
-    # the estimator's checks: nonnegative, degrees in range, and the
-    # symmetric part of an asymmetric W (with a warning); no dense copy
-    W = check_affinity(W, name="W", copy=False)
-    _, y = np.unique(labels, return_inverse=True)
-    K = int(y.max()) + 1 if y.size else 0
-    return cluster_statistics(W, y, K)
+    return labels
 
 
 def _homogeneous(labels):

@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_falcon"
 
 LAYERS = [
-    {"_jit", "_threads", "_miou", "_memory", "_log"},
+    {"_jit", "_threads", "_miou", "_memory", "_log", "_structure"},
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
     {"_inits", "metrics", "plotting"},

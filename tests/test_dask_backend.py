@@ -456,3 +456,68 @@ def test_predict_and_score_gather_a_dask_array_of_sparse_blocks(graph):
     for X in (shards(W, 3)[:7], shards(W, 3, dense=True)[:7]):
         np.testing.assert_array_equal(est.predict(X), est.predict(rows))
         assert est.score(X) == pytest.approx(est.score(rows), rel=1e-12)
+
+
+def test_malformed_sparse_row_blocks_are_refused_by_name():
+    """A CSR row block built from ``(data, indices, indptr)`` is not checked
+    by SciPy: indices past ``n`` or negative, or an ``indptr`` that decreases
+    or runs past the entries, were refused only by the randomized symmetry
+    check ("must be symmetric"), by SciPy's C++ (``vector::_M_default_
+    append``), or read out of bounds by the kernels of a worker.  Each block
+    is checked before any read, and the message names it (run in a
+    subprocess: a regression may crash)."""
+    import subprocess
+    import sys
+
+    code = r"""
+import numpy as np, scipy.sparse as sp, dask, dask.array as da
+from sklearn_falcon import FalconNCut
+
+W = sp.csr_matrix((np.ones(12), [1, 2, 0, 2, 0, 1, 4, 5, 3, 5, 3, 4],
+                   [0, 2, 4, 6, 8, 10, 12, 12, 12]), shape=(8, 8))
+for case in range(6):
+    blocks = [W[:4].tocsr(), W[4:].tocsr()]
+    b = blocks[0]
+    if case == 0:
+        b.indices[-1] = 6_000_000
+    elif case == 1:
+        b.indices[0] = -300_000
+    elif case == 2:
+        b.indptr[1] = 5
+    elif case == 3:
+        b.indptr[-1] = 4000
+    elif case == 4:
+        b.indptr = b.indptr[:-1]
+    X = da.concatenate([
+        da.from_delayed(dask.delayed(blk), shape=(4, 8), dtype=float,
+                        meta=sp.csr_matrix((0, 0))) for blk in blocks])
+    try:
+        FalconNCut(2, affinity="precomputed", random_state=0).fit(X)
+    except ValueError as exc:
+        ok = "X (its row block starting at row 0)" in str(exc)
+        print("refused" if ok and "is malformed" in str(exc) else str(exc))
+    else:
+        print("accepted")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["refused"] * 5 + ["accepted"], out.stdout
+
+
+def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
+    """A block's own dtype may differ from the Dask array's: a complex block
+    lost its imaginary part with NumPy's ComplexWarning (once per pass), a
+    block of text raised SciPy's "scipy.sparse does not support dtype <U32",
+    naming no block."""
+    W = np.kron(np.eye(2), np.ones((4, 4)))
+    for bad in (sp.csr_matrix(W[4:] + 1j * W[4:]), W[4:] + 1j, W[4:].astype(str)):
+        blocks = [W[:4], bad]
+        X = da.concatenate([da.from_delayed(dask.delayed(b), shape=(4, 8),
+                                            dtype=float, meta=np.empty((0, 0)))
+                            for b in blocks])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=r"The row block of X starting at "
+                               rf"row 4 has dtype={bad.dtype}; pass real"):
+                FalconNCut(2, affinity="precomputed").fit(X)

@@ -172,6 +172,42 @@ def test_token_affinities_of_float64_features_beyond_float32(scale):
         cosine_power_affinity(np.full((3, 2), np.inf))
 
 
+def test_rgb_to_lab_of_large_finite_floats_says_their_range():
+    """Float64 colours past float32's range (1e300) were cast first, to
+    inf, and refused as "rgb contains NaN or infinite values" (with NumPy's
+    overflow warning): they are finite; the message says their range."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"must have values in \[0, 1\]; got "
+                           r"values in \[0, 1e\+300\]"):
+            rgb_to_lab(np.array([[0.0, 0.5, 1e300]]))
+        with pytest.raises(ValueError, match="rgb contains NaN or infinite"):
+            rgb_to_lab(np.array([[0.0, 0.5, np.inf]]))
+
+
+def test_complex_token_features_are_refused_by_name():
+    """Complex token features were cast to float32 with NumPy's
+    ComplexWarning (the imaginary part dropped, silently otherwise), as the
+    estimator refuses them."""
+    import warnings
+
+    from sklearn_falcon.image import knn_cosine_power_affinity
+
+    F = np.random.default_rng(0).normal(size=(2, 3, 4)) + 1j
+    lab = np.array([[0, 0, 1], [0, 1, 1]])
+    calls = [lambda f: cosine_power_affinity(f, 2.0),
+             lambda f: knn_cosine_power_affinity(f, 2.0, n_neighbors=2),
+             lambda f: prototype_upsample(f, lab, (4, 6))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in calls:
+            with pytest.raises(ValueError, match="Complex data not supported: "
+                               "features has dtype=complex128"):
+                call(F)
+            call(F.real)
+
 def test_prototype_upsample_resolution_and_boundary():
     F = np.zeros((3, 4, 2), np.float32)
     F[:, :2, 0] = 1

@@ -153,6 +153,24 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
 
 
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+@pytest.mark.parametrize("where", ["image", "small_image"])
+def test_upsample_labels_refuses_nan_or_infinite_colours(device, where):
+    """A NaN colour made every weight NaN: the pixels took the first label
+    (or any other), silently, as ``pamr`` refuses to."""
+    if device is not None:
+        pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3))
+    img[:, 5:] = 1.0
+    small = img[::2, ::2].copy()
+    lab = (small[..., 0] > 0).astype(int)
+    bad = img if where == "image" else small
+    for value in (np.nan, np.inf):
+        bad[3, 3, 1] = value
+        with pytest.raises(ValueError, match=f"{where} contains NaN or infinite"):
+            upsample_labels(lab, img, small, device=device)
+
 def test_label_ids_that_int64_cannot_hold_are_refused():
     """Labels of fractions (0.5, 1.5) came back as the ids 0 and 1, and
     uint64 ids past the int64 range as negative ids, silently; whole
@@ -184,6 +202,36 @@ def test_prototype_upsample_of_no_token_or_no_channel():
         with pytest.raises(ValueError, match="hold no token or no channel"):
             prototype_upsample(F, tok, (2, 4))
 
+
+
+def test_prototype_upsample_and_bilinear_matrix_refuse_bad_sizes():
+    """An ``out_shape`` of 0 raised "ZeroDivisionError: division by zero"
+    (torch: "Input and output sizes should be greater than 0"), a negative
+    one NumPy's "negative dimensions", a fraction was truncated (2.5 as 2)
+    and a third entry ignored, silently; ``bilinear_matrix`` raised the
+    same ZeroDivisionError, or "index -1 is out of bounds" for ``n_in=0``."""
+    from sklearn_falcon.image import bilinear_matrix
+
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 1], [0, 1]])
+    devices = [None]
+    try:
+        import torch  # noqa: F401
+        devices.append("cpu")
+    except ImportError:
+        pass
+    for out_shape in ((0, 4), (-2, 4), (2.5, 4), (2, 4, 3), (4,), "ab", (True, 4),
+                      (np.inf, 4), (np.nan, 4)):
+        for device in devices:
+            with pytest.raises(ValueError, match=r"out_shape must be a pair of "
+                               r"positive integers \(H, W\); got "):
+                prototype_upsample(F, tok, out_shape, device=device)
+    np.testing.assert_array_equal(prototype_upsample(F, tok, (2.0, np.int64(4))),
+                                  prototype_upsample(F, tok, (2, 4)))
+    for n_out, n_in in ((0, 2), (4, 0), (-1, 2), (4.5, 2)):
+        with pytest.raises(ValueError, match="parameter of bilinear_matrix must be"):
+            bilinear_matrix(n_out, n_in)
 
 def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
     """The (H, W, K) float32 scores of many token labels at a large

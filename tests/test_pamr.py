@@ -2,6 +2,8 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,48 @@ def test_pamr_validation():
         pamr(np.zeros((8, 8, 0)), lab)
 
 
+def test_pamr_refuses_an_image_of_complex_or_text_values():
+    """A complex image was reduced to its real part with NumPy's
+    ComplexWarning, and an image of text parsed as numbers, silently;
+    both are refused by name, as ``upsample_labels`` refuses them.  Booleans
+    and object arrays of numbers keep giving the float result."""
+    img = np.zeros((8, 8, 3))
+    img[:, 4:] = 1
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bad in (img + 1j, img.astype(str)):
+            with pytest.raises(ValueError, match="image must hold real colour "
+                               f"values; got dtype={bad.dtype}"):
+                pamr(bad, lab)
+        ref = pamr(img, lab)
+        for other in (img > 0.5, img.astype(object), img.astype(np.float16)):
+            np.testing.assert_array_equal(pamr(other, lab), ref)
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-12, 1e200, 1e300])
+def test_pamr_of_an_image_at_any_scale(scale):
+    """"Only colour differences relative to the local spread matter, so the
+    scale is irrelevant": but the squares of colours past 1e153 overflowed
+    (NaN weights: every pixel took the first label), and below 1e-9 the
+    spread drowned in the weights' 1e-8 floor (uniform weights: a blur).
+    Both gave other labels than the same image in [0, 255], silently."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (20, 24, 3)).astype(float)
+    img[:, 12:] += 300
+    lab = np.zeros((20, 24), int)
+    lab[:, 9:] = 1
+    ref = pamr(img, lab)
+    assert (ref[:, 9:12] == 0).mean() > 0.8  # the band labelled 1 moves to 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(pamr(img * scale, lab), ref)
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return
+        np.testing.assert_array_equal(pamr(img * scale, lab, device="cpu"), ref)
+
 def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
     """PAMR holds three float32 masks per label: a superpixel map of
     thousands of labels on a large image allocated tens of GiB (the process
@@ -84,6 +128,21 @@ def test_pamr_refuses_a_mask_per_label_that_cannot_fit(monkeypatch):
         pamr(img, lab)
     assert pamr(img, lab % 2, dilations=(1,)).shape == (64, 64)  # 0.6 MiB
 
+
+def test_pamr_on_the_torch_cpu_device_refuses_masks_that_cannot_fit(monkeypatch):
+    """The torch path holds the masks too (an int64 one-hot, then float32
+    masks, their padded copy and the next step's), but only the Numba path
+    checked the memory: ``pamr(device="cpu")`` of thousands of labels on a
+    large image got the process killed.  It is refused before allocating."""
+    pytest.importorskip("torch")
+    from sklearn_falcon import _memory
+
+    img = np.zeros((64, 64, 3))
+    lab = np.arange(64 * 64).reshape(64, 64) % 200
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="pamr of 200 labels on a 64x64 image"):
+        pamr(img, lab, device="cpu")
+    assert pamr(img, lab % 2, dilations=(1,), device="cpu").shape == (64, 64)
 
 def _reference_pamr(img, lab, n_iter, dilations):
     """PAMR written from its definition with NumPy, in float64."""
@@ -195,6 +254,20 @@ def test_pamr_on_a_torch_device_matches_numba():
     with pytest.raises(ValueError, match="device"):
         pamr(img, lab, device="gpu")
 
+
+def test_pamr_on_a_torch_device_with_a_dilation_past_the_image():
+    """The torch kernels pad the image and the masks by the largest
+    dilation: ``dilations=(1, 100_000)`` on an 8x8 image asked for a
+    terabyte (the Numba path clamps to the border and needs nothing more).
+    A shift past the image is the shift to its border: the same labels."""
+    pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 4:] = 255
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    for dil in ((1, 100_000), (2, 7, 8, 10**12)):
+        np.testing.assert_array_equal(pamr(img, lab, dilations=dil, device="cpu"),
+                                      pamr(img, lab, dilations=dil))
 
 def test_pamr_device_without_torch_is_a_clear_error(monkeypatch):
     import sys

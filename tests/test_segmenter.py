@@ -273,6 +273,43 @@ def test_select_n_segments_of_any_real_dtype():
         select_n_segments(np.full((20, 20), "a"), over)
 
 
+def test_select_n_segments_validates_its_inputs_by_name():
+    """``select_n_segments`` trusted ``W`` and its parameters: a negative,
+    NaN or infinite weight, a bool or complex ``W``, NaN or fractional labels,
+    a ``threshold`` of NaN, -1 or 2 and a ``min_segments`` of 0, -3 or 2.5
+    gave a K and a partition (garbage, or a thousand RuntimeWarnings), a
+    text threshold numpy's UFuncTypeError.  Each is refused by name, as
+    ``normalized_cut`` refuses them; an asymmetric ``W`` is symmetrized with
+    a warning, as there."""
+    W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
+    lab = np.repeat(np.arange(6), 2)
+    for value, match in ((-5.0, "must be nonnegative"),
+                         (np.nan, "NaN"), (np.inf, "infinity")):
+        bad = W.copy()
+        bad[0, 5] = bad[5, 0] = value
+        with pytest.raises(ValueError, match=match):
+            select_n_segments(bad, lab)
+    with pytest.raises(TypeError, match="W has dtype=bool"):
+        select_n_segments(W > 0.5, lab)
+    with pytest.raises(ValueError, match="Complex data not supported: W"):
+        select_n_segments(W + 0j, lab)
+    for bad in (lab + 0.5, np.r_[np.nan, lab[1:]]):
+        with pytest.raises(ValueError, match="labels must be integers or strings"):
+            select_n_segments(W, bad)
+    for threshold in (np.nan, -1.0, 0.0, 2.0, "a"):
+        with pytest.raises(ValueError, match="'threshold' parameter"):
+            select_n_segments(W, lab, threshold=threshold)
+    for min_segments in (0, -3, 2.5, "2"):
+        with pytest.raises(ValueError, match="'min_segments' parameter"):
+            select_n_segments(W, lab, min_segments=min_segments)
+    asym = W.copy()
+    asym[0, 5] = 0.5
+    with pytest.warns(UserWarning, match="affinity W is not symmetric"):
+        k, merged, _ = select_n_segments(asym, lab)
+    assert k == 3
+    k, merged, _ = select_n_segments(W, lab.astype(str))  # strings are ids
+    assert k == 3 and merged.tolist() == np.repeat(np.arange(3), 4).tolist()
+
 def test_select_n_segments_with_an_isolated_cluster_ignores_the_ids():
     # a cluster of zero volume gave 0 / 0 merge gains (RuntimeWarnings): it
     # merged first when its id came first, else never (K = 3 or 4 for one

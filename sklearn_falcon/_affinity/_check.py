@@ -12,6 +12,7 @@ from scipy.sparse.csgraph import connected_components
 from .._jit import jit
 from .._log import warn_user
 from .._memory import check_allocation
+from .._structure import check_sparse_structure
 
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
@@ -50,36 +51,6 @@ def check_dtype_kind(X, name="X"):
             f"Complex data not supported: {name} has dtype={dtype}. Pass real "
             "float32 or float64 values."
         )
-
-
-def check_sparse_structure(W, name="X"):
-    """Raise ValueError, naming ``name``, if the CSR or CSC matrix ``W`` has
-    index arrays out of its shape (SciPy checks them only in
-    ``check_format(full_check=True)``, not on construction): the kernels
-    and SciPy's own routines would read and write outside their arrays (a
-    segmentation fault, or garbage).  Other formats are checked by SciPy
-    when they are built.  ``W`` is not modified; O(nnz)."""
-    if not sp.issparse(W) or W.format not in ("csr", "csc"):
-        return
-    major, minor = W.shape if W.format == "csr" else W.shape[::-1]
-    indptr, indices = np.asarray(W.indptr), np.asarray(W.indices)
-    problem = None
-    if indptr.ndim != 1 or indptr.shape[0] != major + 1:
-        problem = f"indptr has {indptr.size} entries, not {major + 1}"
-    elif indptr[0] != 0 or np.any(indptr[1:] < indptr[:-1]):  # (unsigned too)
-        problem = "indptr does not start at 0, or decreases"
-    elif indptr[-1] > min(indices.size, np.asarray(W.data).size):
-        problem = (f"indptr ends at {int(indptr[-1])}, past the "
-                   f"{min(indices.size, np.asarray(W.data).size)} stored entries")
-    elif indptr[-1] > 0:
-        stored = indices[:indptr[-1]]
-        lo, hi = int(stored.min()), int(stored.max())
-        if lo < 0 or hi >= minor:
-            problem = (f"a {'column' if W.format == 'csr' else 'row'} index "
-                       f"{lo if lo < 0 else hi} is out of range [0, {minor})")
-    if problem is not None:
-        raise ValueError(
-            f"The sparse matrix {name} of shape {W.shape} is malformed: {problem}.")
 
 
 def _is_clean_csr(W):

@@ -15,6 +15,17 @@ __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
 _KNN_BLOCK_ELEMS = 1 << 24
 
 
+def real_float32(features, name="features"):
+    """``features`` as a float32 array, or a ValueError naming ``name`` for
+    complex values (NumPy casts them to their real part, with only a
+    ComplexWarning)."""
+    f = np.asarray(features)
+    if f.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported: {name} has dtype={f.dtype}. "
+                         "Pass real float32 or float64 values.")
+    return f.astype(np.float32, copy=False)
+
+
 def _token_matrix(features):
     """``features`` as a finite float32 ``(n_tokens, n_features)`` matrix (a
     ``(gh, gw, C)`` token grid is flattened).
@@ -25,6 +36,8 @@ def _token_matrix(features):
     were, they made a flat ``W``, or were refused as infinite).
     """
     f = np.asarray(features)
+    if f.dtype.kind == "c":
+        real_float32(f)  # refused by name (NumPy would keep the real part)
     if f.dtype != np.float32:  # (integers of 1e19 as well)
         f = np.asarray(f, dtype=np.float64)
     if f.ndim == 3:

@@ -1,14 +1,28 @@
 """Eigen-free choice of the number of segments (``n_segments="auto"``)."""
 
+from numbers import Integral, Real
+
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import check_array
+from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import check_sparse_structure
+from .._affinity import check_affinity, check_dtype_kind, check_sparse_structure
 from .._stats import cluster_pair_weights
+from ..metrics import check_label_values
 
 __all__ = ["conductance_sweep", "grid_conductance", "select_n_segments"]
 
 
+@validate_params(
+    {
+        "W": ["array-like", "sparse matrix"],
+        "labels": ["array-like"],
+        "min_segments": [Interval(Integral, 1, None, closed="left")],
+        "threshold": [Interval(Real, 0, 1, closed="neither")],
+    },
+    prefer_skip_nested_validation=True,
+)
 def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     """Eigen-free choice of the number of segments by greedy merging.
 
@@ -27,11 +41,13 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     Parameters
     ----------
     W : {array-like, sparse matrix} of shape (n, n)
-        Symmetric affinity.
-    labels : ndarray of shape (n,)
-        Over-segmentation, ids in ``[0, K_max)``.
+        Symmetric, nonnegative affinity (an asymmetric one is replaced by
+        its symmetric part, with a warning, as in
+        :func:`~sklearn_falcon.metrics.normalized_cut`).
+    labels : array-like of shape (n,)
+        Over-segmentation: integer (or string) ids.
     min_segments : int, default=2
-        Smallest K considered.
+        Smallest K considered (at least 1).
     threshold : float, default=0.3
         Conductance threshold in (0, 1).
 
@@ -63,7 +79,12 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
             f"W of shape {shape} and labels of shape {labels.shape} do not match; "
             "expected (n, n) and (n,).")
     check_sparse_structure(W, "W")  # its indices are read unchecked too
-    W = _native_float(W)
+    check_dtype_kind(W, name="W")  # bool, complex
+    W = check_array(_native_float(W), accept_sparse=("csr", "csc", "coo"),
+                    dtype=(np.float64, np.float32), input_name="W")
+    labels = check_label_values(labels)
+    # nonnegative, degrees in range, the symmetric part of an asymmetric W
+    W = check_affinity(W, name="W", copy=False)
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
     C = cluster_pair_weights(W, lab, k)

@@ -53,14 +53,16 @@ def rgb_to_lab(rgb):
             f"rgb must hold 3 channels in its last axis; got shape {rgb.shape}. "
             "load_image converts grey and RGBA images to RGB.")
     if np.issubdtype(rgb.dtype, np.floating):
-        c = rgb.astype(np.float32)
-        if not np.all(np.isfinite(c)):
+        # finite before the cast: 1e300 is, but it is inf in float32
+        if not np.all(np.isfinite(rgb)):
             raise ValueError("rgb contains NaN or infinite values.")
+        with np.errstate(over="ignore"):
+            c = rgb.astype(np.float32)
         if c.size and not (0.0 <= c.min() and c.max() <= 1.0):
             raise ValueError(
                 "Floating-point rgb must have values in [0, 1]; got values in "
-                f"[{c.min():.4g}, {c.max():.4g}]. Scale it to [0, 1] or pass uint8 "
-                "data.")
+                f"[{rgb.min():.4g}, {rgb.max():.4g}]. Scale it to [0, 1] or pass "
+                "uint8 data.")
     else:  # integers were read as floats in [0, 1]: 255 gave an a* of 6461
         c = _to_uint8(rgb, source="rgb").astype(np.float32) / 255.0
     c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)

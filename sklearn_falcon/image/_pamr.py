@@ -14,6 +14,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import jit, pjit, prange
 from .._memory import check_allocation
+from ._upsample import _colours
 
 __all__ = ["pamr"]
 
@@ -198,6 +199,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     """
     img = np.asarray(image)
     lab = np.asarray(labels)
+    # complex was cast to its real part (a ComplexWarning), text parsed
+    img = _colours(img, "image")
     if img.ndim != 3 or img.shape[:2] != lab.shape:
         raise ValueError(
             f"image of shape {img.shape} and labels of shape {lab.shape} do not match; "
@@ -218,12 +221,16 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     offs = _offsets(dil.tolist())
     if device is None:  # a float32 mask per label, thrice, and the weights
         n_floats = offs.shape[0] + 3 * len(uniq) + 2 * (img.shape[2] + 1)
-        check_allocation(
-            4 * h * w * n_floats, f"pamr of {len(uniq)} labels on a {h}x{w} image",
-            "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
+        _check_memory(4 * h * w * n_floats, len(uniq), h, w)
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
     if not np.all(np.isfinite(planes)):  # NaN weights: every pixel took label 0
         raise ValueError("image contains NaN or infinite values.")
+    # the scale is irrelevant but for float64's range: squares past 1e153
+    # overflow (NaN weights) and a spread below 1e-8 drowns in the weights'
+    # floor (uniform weights); such an image is scaled by a power of 2
+    top = float(np.abs(planes).max()) if planes.size else 0.0
+    if top > 2.0**500 or 0 < top < 2.0**-10:
+        planes = np.ldexp(planes, -np.frexp(top)[1])
     if device is not None:
         idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
                               int(n_iter), device)
@@ -233,6 +240,12 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0
     out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
     return uniq[np.argmax(out, axis=0)].astype(lab.dtype, copy=False)
+
+
+def _check_memory(nbytes, n_labels, h, w):
+    check_allocation(
+        nbytes, f"pamr of {n_labels} labels on a {h}x{w} image",
+        "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
 
 
 def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
@@ -246,11 +259,24 @@ def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device)
     from . import _pamr_torch as pk
 
     dev = bd.torch_device(device)
+    c, h, w = planes.shape
+    # the kernels pad by the largest shift: one past the image is the shift
+    # to its border (as the Numba kernels clamp), not a terabyte of padding
+    offs = [(int(min(max(dy, 1 - h), h - 1)), int(min(max(dx, 1 - w), w - 1)))
+            for dy, dx in offsets]
+    if dev.type == "cpu":  # in host memory (CUDA raises its own OutOfMemoryError)
+        r = max(max(abs(dy), abs(dx)) for dy, dx in offs)
+        padded = (h + 2 * r) * (w + 2 * r)
+        # the int64 one-hot and its float32 masks; then the masks, the
+        # current and next step's and a padded copy; the weights, their
+        # float64 logits and the padded float64 image
+        n_bytes = max(12 * n_labels * h * w,
+                      4 * n_labels * (3 * h * w + padded)) + 12 * len(offs) * h * w
+        _check_memory(n_bytes + 8 * c * (padded + 4 * h * w), n_labels, h, w)
     img = bd.to_tensor(planes, dev)
     idx = bd.to_tensor(np.asarray(inv, dtype=np.int64), dev)
     mask = torch.nn.functional.one_hot(idx, n_labels)
     mask = mask.permute(2, 0, 1).to(torch.float32).contiguous()
-    offs = [(int(dy), int(dx)) for dy, dx in offsets]
     aff = pk._affinities(img, offs, int(n_dilations))
     out = pk._propagate(mask, aff, offs, int(n_iter))
     return bd.to_numpy(out.argmax(dim=0))

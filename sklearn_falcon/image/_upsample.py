@@ -1,15 +1,24 @@
 """Token labels -> pixel labels: prototype reassignment, and label maps from
 a working resolution to the full one (joint bilateral upsampling)."""
 
+from numbers import Integral, Real
+
 import numpy as np
 from numba import prange
+from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import pjit
 from .._memory import check_allocation
+from ._affinity import real_float32
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
 
 
+@validate_params(
+    {"n_out": [Interval(Integral, 1, None, closed="left")],
+     "n_in": [Interval(Integral, 1, None, closed="left")]},
+    prefer_skip_nested_validation=True,
+)
 def bilinear_matrix(n_out, n_in):
     """``(n_out, n_in)`` 1-D bilinear interpolation matrix (``align_corners=False``).
 
@@ -48,6 +57,21 @@ def bilinear_matrix(n_out, n_in):
     np.add.at(m, (rows, lo), 1.0 - frac)
     np.add.at(m, (rows, hi), frac)
     return m
+
+
+def _out_shape(out_shape):
+    """``out_shape`` as ``(H, W)`` ints, or a ValueError: 0 divided by zero,
+    a fraction was truncated and a third entry ignored."""
+    try:
+        shape = tuple(out_shape)
+    except TypeError:
+        shape = ()
+    if len(shape) == 2 and all(
+            isinstance(v, Real) and not isinstance(v, (bool, np.bool_))
+            and 1 <= v < float("inf") and v == int(v) for v in shape):
+        return int(shape[0]), int(shape[1])
+    raise ValueError(
+        f"out_shape must be a pair of positive integers (H, W); got {out_shape!r}.")
 
 
 def _label_ids(uniq, name):
@@ -115,7 +139,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     array([[0, 0, 1, 1],
            [0, 0, 1, 1]])
     """
-    f = np.asarray(features, dtype=np.float32)
+    out_shape = _out_shape(out_shape)
+    f = real_float32(features)
     lab = np.asarray(token_labels)
     # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
     if f.ndim != 3 or lab.shape not in (f.shape[:2], (f.shape[0] * f.shape[1],)):
@@ -279,6 +304,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
             f"labels of shape {lab.shape} hold no pixel to bring to the image's "
             f"{img.shape[:2]}.")
     img, small = _colours(img, "image"), _colours(small, "small_image")
+    for a, name in ((img, "image"), (small, "small_image")):
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):  # NaN weights
+            raise ValueError(f"{name} contains NaN or infinite values.")
     # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
     # (load_image's convention) and 16-bit images are brought there (on
     # floats in [0, 1] colour differences of at most 1.7 turned the

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..._jit import jit
+from ..._structure import check_sparse_structure
 from .._numba._kernels import (
     _argmax_with_inertia_ser,
     _cluster_weights_csr_ser,
@@ -104,9 +105,21 @@ def symmetry_sums(indptr, indices, data, r0, salt):
     return s1, s2
 
 
-def summary_task(block, r0, n_rows, n, salt):
+def summary_task(block, r0, n_rows, n, salt, name="X"):
     """Degrees of a block and what the client checks without seeing it:
-    ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree))``."""
+    ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree))``.
+
+    A CSR or CSC block whose index arrays leave its shape is refused, naming
+    it, before anything reads them (SciPy does not check them when a matrix
+    is built from its arrays; the kernels would read out of bounds)."""
+    check_sparse_structure(block, f"{name} (its row block starting at row {r0})")
+    dtype = block.dtype if isinstance(block, np.ndarray) or sp.issparse(block) else (
+        None)  # a block's own, not the array's (others: as_csr's TypeError)
+    if dtype is not None and dtype.kind in "cSU":
+        raise ValueError(
+            f"The row block of {name} starting at row {r0} has dtype={dtype}; pass "
+            "real float32 or float64 values (complex values lose their imaginary "
+            "part).")
     W = as_csr(block)
     if W.shape != (n_rows, n):
         raise ValueError(

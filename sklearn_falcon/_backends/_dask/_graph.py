@@ -128,7 +128,7 @@ class ShardedGraph:
         sizes = [int(c) for c in W.chunks[0]]
         bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         task = dask.delayed(summary_task, nout=2)
-        parts = [task(blk, int(bounds[b]), sizes[b], n, _SALT)
+        parts = [task(blk, int(bounds[b]), sizes[b], n, _SALT, name)
                  for b, blk in enumerate(raw)]
         degrees, infos = persist_compute([p[0] for p in parts], [p[1] for p in parts])
         _check_summaries(infos, bounds, name)
