@@ -832,6 +832,22 @@ def test_timm_cait_sam_and_hybrid_vits():
     assert ext.extract(img).shape == (7, 7, 192)  # 224 / 32 (fixed size)
 
 
+@pytest.fixture
+def timm_builds(monkeypatch):
+    """The devices of the timm models built during a test (on torch's meta
+    device: built to read their depth, no weights)."""
+    timm = pytest.importorskip("timm")
+    built, create = [], timm.create_model
+
+    def spy(*args, **kwargs):
+        net = create(*args, **kwargs)
+        built.append(next(net.parameters()).device.type)
+        return net
+
+    monkeypatch.setattr(timm, "create_model", spy)
+    return built
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(layer=12), r"layer must be an integer in \[-12, 11\]; got 12"),
     (dict(layer=-13, pretrained=True), r"in \[-12, 11\]; got -13"),
@@ -839,46 +855,28 @@ def test_timm_cait_sam_and_hybrid_vits():
     (dict(device="cdua"), "device must be 'auto'.*; got device='cdua'"),
     (dict(resolution=(0, 5)), "resolution must be None"),
 ])
-def test_timm_parameters_refused_before_the_model_is_built(monkeypatch, kw, match):
+def test_timm_parameters_refused_before_the_model_is_built(timm_builds, kw, match):
     """A ViT's ``layer`` out of its range (or True), a wrong ``device`` or
     ``resolution`` were refused only once the model was built: 13 s of
     random initialization for a ViT-L (before any image was read), and with
     ``pretrained=True`` a download first (offline: the hub's error, not the
     parameter's).  The depth is read from a build on torch's meta device."""
-    timm = pytest.importorskip("timm")
     from sklearn_falcon.image import ImageSegmenter, TimmFeatures
 
-    built, create = [], timm.create_model
-
-    def spy(*args, **kwargs):
-        net = create(*args, **kwargs)
-        built.append(next(net.parameters()).device.type)
-        return net
-
-    monkeypatch.setattr(timm, "create_model", spy)
     with pytest.raises(ValueError, match=match):
         TimmFeatures("vit_tiny_patch16_224", **kw)
     with pytest.raises(ValueError, match=match):
         ImageSegmenter("vit_tiny_patch16_224", n_segments=2, **kw).fit([_img(32, 32)])
-    assert set(built) <= {"meta"}
+    assert set(timm_builds) <= {"meta"}
 
 
-def test_timm_checkpoint_path_refused_before_the_model_is_built(monkeypatch, tmp_path):
+def test_timm_checkpoint_path_refused_before_the_model_is_built(timm_builds, tmp_path):
     """A ``checkpoint_path`` that does not exist, or a folder, was refused
     only when it was loaded, after the model was built (13 s for a ViT-L)."""
-    timm = pytest.importorskip("timm")
     from sklearn_falcon.image import TimmFeatures
 
-    built, create = [], timm.create_model
-
-    def spy(*args, **kwargs):
-        net = create(*args, **kwargs)
-        built.append(next(net.parameters()).device.type)
-        return net
-
-    monkeypatch.setattr(timm, "create_model", spy)
     with pytest.raises(FileNotFoundError, match="checkpoint_path not found"):
         TimmFeatures("vit_tiny_patch16_224", checkpoint_path=tmp_path / "w.pth")
     with pytest.raises(IsADirectoryError, match="is a directory"):
         TimmFeatures("vit_tiny_patch16_224", checkpoint_path=tmp_path, layer=3)
-    assert set(built) <= {"meta"}
+    assert set(timm_builds) <= {"meta"}
