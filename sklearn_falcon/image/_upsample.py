@@ -80,8 +80,9 @@ def _label_ids(uniq, name):
     written as 0) or a uint64 past the int64 range (written negative) would
     be another id, silently."""
     kind = uniq.dtype.kind
-    if kind == "u":
-        ok = not uniq.size or uniq[-1] <= np.iinfo(np.int64).max
+    if kind == "u":  # (a uint64 bound: NumPy < 2 compared a Python int as a
+        # float, and 2**63 + 7 passed)
+        ok = not uniq.size or uniq[-1] <= np.uint64(np.iinfo(np.int64).max)
     elif kind == "f":  # whole numbers in the int64 range (NaN is not)
         with np.errstate(invalid="ignore"):
             ok = bool(np.all((np.mod(uniq, 1) == 0) & (uniq >= -2.0 ** 63)
