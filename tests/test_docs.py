@@ -405,3 +405,21 @@ def test_clustering_examples_run_without_warnings(obj):
     result = runner.summarize(verbose=False)
     assert result.attempted > 0
     assert result.failed == 0, f"{obj.__name__}'s example failed or warned"
+
+
+@pytest.mark.parametrize("page", ["README.rst", "docs/index.rst"])
+def test_first_example_of_a_page_runs_without_warnings(page):
+    # the first code a user copies: the README's blobs (random_state=0) and
+    # the home page's moons (noise=0.05) made kNN graphs of two components,
+    # so the fits and the grid search warned; the README's grid search
+    # searched FalconNCut(n_clusters=3) on 5 blobs beside an unused pipeline
+    import warnings
+
+    text = (ROOT / page).read_text()
+    block = re.search(r"\.\. code-block:: python\n\n(.*?)\n\S", text, re.S).group(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        namespace = {"print": lambda *args: None}
+        exec(compile(textwrap.dedent(block), page, "exec"), namespace)
+    if "gs" in namespace:
+        assert namespace["gs"].best_estimator_[-1].n_clusters == 5
