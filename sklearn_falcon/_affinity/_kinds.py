@@ -29,7 +29,6 @@ from ._check import (
     check_affinity,
     check_cross_affinity,
     check_dtype_kind,
-    check_sparse_structure,
     clean_csr,
     warn_if_flat,
     warn_if_flat_cosine,
@@ -326,7 +325,6 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
 
     @staticmethod
     def _check_distances(X):
-        check_sparse_structure(X, "X")
         data = X.data if sp.issparse(X) else X
         if data.size and data.min() < 0:
             raise ValueError(
