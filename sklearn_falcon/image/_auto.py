@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import check_affinity, check_dtype_kind, check_sparse_structure
+from .._affinity import check_affinity, check_dtype_kind
 from .._stats import cluster_pair_weights
 from ..metrics import check_label_values
 
@@ -78,11 +78,11 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
         raise ValueError(
             f"W of shape {shape} and labels of shape {labels.shape} do not match; "
             "expected (n, n) and (n,).")
-    check_sparse_structure(W, "W")  # its indices are read unchecked too
     check_dtype_kind(W, name="W")  # bool, complex
     W = check_array(_native_float(W), accept_sparse=("csr", "csc", "coo"),
                     dtype=(np.float64, np.float32), input_name="W")
     labels = check_label_values(labels)
+    # its index arrays within its shape (read unchecked by the kernels),
     # nonnegative, degrees in range, the symmetric part of an asymmetric W
     W = check_affinity(W, name="W", copy=False)
     uniq, lab = np.unique(labels, return_inverse=True)
