@@ -36,7 +36,6 @@ from ._check import (
 from ._neighbors import (
     _BruteNeighbors,
     _check_distance_range,
-    _check_distance_underflow,
     _far_shift,
     _knn_connectivity,
     _TreeNeighbors,
@@ -270,9 +269,9 @@ class NearestNeighborsAffinity(Affinity):
         n = X.shape[0]
         self.n_train_ = n
         k = min(self.n_neighbors, n)
-        self.check_features(X)
-        if self.warns_complete:  # (a start's graph: any kNN graph will do)
-            _check_distance_underflow(X)
+        # underflowing distances refused, but for a start's graph (any kNN
+        # graph will do there)
+        self.check_features(X, underflow=self.warns_complete)
         self._warn_if_complete(n)
         if not sp.issparse(X) and X.shape[1] <= _KD_TREE_MAX_FEATURES and k < n // 2:
             self.nn_ = _TreeNeighbors(X, k, n_jobs=self.n_jobs)
@@ -297,9 +296,9 @@ class NearestNeighborsAffinity(Affinity):
                 "neighbours than samples."
             )
 
-    def check_features(self, X, name="X"):
+    def check_features(self, X, name="X", underflow=False):
         if self.metric == "minkowski":
-            _check_distance_range(X, name=name)
+            _check_distance_range(X, name=name, underflow=underflow)
 
     def cross_row_bytes(self, n_train):
         # a sparse row of n_neighbors entries (kneighbors chunks its own

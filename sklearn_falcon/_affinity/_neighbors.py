@@ -34,44 +34,28 @@ from .._threads import effective_n_threads
 from ._check import check_finite_top
 
 __all__ = ["_BruteNeighbors", "_TreeNeighbors", "_check_distance_range",
-           "_check_distance_underflow", "_far_shift", "_knn_connectivity"]
+           "_far_shift", "_knn_connectivity"]
 
 # float64 entries of one block of differences (query rows x candidates x
 # features): 32 MB
 _BLOCK = 1 << 22
 
 
-def _check_distance_underflow(X, name="X"):
-    """Refuse training samples whose squared distances are all below the
-    normal range of their dtype (float64 values below about 1e-155, float32
-    ones below about 1e-20, which scikit-learn's sparse search squares in
-    float32): they round to subnormal numbers or zero, and the neighbours
-    were chosen among equal distances, in index order (a kNN graph of 1e-170
-    times some samples was not theirs)."""
-    data = X.data if sp.issparse(X) else X
-    if not data.size:
-        return
-    top = float(np.abs(data).max())
-    dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
-    bound = 4.0 * top * top * max(X.shape[1], 1)  # the largest squared distance
-    if top == 0 or bound >= float(np.finfo(dtype).tiny):
-        return  # (all samples zero: all distances are exactly equal)
-    raise ValueError(
-        f"The squared distances between the samples of {name} underflow "
-        f"{dtype.name}: its values are at most {top:.3g}, and the nearest "
-        f"neighbours would be chosen among equal distances. Scale {name} up, for "
-        "example with StandardScaler."
-    )
-
-
-def _check_distance_range(X, of="distances", name="X"):
+def _check_distance_range(X, of="distances", name="X", underflow=False):
     """Refuse samples whose squared Euclidean distances (``of="distances"``)
     or squared norms (``"norms"``) can overflow their dtype, float64 values
     beyond about 1e153 and float32 ones beyond about 1e18 (scikit-learn
     computes float32 norms and distances in float32): a neighbour search
     would see every neighbour at an infinite distance and return arbitrary
     ones, an RBF kernel would be NaN or 0 everywhere, and the cosine would
-    take every row for a zero one."""
+    take every row for a zero one.
+
+    With ``underflow``, also refuse training samples whose squared distances
+    are all below the normal range of their dtype (float64 values below
+    about 1e-155, float32 ones below about 1e-20, which scikit-learn's sparse
+    search squares in float32): they round to subnormal numbers or zero, and
+    the neighbours were chosen among equal distances, in index order (a kNN
+    graph of 1e-170 times some samples was not theirs)."""
     data = X.data if sp.issparse(X) else X
     if not data.size:
         return
@@ -79,15 +63,22 @@ def _check_distance_range(X, of="distances", name="X"):
     check_finite_top(top, name)
     bound = (4.0 if of == "distances" else 1.0) * top * top * max(X.shape[1], 1)
     dtype = np.dtype(np.float32 if X.dtype == np.float32 else np.float64)
-    if bound < float(np.finfo(dtype).max):
-        return
-    what = ("distances between the samples" if of == "distances"
-            else "norms of the samples")
-    raise ValueError(
-        f"The squared {what} of {name} can overflow {dtype.name}: its values "
-        f"reach {top:.3g}. Scale {name}, for example with StandardScaler"
-        + (f", or pass {name} as float64." if dtype == np.float32 else ".")
-    )
+    if bound >= float(np.finfo(dtype).max):
+        what = ("distances between the samples" if of == "distances"
+                else "norms of the samples")
+        raise ValueError(
+            f"The squared {what} of {name} can overflow {dtype.name}: its values "
+            f"reach {top:.3g}. Scale {name}, for example with StandardScaler"
+            + (f", or pass {name} as float64." if dtype == np.float32 else ".")
+        )
+    # (all samples zero: all distances are exactly equal)
+    if underflow and top != 0 and bound < float(np.finfo(dtype).tiny):
+        raise ValueError(
+            f"The squared distances between the samples of {name} underflow "
+            f"{dtype.name}: its values are at most {top:.3g}, and the nearest "
+            f"neighbours would be chosen among equal distances. Scale {name} up, "
+            "for example with StandardScaler."
+        )
 
 
 def _far_shift(X, sq_norms=None):
