@@ -91,7 +91,9 @@ def _one_blas_thread():
 @contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
-    Numba's setting), and BLAS on one thread when ``limit_blas``."""
+    Numba's setting; a negative one counts from the usable CPUs, as joblib
+    does, unless ``NUMBA_NUM_THREADS`` sets the count), and BLAS on one
+    thread when ``limit_blas``."""
     with contextlib.ExitStack() as stack:
         if limit_blas:
             stack.enter_context(_one_blas_thread())
@@ -99,8 +101,15 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
             import numba
 
             previous = numba.get_num_threads()
-            numba.set_num_threads(effective_n_threads(n_jobs,
-                                                      numba.config.NUMBA_NUM_THREADS))
+            most = numba.config.NUMBA_NUM_THREADS
+            if n_jobs < 0 and "NUMBA_NUM_THREADS" not in os.environ:
+                # -2 is all the usable CPUs but one (a CPU quota counts, as
+                # for joblib), not all but one of Numba's, which a launch
+                # then cuts to the usable CPUs, all of them
+                from joblib import cpu_count  # as _jit.usable_cpus counts
+
+                most = min(most, cpu_count())
+            numba.set_num_threads(effective_n_threads(n_jobs, most))
             stack.callback(numba.set_num_threads, previous)
         yield
 

@@ -181,3 +181,33 @@ def test_a_fit_without_parallel_kernels_starts_no_numba_threads():
                          timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize("env_threads", [False, True])
+def test_negative_n_jobs_count_from_the_usable_cpus(monkeypatch, env_threads):
+    """``n_jobs=-2`` is all the usable CPUs but one, as joblib counts them
+    (a container's CPU quota): it counted from Numba's thread count, the affinity's CPUs, so on a 64-core
+    node with a 4-CPU quota it asked for 63 threads, which the launch then
+    cut to 4, all of them.  NUMBA_NUM_THREADS, when set, is the count."""
+    import numba
+
+    import joblib
+
+    from sklearn_falcon._threads import fit_threads
+
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
+    monkeypatch.setattr(joblib, "cpu_count", lambda: 4)
+    if env_threads:
+        monkeypatch.setenv("NUMBA_NUM_THREADS", "8")
+    else:
+        monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    calls = []
+    monkeypatch.setattr(numba, "set_num_threads", calls.append)
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    for n_jobs in (-1, -2, -4, -9, 3, 20):
+        calls.clear()
+        with fit_threads(n_jobs, limit_blas=False):
+            pass
+        cpus = 8 if env_threads else 4
+        want = min(n_jobs, 8) if n_jobs > 0 else max(1, cpus + 1 + n_jobs)
+        assert calls == [want, 2], n_jobs
