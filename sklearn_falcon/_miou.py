@@ -53,28 +53,70 @@ def _as_list(x, name):
     return out
 
 
-def _confusion(p, g):
-    """Return (pred_ids, gt_ids, counts[n_pred, n_gt])."""
-    pu, pi = np.unique(p, return_inverse=True)
-    gu, gi = np.unique(g, return_inverse=True)
-    counts = np.bincount(
-        pi.ravel() * len(gu) + gi.ravel(), minlength=len(pu) * len(gu)
-    ).reshape(len(pu), len(gu))
-    return pu, gu, counts
+#: Above this many (predicted id, class) pairs an image is matched on the
+#: pairs that share pixels (a sparse assignment) instead of a dense IoU
+#: matrix: two maps of a million ids each (superpixels) made NumPy allocate
+#: a confusion matrix of 7 TiB.  Where two matchings tie, either may be
+#: taken (with ``"many_to_one"`` the merged segments then differ).
+_DENSE_PAIRS = 1 << 22
+
+
+def _assign_sparse(rows, cols, iou, n_pred, n_gt):
+    """A one-to-one matching of predicted ids ``rows`` to classes ``cols``
+    (the pairs that share pixels) that maximizes the summed ``iou``; returns
+    the indices of the matched pairs.  Each id and class also has a dummy
+    partner (weight 2) and the dummies of a matched pair pair up, so a full
+    matching exists; a real pair weighs ``2 - iou``, so the lightest full
+    matching has the largest summed IoU."""
+    from scipy.sparse import coo_array
+    from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+    n_pairs = len(rows)
+    r_pred, r_gt = np.arange(n_pred), np.arange(n_gt)
+    i = np.concatenate([rows, r_pred, n_pred + r_gt, n_pred + cols])
+    j = np.concatenate([cols, n_gt + r_pred, r_gt, n_gt + rows])
+    w = np.full(len(i), 2.0)
+    w[:n_pairs] -= iou
+    graph = coo_array((w, (i, j)), shape=(n_pred + n_gt,) * 2).tocsr()
+    row_ind, col_ind = min_weight_full_bipartite_matching(graph)
+    col_of = np.empty(n_pred + n_gt, dtype=np.int64)
+    col_of[row_ind] = col_ind
+    return np.flatnonzero(col_of[rows] == cols)
 
 
 def _match_image(p, g, background, background_index):
     """Per-class (tp, fp, fn) dictionaries after matching, for one image."""
-    pu, gu, c = _confusion(p, g)
-    inter = c.astype(np.float64)
-    union = c.sum(1, keepdims=True) + c.sum(0, keepdims=True) - inter
-    iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-    rows, cols = linear_sum_assignment(iou, maximize=True)
+    pu, pi = np.unique(p, return_inverse=True)
+    gu, gi = np.unique(g, return_inverse=True)
+    pi, gi = pi.ravel(), gi.ravel()
+    pred_total = np.bincount(pi, minlength=len(pu))
+    gt_count = np.bincount(gi, minlength=len(gu))
     mapping = np.full(len(pu), -1, dtype=np.int64)  # pred row -> gt column, -1 none
-    # a pair with no common pixel is no match: the assignment pairs the
-    # segments left over with classes they do not touch
-    keep = c[rows, cols] > 0
-    mapping[rows[keep]] = cols[keep]
+    if len(pu) * len(gu) <= _DENSE_PAIRS:
+        c = np.bincount(pi * len(gu) + gi, minlength=len(pu) * len(gu)).reshape(
+            len(pu), len(gu))
+        inter = c.astype(np.float64)
+        union = pred_total[:, None] + gt_count[None, :] - inter
+        iou = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+        rows, cols = linear_sum_assignment(iou, maximize=True)
+        # a pair with no common pixel is no match: the assignment pairs the
+        # segments left over with classes they do not touch
+        keep = c[rows, cols] > 0
+        mapping[rows[keep]] = cols[keep]
+
+        def common(r, col):
+            return c[r, col]
+    else:  # the pairs that share pixels only
+        codes, counts = np.unique(pi.astype(np.int64) * len(gu) + gi,
+                                  return_counts=True)
+        rows, cols = np.divmod(codes, len(gu))
+        iou = counts / (pred_total[rows] + gt_count[cols] - counts)
+        hit = _assign_sparse(rows, cols, iou, len(pu), len(gu))
+        mapping[rows[hit]] = cols[hit]
+
+        def common(r, col):
+            at = np.minimum(np.searchsorted(codes, r * len(gu) + col), len(codes) - 1)
+            return np.where(codes[at] == r * len(gu) + col, counts[at], 0)
     if background == "many_to_one":
         bg = np.flatnonzero(gu == background_index)
         if bg.size:
@@ -82,12 +124,9 @@ def _match_image(p, g, background, background_index):
     # confusion after remapping: rows = mapped gt column (or none)
     tp = np.zeros(len(gu), dtype=np.int64)
     pred_count = np.zeros(len(gu), dtype=np.int64)
-    for r in range(len(pu)):
-        col = mapping[r]
-        if col >= 0:
-            tp[col] += c[r, col]
-            pred_count[col] += c[r].sum()
-    gt_count = c.sum(0)
+    r = np.flatnonzero(mapping >= 0)
+    np.add.at(tp, mapping[r], common(r, mapping[r]))
+    np.add.at(pred_count, mapping[r], pred_total[r])
     fp = pred_count - tp
     fn = gt_count - tp
     return gu, tp, fp, fn
@@ -108,7 +147,8 @@ def miou(
     For each image, pixels whose ground truth equals ``ignore_index`` are
     dropped; the predicted segments are matched one-to-one to the
     ground-truth classes present in the image by maximizing the summed IoU
-    (:func:`scipy.optimize.linear_sum_assignment`). Unmatched predicted
+    (:func:`scipy.optimize.linear_sum_assignment`; over the pairs of ids
+    that share pixels only, past 4 million pairs of ids). Unmatched predicted
     segments (when there are more segments than classes, or a segment is
     paired with a class it has no pixel of) count as false positives of no
     class, unless ``background="many_to_one"``.

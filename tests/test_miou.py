@@ -168,3 +168,38 @@ def test_metrics_reexport():
     if not hasattr(metrics, "miou"):
         pytest.skip("sklearn_falcon.metrics does not re-export miou yet")
     assert metrics.miou is miou
+
+
+def test_maps_of_many_ids_are_matched_sparsely():
+    """Two maps of 300,000 ids each (superpixels, one id a pixel) made NumPy
+    allocate a dense confusion matrix of ids x ids ("Unable to allocate
+    671 GiB"); only the pairs of ids that share pixels are matched now."""
+    n = 480 * 640
+    pred = np.arange(n).reshape(480, 640)
+    gt = (np.arange(n) // 2)[::-1].reshape(480, 640)  # two pixels a class
+    assert miou(pred, gt, ignore_index=None) == 0.5  # one of its two pixels
+    score, per_class = miou(pred, gt, ignore_index=None, background="many_to_one",
+                            return_per_class=True)
+    assert per_class[0] == pytest.approx(2 / (n // 2 + 1))  # the rest merged
+    assert score == pytest.approx(0.5 - (0.5 - per_class[0]) / (n // 2))
+
+
+@pytest.mark.parametrize("background", [None, "many_to_one"])
+def test_the_sparse_matching_gives_the_dense_one(monkeypatch, background):
+    """On maps whose best matching is unique (with 40 ids of these maps two
+    matchings tie, and the two paths may take either)."""
+    import sklearn_falcon._miou as miou_module
+
+    rng = np.random.default_rng(0)
+    maps = [(rng.integers(0, k, (30, 40)), rng.integers(0, 6, (30, 40)))
+            for k in (3, 6, 9, 300)]
+    maps.append((rng.integers(0, 4, (30, 40)) * 2, np.repeat(np.arange(40) % 5, 30)
+                 .reshape(30, 40)))  # a pred id beside a class it misses
+    pred, gt = [p for p, _ in maps], [g for _, g in maps]
+    kw = dict(background=background, ignore_index=5, return_per_class=True)
+    want = [miou(pred, gt, average=a, **kw) for a in ("image", "dataset")]
+    monkeypatch.setattr(miou_module, "_DENSE_PAIRS", 0)
+    got = [miou(pred, gt, average=a, **kw) for a in ("image", "dataset")]
+    for (s1, c1), (s2, c2) in zip(got, want):
+        assert s1 == pytest.approx(s2, rel=1e-12) and c1.keys() == c2.keys()
+        assert all(c1[k] == pytest.approx(c2[k], rel=1e-12) for k in c1)
