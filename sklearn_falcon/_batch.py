@@ -30,7 +30,7 @@ from ._affinity import (
     warn_if_flat_cosine,
     warn_if_flat_rbf,
 )
-from ._backends import BACKENDS, host_array, resolve_backend
+from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import logs_progress
@@ -226,7 +226,7 @@ _BATCH_CONSTRAINTS = {
     **SOLVER_CONSTRAINTS,
     "tau": [Interval(Real, 0, None, closed="neither"), "array-like"],
     "backend": [StrOptions({"auto"} | set(BACKENDS))],
-    "device": [str],
+    "device": DEVICE_CONSTRAINT,
     "dtype": "no_validation",
     "block_elems": [Interval(Integral, 1, None, closed="left"), None],
     "verbose": ["verbose"],
@@ -314,9 +314,9 @@ def falcon_batch(
         Numba.  The Numba and Dask backends solve the graphs one after
         another (building dense ``W`` for feature graphs; Dask's solve runs
         on the current scheduler).
-    device : str, default="auto"
+    device : str or torch.device, default="auto"
         Torch device: ``"auto"`` (CUDA when available), ``"cpu"``,
-        ``"cuda"`` or ``"cuda:N"``.
+        ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device`` of them).
     dtype : {None, "float32", "float64"}, default=None
         Torch compute dtype of the affinities (``None``: float32 on CUDA,
         float64 on the CPU); scores and objectives are float64.

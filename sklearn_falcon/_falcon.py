@@ -20,7 +20,7 @@ from ._affinity import (
     make_affinity,
     start_graph,
 )
-from ._backends import BACKENDS, host_array, resolve_backend
+from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._inits import (
     INITS,
     InitContext,
@@ -193,7 +193,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         ``distributed.Client`` without gathering it (see
         :ref:`the Dask guide <dask>`).
 
-    device : str, default="auto"
+    device : str or torch.device, default="auto"
         ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
 
     n_jobs : int, default=None
@@ -287,7 +287,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         "warm_start": ["boolean"],
         **SOLVER_CONSTRAINTS,
         "backend": [StrOptions({"auto"} | set(BACKENDS))],
-        "device": [str],
+        "device": DEVICE_CONSTRAINT,
         "n_jobs": N_JOBS_CONSTRAINT,
         "random_state": ["random_state"],
         "verbose": ["verbose"],

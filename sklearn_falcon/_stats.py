@@ -34,7 +34,7 @@ def affinity_statistics(affinity, X, labels, n_clusters, backend="numba",
     ``X``: matrix-free, in row blocks on ``device``, where ``backend`` forms
     this affinity so (the ``n x n`` matrix is never held) and is installed
     (an estimator unpickled without torch), else from the explicit ``W``."""
-    from ._backends import BACKENDS
+    from ._backends import BACKENDS, normalize_device
 
     spec = BACKENDS[backend]
     if not (affinity.matrix_free and spec.make_problem_from_features is not None
@@ -43,7 +43,7 @@ def affinity_statistics(affinity, X, labels, n_clusters, backend="numba",
     affinity.check_features(X)
     P = spec.make_problem_from_features(
         X, n_clusters, affinity=affinity.name, power=affinity.power,
-        gamma=affinity.gamma, device=spec.resolve_device(device))
+        gamma=affinity.gamma, device=spec.resolve_device(normalize_device(device)))
     vol, assoc = P.cluster_statistics(labels)
     return vol[0], assoc[0]
 

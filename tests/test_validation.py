@@ -293,6 +293,49 @@ def test_bad_device():
         FalconNCut(2, backend="numba", device="cuda").fit(X)
 
 
+@pytest.mark.parametrize("device", ["cpu:0", "torch:cpu", "torch:cpu:0"])
+def test_device_with_an_index_or_a_torch_device(device):
+    """``device="cpu:0"`` and ``torch.device("cpu")`` (a torch user's
+    habits) were refused by FalconNCut, falcon_batch and ImageSegmenter:
+    "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'" and "The 'device'
+    parameter of FalconNCut must be an instance of 'str'".  They run as
+    ``"cpu"``; clone and get_params keep the value given."""
+    from sklearn.base import clone
+    from sklearn.datasets import make_blobs
+
+    from sklearn_falcon import ImageSegmenter, falcon_batch
+
+    if device.startswith("torch:"):
+        torch = pytest.importorskip("torch")
+        device = torch.device(device[6:])
+    X = make_blobs(300, centers=3, random_state=0)[0]
+    ref = FalconNCut(3, device="cpu", random_state=0).fit(X)
+    est = FalconNCut(3, device=device, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.score(X) == ref.score(X)
+    assert clone(est).get_params()["device"] == device
+    G = random_graph(60, seed=0)[1]
+    np.testing.assert_array_equal(
+        falcon_batch([G], 3, random_state=0, device=device).labels[0],
+        falcon_batch([G], 3, random_state=0, device="cpu").labels[0])
+    img = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(
+        ImageSegmenter(n_segments=2, device=device, random_state=0).segment(img),
+        ImageSegmenter(n_segments=2, device="cpu", random_state=0).segment(img))
+
+
+def test_bad_device_objects_name_the_parameter():
+    X = np.random.default_rng(0).random((30, 2))
+    with pytest.raises(ValueError, match="'device' parameter of FalconNCut must "
+                       "be an instance of 'str' or a torch.device. Got 3"):
+        FalconNCut(2, device=3).fit(X)
+    with pytest.raises(ValueError, match="got device='cpu:x'"):
+        FalconNCut(2, device="cpu:x").fit(X)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"got device=device\(type='meta'\)"):
+        FalconNCut(2, device=torch.device("meta")).fit(X)
+
+
 def test_empty_and_single_sample():
     with pytest.raises(ValueError, match="0 sample"):
         FalconNCut(2).fit(np.empty((0, 3)))

@@ -22,10 +22,11 @@ from typing import Callable, Optional
 
 from . import _dask, _numba, _torch
 from ._boundary import host_array
-from ._device import check_device_string, cuda_present, torch_available
+from ._device import DEVICE_CONSTRAINT, cuda_present, normalize_device
+from ._device import torch_available
 
-__all__ = ["BACKENDS", "Backend", "host_array", "make_problem",
-           "make_problem_from_features", "resolve_backend"]
+__all__ = ["BACKENDS", "DEVICE_CONSTRAINT", "Backend", "host_array", "make_problem",
+           "make_problem_from_features", "normalize_device", "resolve_backend"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,9 @@ def resolve_backend(backend="auto", device="auto", *, batched=False):
         ``batched``), the first available backend that runs on the device;
         ``device="auto"`` asks for CUDA when torch sees a GPU, else the CPU.
         So one graph runs on Numba on the CPU and on torch on CUDA.
-    device : str
-        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    device : str or torch.device
+        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``"cpu:N"`` and a
+        ``torch.device`` are read as these).
     batched : bool, default=False
         Prefer a backend that solves a batch of graphs in one problem.
 
@@ -137,7 +139,7 @@ def resolve_backend(backend="auto", device="auto", *, batched=False):
     >>> resolve_backend("auto", "cpu")
     ('numba', 'cpu')
     """
-    check_device_string(device)
+    device = normalize_device(device)
     if backend != "auto":
         spec = BACKENDS.get(backend)
         if spec is None:

@@ -9,7 +9,7 @@ a NumPy array.  Importing this module does not import torch.
 import numpy as np
 import scipy.sparse as sp
 
-from ._device import check_cuda, check_device_string, import_torch
+from ._device import check_cuda, import_torch, normalize_device
 
 __all__ = [
     "as_host_graph",
@@ -34,7 +34,7 @@ def torch_device(device):
         if device.type == "cuda":  # the same check as a "cuda:N" string
             check_cuda(torch, str(device))
     else:
-        check_device_string(device)
+        device = normalize_device(device)  # "cpu:0" too
         if device.startswith("cuda"):
             check_cuda(torch, device)
     return torch.device(device)

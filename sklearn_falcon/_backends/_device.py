@@ -6,16 +6,49 @@ import os
 import re
 import sys
 
+from sklearn.utils._param_validation import HasMethods
+
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
-def check_device_string(device):
-    """Raise ValueError unless ``device`` is ``"auto"``, ``"cpu"``, ``"cuda"``
-    or ``"cuda:N"``."""
-    if not isinstance(device, str) or not _DEVICE_RE.match(device):
+def is_torch_device(obj):
+    """Whether ``obj`` is a ``torch.device`` (told by its type, without
+    importing torch)."""
+    return type(obj).__module__ == "torch" and type(obj).__name__ == "device"
+
+
+def normalize_device(device):
+    """``device`` as ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: a
+    ``torch.device`` as its string, and ``"cpu:N"`` as ``"cpu"`` (torch
+    takes both for its one CPU device); anything else is refused with a
+    ValueError naming ``device`` and its value."""
+    text = str(device) if is_torch_device(device) else device
+    if isinstance(text, str) and re.fullmatch(r"cpu:\d+", text):
+        text = "cpu"
+    if not isinstance(text, str) or not _DEVICE_RE.match(text):
         raise ValueError(
-            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got device={device!r}."
-        )
+            "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device of "
+            f"them; got device={device!r}.")
+    return text
+
+
+class _TorchDevices(HasMethods):
+    """The ``_parameter_constraints`` entry of a ``torch.device`` (one of
+    scikit-learn's constraint types, so that it is accepted there)."""
+
+    def __init__(self):
+        super().__init__([])
+
+    def is_satisfied_by(self, val):
+        return is_torch_device(val)
+
+    def __str__(self):
+        return "a torch.device"
+
+
+#: ``_parameter_constraints`` of a ``device`` parameter (its value is then
+#: checked by :func:`normalize_device`).
+DEVICE_CONSTRAINT = [str, _TorchDevices()]
 
 
 def torch_available():

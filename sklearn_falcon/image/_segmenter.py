@@ -7,6 +7,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .._backends import DEVICE_CONSTRAINT, resolve_backend
 from .._inits import INITS
 from ._affinity import check_token_affinity, cosine_power_affinity
 from ._affinity import knn_cosine_power_affinity
@@ -128,7 +129,7 @@ class ImageSegmenter(BaseEstimator):
         Falcon's initialization on the token graph (``"kmeans"``: k-means on
         the token features, so not on the kNN graph of more than 16,384
         tokens).
-    device : str, default="cpu"
+    device : str or torch.device, default="cpu"
         Torch device of the ViT and of Falcon's torch backend (``"auto"``
         picks CUDA when available).  On CUDA, the token affinity (formed in
         row blocks by Falcon), the upsampling and PAMR run there too (torch
@@ -261,7 +262,7 @@ class ImageSegmenter(BaseEstimator):
         "auto_grid_threshold": [Interval(Real, 0, 1, closed="right"), None],
         "n_init": [Interval(Integral, 1, None, closed="left")],
         "init": [StrOptions(set(INITS))],
-        "device": [str],
+        "device": DEVICE_CONSTRAINT,
         "random_state": ["random_state"],
     }
 
@@ -277,9 +278,7 @@ class ImageSegmenter(BaseEstimator):
 
     def _torch_device(self):
         """Falcon's torch device (CUDA: the upsampling, PAMR too) or None."""
-        from .._backends import resolve_backend
-
-        backend, device = resolve_backend("auto", str(self.device))
+        backend, device = resolve_backend("auto", self.device)
         return device if backend == "torch" else None
 
     def _power(self):
