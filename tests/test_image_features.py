@@ -534,6 +534,39 @@ def test_timm_unknown_device_names_the_parameter():
         seg.segment(_img(32, 32))
 
 
+@pytest.mark.parametrize("device, cuda, match", [
+    ("cuda", False, "CUDA is not available"),
+    ("cuda:1", False, "CUDA is not available"),
+    ("cuda:3", True, "only 1 CUDA device"),
+    ("torch:cuda:3", True, "only 1 CUDA device"),
+])
+def test_timm_cuda_device_refused_before_the_model_is_built(monkeypatch, device,
+                                                            cuda, match):
+    """TimmFeatures(device="cuda") used directly without CUDA (or "cuda:3" on
+    one GPU) built the model, then failed in torch's ``.to``: "Torch not
+    compiled with CUDA enabled", "invalid device ordinal".  It says so, as
+    ImageSegmenter and pamr do, before a model is built or copied."""
+    timm = pytest.importorskip("timm")
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    if device.startswith("torch:"):
+        device = torch.device(device[6:])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: int(cuda))
+    built, create = [], timm.create_model
+    monkeypatch.setattr(timm, "create_model",
+                        lambda *a, **k: built.append(a) or create(*a, **k))
+    with pytest.raises(ValueError, match=match):
+        TimmFeatures("vit_tiny_patch16_224", pretrained=False, device=device)
+    assert built == []
+    net = _vit(8).train()
+    with pytest.raises(ValueError, match=match):
+        TimmFeatures(net, device=device)
+    assert net.training  # the caller's module, left as it was
+
+
 def test_timm_features_pickle():
     """pickle.dumps(TimmFeatures(...)) raised "cannot pickle 'module'
     object" (it held the torch module); ColorTextureFeatures pickles."""

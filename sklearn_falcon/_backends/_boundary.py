@@ -24,13 +24,21 @@ __all__ = [
 ]
 
 
-def torch_device(device):
+def torch_device(device, *, any_type=False):
     """A validated ``torch.device`` from a device string (``"auto"``:
-    CUDA when available) or a ``torch.device``."""
+    CUDA when available) or a ``torch.device``; ``any_type``: any of
+    torch's device types and strings ("mps", "xpu": a ViT runs there), not
+    only Falcon's.  A CUDA device is checked to exist."""
     torch = import_torch()
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif isinstance(device, torch.device):
+    elif any_type or isinstance(device, torch.device):
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):  # not torch's list of device types
+            raise ValueError(
+                "device must be 'auto' or a torch device ('cpu', 'cuda', "
+                f"'cuda:N', ...); got device={device!r}.") from None
         if device.type == "cuda":  # the same check as a "cuda:N" string
             check_cuda(torch, str(device))
     else:

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from .._backends._boundary import torch_device
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
 from ._io import check_image_size, load_image
@@ -226,14 +227,8 @@ class TimmFeatures:
                 "pos_interpolation must be 'bicubic' or 'timm'; got "
                 f"{pos_interpolation!r}."
             )
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError):  # not torch's list of device types
-            raise ValueError(
-                "device must be 'auto' or a torch device ('cpu', 'cuda', "
-                f"'cuda:N', ...); got device={device!r}.") from None
+        # a CUDA device that is not there: refused before a build or a copy
+        device = torch_device(device, any_type=True)
         if isinstance(model, str):
             # timm's "local-dir:" and "hf-hub:" names read their architecture
             # from the model's folder or repository: no registry name
