@@ -161,7 +161,9 @@ class TimmFeatures:
     A module passed as ``model`` is never modified: when it must be
     changed (a ``checkpoint_path`` to load, training mode, another device)
     the extractor works on a deep copy; a module already in eval mode on
-    ``device`` is used as is, without a copy.
+    ``device`` is used as is, without a copy (pass ``model.eval()`` to
+    spare a large ViT's second set of weights).  The copy, not a switch to
+    eval mode and back, keeps a module that another thread trains as it is.
 
     Examples
     --------
