@@ -567,6 +567,33 @@ def test_timm_cuda_device_refused_before_the_model_is_built(monkeypatch, device,
     assert net.training  # the caller's module, left as it was
 
 
+def test_timm_input_size_under_the_budget_rounds_where_it_fits():
+    """Under ``max_tokens`` a ViT's input rounded both sides down to whole
+    patches: a 500 x 700 image at max_tokens=64 (6.8 x 9.5 patches) got 6 x
+    9 = 54 tokens where 7 x 9 = 63 fit.  Each side is rounded where the
+    budget allows (as without a budget), else down: never fewer tokens than
+    before, never more than the budget, each side within a patch."""
+    pytest.importorskip("timm")
+    from sklearn_falcon.image import TimmFeatures
+
+    ext = TimmFeatures(_vit(16), resolution=448)
+    ext.max_tokens = 64
+    assert ext.input_size(500, 700) == (7 * 16, 9 * 16)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        h, w = (int(v) for v in rng.integers(20, 3000, 2))
+        ext.max_tokens = budget = int(rng.integers(4, 5000))
+        i, j = (v // 16 for v in ext.input_size(h, w))
+        grid = (448 / 16) ** 2 * max(h, w) / min(h, w)
+        if grid <= budget:
+            continue
+        rows, cols = (h / min(h, w) * 28, w / min(h, w) * 28)
+        rows, cols = rows * (budget / grid) ** 0.5, cols * (budget / grid) ** 0.5
+        assert max(1, int(rows)) * max(1, int(cols)) <= i * j
+        assert i * j <= max(budget, int(max(rows, cols)))  # one patch a side
+        assert abs(i - rows) < 1 and abs(j - cols) < 1 or min(i, j) == 1
+
+
 def test_timm_features_pickle():
     """pickle.dumps(TimmFeatures(...)) raised "cannot pickle 'module'
     object" (it held the torch module); ColorTextureFeatures pickles."""

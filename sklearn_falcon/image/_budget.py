@@ -82,6 +82,17 @@ def work_shape(height, width, max_pixels, min_size=(1, 1)):
     return h, w
 
 
+def grid_under_budget(rows, cols, max_tokens):
+    """The patch grid ``(i, j)`` of a ViT's input for ``rows x cols``
+    patches at the budget (``rows * cols == max_tokens``): each side
+    rounded where ``i * j <= max_tokens`` allows, else down, the most
+    tokens first, then the shape nearest ``rows / cols`` (6.8 x 9.5 under
+    64 is 7 x 9, 63 tokens; rounding both down gave 6 x 9, 54)."""
+    sides = [(i, j) for i in {int(rows), round(rows)} for j in {int(cols), round(cols)}
+             if i * j <= max_tokens]
+    return max(sides, key=lambda s: (s[0] * s[1], -abs(s[0] * cols - s[1] * rows)))
+
+
 def resize_rgb(rgb, shape):
     """``rgb`` resized to ``(h, w)`` with Pillow's antialiasing filter."""
     from PIL import Image

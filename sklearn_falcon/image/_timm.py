@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from .._backends._boundary import torch_device
+from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
 from ._io import check_image_size, load_image
@@ -356,8 +357,9 @@ class TimmFeatures:
             th, tw = height * scale, width * scale
         if self.max_tokens and (th / ph) * (tw / pw) > self.max_tokens:
             shrink = (self.max_tokens / ((th / ph) * (tw / pw))) ** 0.5
-            th, tw = th * shrink, tw * shrink  # rounded down to the budget below
-            return max(ph, int(th // ph) * ph), max(pw, int(tw // pw) * pw)
+            i, j = grid_under_budget(th * shrink / ph, tw * shrink / pw,
+                                     self.max_tokens)
+            return max(ph, i * ph), max(pw, j * pw)
         return max(ph, int(round(th / ph)) * ph), max(pw, int(round(tw / pw)) * pw)
 
     def preprocess(self, rgb):
