@@ -567,6 +567,23 @@ def test_timm_cuda_device_refused_before_the_model_is_built(monkeypatch, device,
     assert net.training  # the caller's module, left as it was
 
 
+@pytest.mark.parametrize("device", ["cpu:0", "torch:cpu:0"])
+def test_timm_eval_module_on_cpu_0_is_not_copied(device):
+    """A module in eval mode on the CPU, given with ``device="cpu:0"`` (or
+    ``torch.device("cpu:0")``, which ImageSegmenter passes on as given), was
+    deep-copied: its parameters' device (``cpu``, no index) did not match
+    ``cpu:0``, so a large ViT's weights were held twice."""
+    pytest.importorskip("timm")
+    import torch
+
+    from sklearn_falcon.image import TimmFeatures
+
+    if device.startswith("torch:"):
+        device = torch.device(device[6:])
+    net = _vit(8).eval()
+    assert TimmFeatures(net, device=device).model is net
+
+
 def test_timm_input_size_under_the_budget_rounds_where_it_fits():
     """Under ``max_tokens`` a ViT's input rounded both sides down to whole
     patches: a 500 x 700 image at max_tokens=64 (6.8 x 9.5 patches) got 6 x

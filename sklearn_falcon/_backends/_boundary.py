@@ -41,6 +41,8 @@ def torch_device(device, *, any_type=False):
                 f"'cuda:N', ...); got device={device!r}.") from None
         if device.type == "cuda":  # the same check as a "cuda:N" string
             check_cuda(torch, str(device))
+        elif device.type == "cpu":  # "cpu:0": a tensor's device is "cpu"
+            device = torch.device("cpu")
     else:
         device = normalize_device(device)  # "cpu:0" too
         if device.startswith("cuda"):
