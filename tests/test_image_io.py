@@ -98,6 +98,20 @@ def test_16bit_is_scaled(tmp_path):
     assert load_image(rgb16).max() == 255
 
 
+def test_big_endian_16bit_is_scaled_as_16bit():
+    """A big-endian uint16 array (FITS, a raw PGM read with '>u2') is not
+    ``== np.uint16``: it was read by its values, so a dark one (all <= 255)
+    came out 257 times brighter than the same native array."""
+    from sklearn_falcon.image import rgb_to_lab
+
+    dark = np.array([[0, 100, 200, 255]], dtype=np.uint16)
+    for arr in (dark, np.array([[0, 257, 65535]], np.uint16)):
+        np.testing.assert_array_equal(load_image(arr.astype(">u2")), load_image(arr))
+    np.testing.assert_array_equal(load_image(dark.astype(">u2"))[..., 0], [[0, 0, 1, 1]])
+    rgb = np.array([[200, 100, 50]], np.uint16)
+    np.testing.assert_array_equal(rgb_to_lab(rgb.astype(">u2")), rgb_to_lab(rgb))
+
+
 def test_float_and_bool_arrays():
     np.testing.assert_array_equal(load_image(np.ones((2, 2))), np.full((2, 2, 3), 255))
     assert load_image(np.ones((2, 2), bool)).max() == 255

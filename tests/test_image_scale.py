@@ -140,7 +140,10 @@ def test_upsample_labels_of_float_and_16_bit_images_are_guided_alike():
     ref = upsample_labels(lab, img, small)
     assert miou(ref, mask) > 0.97
     for a, b in ((img / 255.0, small / 255.0),
-                 (img.astype(np.uint16) * 257, small.astype(np.uint16) * 257)):
+                 (img.astype(np.uint16) * 257, small.astype(np.uint16) * 257),
+                 # big-endian (not == np.uint16): compared in 0..65535 units
+                 ((img.astype(np.uint16) * 257).astype(">u2"),
+                  (small.astype(np.uint16) * 257).astype(">u2"))):
         got = upsample_labels(lab, a, b)
         assert np.mean(got == ref) > 0.999
 

@@ -39,8 +39,10 @@ def _to_uint8(arr, *, source):
                 f"[{lo:.4g}, {hi:.4g}]. Scale it to [0, 1] or pass uint8 data."
             )
         return np.round(arr * 255.0).astype(np.uint8)
-    if arr.dtype == np.uint16:
-        # 16-bit images: map the full 0..65535 range linearly onto 0..255.
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
+        # 16-bit images: map the full 0..65535 range linearly onto 0..255
+        # (in either byte order: a big-endian one, as FITS and raw PGM files
+        # hold, is not ``== np.uint16`` and was read by its values)
         return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
     if np.issubdtype(arr.dtype, np.integer):
         lo, hi = int(arr.min(initial=0)), int(arr.max(initial=0))
