@@ -121,6 +121,24 @@ def test_float_and_bool_arrays():
         load_image(np.full((2, 2), np.nan))
 
 
+def test_a_round_off_past_the_float_range_is_named_in_full():
+    """A float image 1.0000001 at its brightest (round-off of a colour
+    conversion) was refused as "must have values in [0, 1]; got values in
+    [0, 1]": the bound is now written in full where 4 digits hide it."""
+    from sklearn_falcon.image import rgb_to_lab
+
+    img = np.full((8, 8, 3), 0.5, np.float32)
+    img[0, 0, 0] = np.float32(1.0000001)
+    for f in (load_image, rgb_to_lab):
+        with pytest.raises(ValueError, match=r"got values in \[0\.5, 1\.0000001\]"
+                           if f is rgb_to_lab else r"got values in \[0, 1\.0000001\]"):
+            f(img)
+    with pytest.raises(ValueError, match=r"got values in \[-1e-17, 0\.5\]"):
+        load_image(np.where(img > 0.9, -1e-17, img.astype(np.float64)))
+    with pytest.raises(ValueError, match=r"got values in \[0, 255\]\."):
+        load_image(np.full((8, 8), 255.0))  # clearly outside: 4 digits
+
+
 def test_rejections(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_image(tmp_path / "missing.png")

@@ -23,6 +23,18 @@ def _is_pil_image(obj):
     return isinstance(obj, Image.Image)
 
 
+def range_text(lo, hi, low, high):
+    """``"[lo, hi]"`` for a message that refuses values outside ``[low,
+    high]``: each bound to 4 significant digits, or in full where those
+    round it into the range (a round-off 1.0000001 was written 1: "must
+    have values in [0, 1]; got values in [0, 1]")."""
+    def text(v):
+        short = f"{v:.4g}"
+        return short if low <= v <= high or not low <= float(short) <= high \
+            else str(v)
+    return f"[{text(lo)}, {text(hi)}]"
+
+
 def _to_uint8(arr, *, source):
     """Convert a numeric array to ``uint8`` using its dtype's natural range."""
     if arr.dtype == np.uint8:
@@ -32,12 +44,12 @@ def _to_uint8(arr, *, source):
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{source} contains NaN or infinite values.")
-        lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
+        lo, hi = arr.min(initial=0.0), arr.max(initial=0.0)  # in its dtype
         if lo < 0.0 or hi > 1.0:
             raise ValueError(
                 f"Floating-point {source} must have values in [0, 1]; got values in "
-                f"[{lo:.4g}, {hi:.4g}]. Scale it to [0, 1] or pass uint8 data."
-            )
+                f"{range_text(lo, hi, 0.0, 1.0)}. Scale it to [0, 1] or pass uint8 "
+                "data.")
         return np.round(arr * 255.0).astype(np.uint8)
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
         # 16-bit images: map the full 0..65535 range linearly onto 0..255
@@ -102,7 +114,8 @@ def _pil_to_rgb(img, *, source):
         lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
         if lo < 0.0 or hi > 65535.0:  # they were clipped to black or white
             raise ValueError(
-                f"Floating-point {source} has values in [{lo:.4g}, {hi:.4g}]; "
+                f"Floating-point {source} has values in "
+                f"{range_text(lo, hi, 0.0, 65535.0)}; "
                 "expected intensities in 0..1, 0..255 or 0..65535. Scale it, or "
                 "pass it as an array in [0, 1].")
         if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
