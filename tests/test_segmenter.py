@@ -437,6 +437,11 @@ def test_init_parameter_is_used_and_validated():
     with pytest.raises(ValueError, match=r"W holds only 4 tokens, fewer than "
                        "n_segments=5"):
         ImageSegmenter(n_segments=5).cluster_tokens(np.eye(4))
+    # n_segments="auto" said "The image yields only 4 patch tokens, fewer
+    # than auto_range[0]=5. Use a larger image, a smaller patch_size ..."
+    with pytest.raises(ValueError, match=r"^W holds only 4 tokens, fewer than "
+                       r"auto_range\[0\]=5\.$"):
+        ImageSegmenter(n_segments="auto", auto_range=(5, 9)).cluster_tokens(np.eye(4))
     for bad in (np.ones((3, 4)), np.eye(4)[None]):
         for k in (1, 2):
             with pytest.raises(ValueError, match="W must be a square"):

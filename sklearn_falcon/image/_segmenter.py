@@ -388,7 +388,7 @@ class ImageSegmenter(BaseEstimator):
         labels : ndarray of shape (n_tokens,)
         """
         self._check_params()
-        W = check_token_affinity(W, self.n_segments)
+        W = check_token_affinity(W, self.n_segments, self.auto_range)
         return self._cluster(W, "precomputed", grid_shape=grid_shape)
 
     # -- the pipeline, in stages -------------------------------------------
