@@ -54,6 +54,25 @@ def test_path_and_pil(tmp_path):
     np.testing.assert_array_equal(load_image(Image.fromarray(img)), img)
 
 
+def test_a_closed_pil_image_is_named(tmp_path):
+    """A PIL image used after its ``with Image.open(...)`` block, its pixels
+    never loaded, raised Pillow's bare AssertionError (no message)."""
+    from sklearn_falcon import ImageSegmenter
+
+    path = tmp_path / "a.png"
+    Image.fromarray(_rgb(16, 16)).save(path)
+    with Image.open(path) as img:
+        pass
+    with pytest.raises(ValueError, match="its file was closed before they were "
+                       r"loaded .* Call image.load\(\) inside the block"):
+        load_image(img)
+    with pytest.raises(ValueError, match="file was closed"):
+        ImageSegmenter(n_segments=2).segment(img)
+    with Image.open(path) as img:
+        img.load()
+    np.testing.assert_array_equal(load_image(img), _rgb(16, 16))
+
+
 def test_greyscale_is_replicated(tmp_path):
     grey = np.arange(20, dtype=np.uint8).reshape(4, 5)
     for src in (grey, grey[:, :, None], Image.fromarray(grey)):

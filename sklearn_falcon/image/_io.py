@@ -102,6 +102,14 @@ def _array_to_rgb(arr, *, source):
 
 
 def _pil_to_rgb(img, *, source):
+    try:
+        img.load()
+    except AssertionError:  # Pillow's bare "assert self.fp is not None"
+        raise ValueError(
+            f"The {source}'s pixels cannot be read: its file was closed before "
+            "they were loaded (Image.open in a with block ends before the image "
+            "is used). Call image.load() inside the block, or pass the path."
+        ) from None
     mode = img.mode
     if mode in ("RGB", "L"):
         arr = np.asarray(img)
