@@ -334,6 +334,14 @@ def test_errors():
     with pytest.raises(ValueError, match="fewer than n_segments=20. Use a larger "
                        "image, a smaller patch_size"):
         ImageSegmenter(n_segments=20).segment(img)  # 4x4 tokens
+    # an image not resized: max_tokens is named only where it is below K
+    # (3,000 segments of a 4,096-token budget advised a larger max_tokens)
+    with pytest.raises(ValueError, match="n_segments=3000. Use a larger image, a "
+                       "smaller patch_size or fewer"):
+        ImageSegmenter(n_segments=3000).segment(img)
+    with pytest.raises(ValueError, match=r"n_segments=5000. Use a larger image, a "
+                       r"larger max_tokens \(now 4096\), a smaller patch_size"):
+        ImageSegmenter(n_segments=5000).segment(img)
     # a token budget below the segments asked is named; a resized image's
     # tokens are set by max_tokens alone (a larger image or a smaller
     # patch_size, which the message advised, change nothing)

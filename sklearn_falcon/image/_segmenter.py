@@ -336,12 +336,12 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            # a token budget near K is what caps the tokens, not the image
+            # a budget under K caps the tokens too (a ViT's, rounded down: 2 K)
+            vit = hasattr(self._get_extractor(), "input_size")
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
-                    if self.max_tokens < 2 * k else "")
-            # a ViT's input size is its resolution, and its patch its model's
+                    if self.max_tokens < (2 * k if vit else k) else "")
             size, what = ("a larger image, ", "a smaller patch_size "), "The image"
-            if hasattr(self._get_extractor(), "input_size"):
+            if vit:  # its input size is its resolution, and its patch its model's
                 size = (f"a larger resolution (now {self.resolution}), ", "")
             elif resized:  # max_tokens alone sets its tokens: not its size or patch
                 mt = self.max_tokens
