@@ -165,8 +165,12 @@ def test_rejections(tmp_path):
     bad.write_text("not an image")
     with pytest.raises(ValueError, match="Cannot read image"):
         load_image(bad)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"got shape \(2, 2, 5\)\.$"):
         load_image(np.zeros((2, 2, 5), np.uint8))
+    # a channels-first array (a CHW tensor's .numpy()) is named as such
+    with pytest.raises(ValueError, match=r"got shape \(3, 12, 10\)\. A channels-first "
+                       r"\(C, H, W\) image .* np\.moveaxis\(image, 0, -1\)\.$"):
+        load_image(np.moveaxis(_rgb(), -1, 0))
     with pytest.raises(ValueError, match="negative"):
         load_image(-np.ones((2, 2), np.int32))
     with pytest.raises(ValueError, match="empty"):

@@ -81,9 +81,13 @@ def _array_to_rgb(arr, *, source):
     elif arr.ndim == 2:
         arr = arr[:, :, None]
     else:
+        # a channels-first array (torchvision's layout, a tensor's .numpy())
+        hint = (" A channels-first (C, H, W) image is read as such from a torch "
+                "tensor, or pass np.moveaxis(image, 0, -1)."
+                if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) else "")
         raise ValueError(
             f"Expected {source} of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); "
-            f"got shape {arr.shape}."
+            f"got shape {arr.shape}.{hint}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{source} is empty (shape {arr.shape}).")
