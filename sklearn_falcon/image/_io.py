@@ -35,6 +35,27 @@ def range_text(lo, hi, low, high):
     return f"[{text(lo)}, {text(hi)}]"
 
 
+# values per block of rows converted at once by _to_uint8
+_CONVERT_CHUNK = 1 << 18
+
+
+def _row_blocks(arr):
+    """Slices of ``arr``'s rows, about ``_CONVERT_CHUNK`` values each."""
+    rows = max(1, _CONVERT_CHUNK // max(1, arr[:1].size))
+    return [slice(s, s + rows) for s in range(0, arr.shape[0], rows)]
+
+
+def _blockwise_uint8(arr, convert):
+    """``convert`` (to values in 0..255) of each block of rows of ``arr``,
+    written into one ``uint8`` array: the float64 temporaries are a
+    block's, not the image's (48 bytes a pixel of a 16-bit RGB image, 2.5
+    times the whole segmentation's peak of a 12-megapixel one)."""
+    out = np.empty(arr.shape, dtype=np.uint8)
+    for rows in _row_blocks(arr):
+        out[rows] = convert(arr[rows])
+    return out
+
+
 def _to_uint8(arr, *, source):
     """Convert a numeric array to ``uint8`` using its dtype's natural range."""
     if arr.dtype == np.uint8:
@@ -42,7 +63,7 @@ def _to_uint8(arr, *, source):
     if arr.dtype == bool:
         return arr.astype(np.uint8) * 255
     if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)):
+        if not all(np.isfinite(arr[rows]).all() for rows in _row_blocks(arr)):
             raise ValueError(f"{source} contains NaN or infinite values.")
         lo, hi = arr.min(initial=0.0), arr.max(initial=0.0)  # in its dtype
         if lo < 0.0 or hi > 1.0:
@@ -50,12 +71,12 @@ def _to_uint8(arr, *, source):
                 f"Floating-point {source} must have values in [0, 1]; got values in "
                 f"{range_text(lo, hi, 0.0, 1.0)}. Scale it to [0, 1] or pass uint8 "
                 "data.")
-        return np.round(arr * 255.0).astype(np.uint8)
+        return _blockwise_uint8(arr, lambda a: np.round(a * 255.0))
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
         # 16-bit images: map the full 0..65535 range linearly onto 0..255
         # (in either byte order: a big-endian one, as FITS and raw PGM files
         # hold, is not ``== np.uint16`` and was read by its values)
-        return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+        return _blockwise_uint8(arr, _from_16bit)
     if np.issubdtype(arr.dtype, np.integer):
         lo, hi = int(arr.min(initial=0)), int(arr.max(initial=0))
         if lo < 0:
@@ -66,12 +87,17 @@ def _to_uint8(arr, *, source):
         if hi <= 255:
             return arr.astype(np.uint8)
         if hi <= 65535:
-            return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+            return _blockwise_uint8(arr, _from_16bit)
         raise ValueError(
             f"Integer {source} has values up to {hi}; only 8-bit (0..255) and "
             "16-bit (0..65535) intensities are supported."
         )
     raise TypeError(f"Unsupported dtype {arr.dtype} for {source}.")
+
+
+def _from_16bit(a):
+    """16-bit intensities mapped linearly from 0..65535 onto 0..255."""
+    return np.round(a.astype(np.float64) / 257.0)
 
 
 def _array_to_rgb(arr, *, source):
