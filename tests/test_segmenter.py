@@ -388,6 +388,39 @@ def test_vit_model_pipeline(tmp_path):
     assert seg2.segment(img).shape == (40, 56)
 
 
+def test_a_vit_module_trained_further_is_used_with_its_new_weights():
+    """A module in training mode (timm's default) is deep-copied by the
+    extractor, which the segmenter kept by the module's id: after the
+    caller's module was trained further (its weights updated in place),
+    the same segmenter went on with the copy's old weights, silently (a
+    module in eval mode, used without a copy, gave the new ones)."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img = _quadrants(40, 56)[0]
+    for train in (True, False):
+        vit.train(train)
+        seg = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+        before = seg.extract_features(img)
+        with torch.no_grad():  # an optimizer step, in place
+            for p in vit.parameters():
+                p.mul_(-1.5).add_(0.01)
+        fresh = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+        np.testing.assert_array_equal(seg.extract_features(img),
+                                      fresh.extract_features(img))
+        assert not np.allclose(seg.extract_features(img), before)
+    assert vit.training is False  # the caller's module itself is left alone
+    seg = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+    seg.extract_features(img)
+    ext = seg._get_extractor()
+    seg.extract_features(img)
+    assert seg._get_extractor() is ext  # unchanged weights: no new extractor
+
+
 def test_vit_size_errors_advise_what_a_vit_can_change():
     # a ViT's patch size is its model's (patch_size is refused with one):
     # the messages advised "a smaller patch_size"
