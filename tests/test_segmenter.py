@@ -421,6 +421,29 @@ def test_a_vit_module_trained_further_is_used_with_its_new_weights():
     assert seg._get_extractor() is ext  # unchanged weights: no new extractor
 
 
+def test_a_checkpoint_saved_again_is_read_again(tmp_path):
+    """The extractor was kept by the checkpoint's name: a checkpoint saved
+    again under it (a training loop's last epoch) was never read again by
+    the same segmenter, which went on with the first weights, silently."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img = _quadrants(40, 56)[0]
+    path = tmp_path / "last.pth"
+    torch.save(vit.state_dict(), path)
+    seg = ImageSegmenter(model=vit, checkpoint_path=path, resolution=40)
+    before = seg.extract_features(img)
+    torch.save({k: v * -1.5 + 0.01 for k, v in vit.state_dict().items()}, path)
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    fresh = ImageSegmenter(model=vit, checkpoint_path=path, resolution=40)
+    np.testing.assert_array_equal(seg.extract_features(img), fresh.extract_features(img))
+    assert not np.allclose(seg.extract_features(img), before)
+
+
 def test_vit_size_errors_advise_what_a_vit_can_change():
     # a ViT's patch size is its model's (patch_size is refused with one):
     # the messages advised "a smaller patch_size"

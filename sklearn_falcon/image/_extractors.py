@@ -5,7 +5,7 @@ import os
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
-__all__ = ["OFFLINE_MODELS", "make_extractor", "model_key"]
+__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key"]
 
 #: ``model`` names of the offline (weight-free) extractors.
 OFFLINE_MODELS = ("color", "color-position")
@@ -22,6 +22,20 @@ def model_key(model):
         return model if isinstance(model, str) else id(model)
     tensors = list(model.parameters()) + list(model.buffers())
     return (id(model),) + tuple((id(t), _version(t)) for t in tensors)
+
+
+def checkpoint_key(path):
+    """What identifies the weights of ``checkpoint_path`` in ImageSegmenter's
+    extractor cache: the path, and the file's modification time and size
+    (keyed by its name alone, a checkpoint saved again under it, as a
+    training loop saves its last epoch, was never read again)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):  # refused by the extractor itself
+        return str(path)
+    return str(path), st.st_mtime_ns, st.st_size
 
 
 def _version(tensor):
