@@ -185,6 +185,10 @@ def test_a_round_off_past_the_float_range_is_named_in_full():
 def test_rejections(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_image(tmp_path / "missing.png")
+    # a URL was named as a file, its second slash dropped ('https:/host/...')
+    with pytest.raises(FileNotFoundError, match=r"not found: 'https://example\.com/"
+                       r"cat\.jpg' is a URL; .* download it first"):
+        load_image("https://example.com/cat.jpg")
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     with pytest.raises(ValueError, match="Cannot read image"):

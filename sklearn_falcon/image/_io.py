@@ -6,6 +6,7 @@ brought to the host, by the boundary module, without importing torch.
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -261,7 +262,7 @@ def load_image(image):
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
         if not path.exists():
-            raise FileNotFoundError(f"Image file not found: '{path}'.")
+            raise FileNotFoundError(_not_found(image, path))
         if path.is_dir():
             raise ValueError(f"Expected an image file, got a directory: '{path}'.")
         try:
@@ -311,6 +312,17 @@ def load_image(image):
         "image must be a file path, a PIL image, a numpy array or a torch tensor; "
         f"got {type(image).__name__}{hint}."
     )
+
+
+def _not_found(image, path):
+    """The message of a missing image file ``image`` (as given; ``path``, its
+    Path, drops a URL's second slash: "not found: 'https:/host/a.jpg'")."""
+    text = os.fspath(image)
+    if isinstance(text, str) and re.match(r"[A-Za-z][A-Za-z0-9+.-]+://", text):
+        return (f"Image file not found: '{text}' is a URL; images are read from "
+                "local files only: download it first (e.g. with "
+                "urllib.request.urlretrieve).")
+    return f"Image file not found: '{path}'."
 
 
 def _is_image(obj):
