@@ -126,7 +126,8 @@ def test_big_endian_16bit_is_scaled_as_16bit():
     dark = np.array([[0, 100, 200, 255]], dtype=np.uint16)
     for arr in (dark, np.array([[0, 257, 65535]], np.uint16)):
         np.testing.assert_array_equal(load_image(arr.astype(">u2")), load_image(arr))
-    np.testing.assert_array_equal(load_image(dark.astype(">u2"))[..., 0], [[0, 0, 1, 1]])
+    np.testing.assert_array_equal(load_image(dark.astype(">u2"))[..., 0],
+                                  [[0, 0, 1, 1]])
     rgb = np.array([[200, 100, 50]], np.uint16)
     np.testing.assert_array_equal(rgb_to_lab(rgb.astype(">u2")), rgb_to_lab(rgb))
 

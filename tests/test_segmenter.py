@@ -440,7 +440,8 @@ def test_a_checkpoint_saved_again_is_read_again(tmp_path):
     torch.save({k: v * -1.5 + 0.01 for k, v in vit.state_dict().items()}, path)
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
     fresh = ImageSegmenter(model=vit, checkpoint_path=path, resolution=40)
-    np.testing.assert_array_equal(seg.extract_features(img), fresh.extract_features(img))
+    np.testing.assert_array_equal(seg.extract_features(img),
+                                  fresh.extract_features(img))
     assert not np.allclose(seg.extract_features(img), before)
 
 
