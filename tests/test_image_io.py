@@ -54,6 +54,25 @@ def test_path_and_pil(tmp_path):
     np.testing.assert_array_equal(load_image(Image.fromarray(img)), img)
 
 
+def test_a_closed_pil_image_is_named(tmp_path):
+    """A PIL image used after its ``with Image.open(...)`` block, its pixels
+    never loaded, raised Pillow's bare AssertionError (no message)."""
+    from sklearn_falcon import ImageSegmenter
+
+    path = tmp_path / "a.png"
+    Image.fromarray(_rgb(16, 16)).save(path)
+    with Image.open(path) as img:
+        pass
+    with pytest.raises(ValueError, match="its file was closed before they were "
+                       r"loaded .* Call image.load\(\) inside the block"):
+        load_image(img)
+    with pytest.raises(ValueError, match="file was closed"):
+        ImageSegmenter(n_segments=2).segment(img)
+    with Image.open(path) as img:
+        img.load()
+    np.testing.assert_array_equal(load_image(img), _rgb(16, 16))
+
+
 def test_greyscale_is_replicated(tmp_path):
     grey = np.arange(20, dtype=np.uint8).reshape(4, 5)
     for src in (grey, grey[:, :, None], Image.fromarray(grey)):
@@ -98,6 +117,45 @@ def test_16bit_is_scaled(tmp_path):
     assert load_image(rgb16).max() == 255
 
 
+def test_big_endian_16bit_is_scaled_as_16bit():
+    """A big-endian uint16 array (FITS, a raw PGM read with '>u2') is not
+    ``== np.uint16``: it was read by its values, so a dark one (all <= 255)
+    came out 257 times brighter than the same native array."""
+    from sklearn_falcon.image import rgb_to_lab
+
+    dark = np.array([[0, 100, 200, 255]], dtype=np.uint16)
+    for arr in (dark, np.array([[0, 257, 65535]], np.uint16)):
+        np.testing.assert_array_equal(load_image(arr.astype(">u2")), load_image(arr))
+    np.testing.assert_array_equal(load_image(dark.astype(">u2"))[..., 0],
+                                  [[0, 0, 1, 1]])
+    rgb = np.array([[200, 100, 50]], np.uint16)
+    np.testing.assert_array_equal(rgb_to_lab(rgb.astype(">u2")), rgb_to_lab(rgb))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.float32, np.float64])
+def test_conversion_allocates_about_its_output(dtype):
+    """16-bit, wide-integer and float images were converted through float64
+    copies of the whole image: 48 bytes a pixel (16 times the uint8 result),
+    more than the rest of a 12-megapixel segmentation; they are converted
+    in blocks of rows."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 65536, (1000, 1000, 3))
+    img = img / 65535.0 if np.dtype(dtype).kind == "f" else img
+    img = img.astype(dtype)
+    ref = np.round(img * 255.0 if img.dtype.kind == "f"
+                   else img.astype(np.float64) / 257.0).astype(np.uint8)
+    tracemalloc.start()
+    try:
+        out = load_image(img)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, ref)
+    assert peak < 3 * out.nbytes  # the result (3 MB) and a block of rows
+
+
 def test_float_and_bool_arrays():
     np.testing.assert_array_equal(load_image(np.ones((2, 2))), np.full((2, 2, 3), 255))
     assert load_image(np.ones((2, 2), bool)).max() == 255
@@ -107,15 +165,41 @@ def test_float_and_bool_arrays():
         load_image(np.full((2, 2), np.nan))
 
 
+def test_a_round_off_past_the_float_range_is_named_in_full():
+    """A float image 1.0000001 at its brightest (round-off of a colour
+    conversion) was refused as "must have values in [0, 1]; got values in
+    [0, 1]": the bound is now written in full where 4 digits hide it."""
+    from sklearn_falcon.image import rgb_to_lab
+
+    img = np.full((8, 8, 3), 0.5, np.float32)
+    img[0, 0, 0] = np.float32(1.0000001)
+    for f in (load_image, rgb_to_lab):
+        with pytest.raises(ValueError, match=r"got values in \[0\.5, 1\.0000001\]"
+                           if f is rgb_to_lab else r"got values in \[0, 1\.0000001\]"):
+            f(img)
+    with pytest.raises(ValueError, match=r"got values in \[-1e-17, 0\.5\]"):
+        load_image(np.where(img > 0.9, -1e-17, img.astype(np.float64)))
+    with pytest.raises(ValueError, match=r"got values in \[0, 255\]\."):
+        load_image(np.full((8, 8), 255.0))  # clearly outside: 4 digits
+
+
 def test_rejections(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         load_image(tmp_path / "missing.png")
+    # a URL was named as a file, its second slash dropped ('https:/host/...')
+    with pytest.raises(FileNotFoundError, match=r"not found: 'https://example\.com/"
+                       r"cat\.jpg' is a URL; .* download it first"):
+        load_image("https://example.com/cat.jpg")
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     with pytest.raises(ValueError, match="Cannot read image"):
         load_image(bad)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"got shape \(2, 2, 5\)\.$"):
         load_image(np.zeros((2, 2, 5), np.uint8))
+    # a channels-first array (a CHW tensor's .numpy()) is named as such
+    with pytest.raises(ValueError, match=r"got shape \(3, 12, 10\)\. A channels-first "
+                       r"\(C, H, W\) image .* np\.moveaxis\(image, 0, -1\)\.$"):
+        load_image(np.moveaxis(_rgb(), -1, 0))
     with pytest.raises(ValueError, match="negative"):
         load_image(-np.ones((2, 2), np.int32))
     with pytest.raises(ValueError, match="empty"):

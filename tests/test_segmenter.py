@@ -334,6 +334,14 @@ def test_errors():
     with pytest.raises(ValueError, match="fewer than n_segments=20. Use a larger "
                        "image, a smaller patch_size"):
         ImageSegmenter(n_segments=20).segment(img)  # 4x4 tokens
+    # an image not resized: max_tokens is named only where it is below K
+    # (3,000 segments of a 4,096-token budget advised a larger max_tokens)
+    with pytest.raises(ValueError, match="n_segments=3000. Use a larger image, a "
+                       "smaller patch_size or fewer"):
+        ImageSegmenter(n_segments=3000).segment(img)
+    with pytest.raises(ValueError, match=r"n_segments=5000. Use a larger image, a "
+                       r"larger max_tokens \(now 4096\), a smaller patch_size"):
+        ImageSegmenter(n_segments=5000).segment(img)
     # a token budget below the segments asked is named; a resized image's
     # tokens are set by max_tokens alone (a larger image or a smaller
     # patch_size, which the message advised, change nothing)
@@ -378,6 +386,63 @@ def test_vit_model_pipeline(tmp_path):
     seg2 = ImageSegmenter(model=vit, checkpoint_path=path, n_segments=2, resolution=(32, 48),
                           refine=None)
     assert seg2.segment(img).shape == (40, 56)
+
+
+def test_a_vit_module_trained_further_is_used_with_its_new_weights():
+    """A module in training mode (timm's default) is deep-copied by the
+    extractor, which the segmenter kept by the module's id: after the
+    caller's module was trained further (its weights updated in place),
+    the same segmenter went on with the copy's old weights, silently (a
+    module in eval mode, used without a copy, gave the new ones)."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img = _quadrants(40, 56)[0]
+    for train in (True, False):
+        vit.train(train)
+        seg = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+        before = seg.extract_features(img)
+        with torch.no_grad():  # an optimizer step, in place
+            for p in vit.parameters():
+                p.mul_(-1.5).add_(0.01)
+        fresh = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+        np.testing.assert_array_equal(seg.extract_features(img),
+                                      fresh.extract_features(img))
+        assert not np.allclose(seg.extract_features(img), before)
+    assert vit.training is False  # the caller's module itself is left alone
+    seg = ImageSegmenter(model=vit, n_segments=2, resolution=40)
+    seg.extract_features(img)
+    ext = seg._get_extractor()
+    seg.extract_features(img)
+    assert seg._get_extractor() is ext  # unchanged weights: no new extractor
+
+
+def test_a_checkpoint_saved_again_is_read_again(tmp_path):
+    """The extractor was kept by the checkpoint's name: a checkpoint saved
+    again under it (a training loop's last epoch) was never read again by
+    the same segmenter, which went on with the first weights, silently."""
+    pytest.importorskip("timm")
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                            num_heads=2, num_classes=0, dynamic_img_size=True)
+    img = _quadrants(40, 56)[0]
+    path = tmp_path / "last.pth"
+    torch.save(vit.state_dict(), path)
+    seg = ImageSegmenter(model=vit, checkpoint_path=path, resolution=40)
+    before = seg.extract_features(img)
+    torch.save({k: v * -1.5 + 0.01 for k, v in vit.state_dict().items()}, path)
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10**9))
+    fresh = ImageSegmenter(model=vit, checkpoint_path=path, resolution=40)
+    np.testing.assert_array_equal(seg.extract_features(img),
+                                  fresh.extract_features(img))
+    assert not np.allclose(seg.extract_features(img), before)
 
 
 def test_vit_size_errors_advise_what_a_vit_can_change():
@@ -437,6 +502,11 @@ def test_init_parameter_is_used_and_validated():
     with pytest.raises(ValueError, match=r"W holds only 4 tokens, fewer than "
                        "n_segments=5"):
         ImageSegmenter(n_segments=5).cluster_tokens(np.eye(4))
+    # n_segments="auto" said "The image yields only 4 patch tokens, fewer
+    # than auto_range[0]=5. Use a larger image, a smaller patch_size ..."
+    with pytest.raises(ValueError, match=r"^W holds only 4 tokens, fewer than "
+                       r"auto_range\[0\]=5\.$"):
+        ImageSegmenter(n_segments="auto", auto_range=(5, 9)).cluster_tokens(np.eye(4))
     for bad in (np.ones((3, 4)), np.eye(4)[None]):
         for k in (1, 2):
             with pytest.raises(ValueError, match="W must be a square"):

@@ -55,21 +55,22 @@ def _token_matrix(features):
     return np.asarray(f, dtype=np.float32)
 
 
-def check_token_affinity(W, n_segments):
+def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     """``W`` of :meth:`ImageSegmenter.cluster_tokens`: a square matrix (a
     nested list as an array; sparse matrices and tensors as they are) with
-    at least ``n_segments`` tokens, or a ValueError in those terms (not "the
-    image yields only ... patch tokens" nor "'list' object has no attribute
-    'shape'")."""
+    at least ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), or a
+    ValueError in those terms (not "the image yields only ... patch
+    tokens" nor "'list' object has no attribute 'shape'")."""
     if not hasattr(W, "shape"):
         W = np.asarray(W)
     shape = tuple(W.shape)
     if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
         raise ValueError(
             f"W must be a square (n_tokens, n_tokens) affinity; got shape {shape}.")
-    if n_segments != "auto" and int(n_segments) > shape[0]:
-        raise ValueError(f"W holds only {shape[0]} tokens, fewer than "
-                         f"n_segments={n_segments}.")
+    k, name = ((auto_range[0], "auto_range[0]") if n_segments == "auto"
+               else (n_segments, "n_segments"))
+    if int(k) > shape[0]:
+        raise ValueError(f"W holds only {shape[0]} tokens, fewer than {name}={k}.")
     return W
 
 

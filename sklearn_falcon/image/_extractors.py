@@ -5,10 +5,46 @@ import os
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
-__all__ = ["OFFLINE_MODELS", "make_extractor"]
+__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key"]
 
 #: ``model`` names of the offline (weight-free) extractors.
 OFFLINE_MODELS = ("color", "color-position")
+
+
+def model_key(model):
+    """What identifies ``model`` and its current weights in ImageSegmenter's
+    extractor cache: a name, or a module's id and the version counters of
+    its tensors, which an in-place update (an optimizer step,
+    ``load_state_dict``) bumps.  A module in training mode is deep-copied
+    by the extractor: keyed by its id alone, the copy's weights were used
+    after the caller trained the module further, silently."""
+    if isinstance(model, str) or not hasattr(model, "parameters"):
+        return model if isinstance(model, str) else id(model)
+    tensors = list(model.parameters()) + list(model.buffers())
+    return (id(model),) + tuple((id(t), _version(t)) for t in tensors)
+
+
+def checkpoint_key(path):
+    """What identifies the weights of ``checkpoint_path`` in ImageSegmenter's
+    extractor cache: the path, and the file's modification time and size
+    (keyed by its name alone, a checkpoint saved again under it, as a
+    training loop saves its last epoch, was never read again)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):  # refused by the extractor itself
+        return str(path)
+    return str(path), st.st_mtime_ns, st.st_size
+
+
+def _version(tensor):
+    """The version counter of ``tensor`` (None for an inference tensor,
+    which has none and cannot be updated in place outside inference)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
 
 
 def make_extractor(

@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from ._io import _to_uint8, check_image_size
+from ._io import _to_uint8, check_image_size, range_text
 from ._timm import TimmFeatures
 
 __all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
@@ -61,8 +61,8 @@ def rgb_to_lab(rgb):
         if c.size and not (0.0 <= c.min() and c.max() <= 1.0):
             raise ValueError(
                 "Floating-point rgb must have values in [0, 1]; got values in "
-                f"[{rgb.min():.4g}, {rgb.max():.4g}]. Scale it to [0, 1] or pass "
-                "uint8 data.")
+                f"{range_text(rgb.min(), rgb.max(), 0.0, 1.0)}. Scale it to [0, 1] "
+                "or pass uint8 data.")
     else:  # integers were read as floats in [0, 1]: 255 gave an a* of 6461
         c = _to_uint8(rgb, source="rgb").astype(np.float32) / 255.0
     c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)

@@ -6,6 +6,7 @@ brought to the host, by the boundary module, without importing torch.
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,39 @@ def _is_pil_image(obj):
     return isinstance(obj, Image.Image)
 
 
+def range_text(lo, hi, low, high):
+    """``"[lo, hi]"`` for a message that refuses values outside ``[low,
+    high]``: each bound to 4 significant digits, or in full where those
+    round it into the range (a round-off 1.0000001 was written 1: "must
+    have values in [0, 1]; got values in [0, 1]")."""
+    def text(v):
+        short = f"{v:.4g}"
+        return short if low <= v <= high or not low <= float(short) <= high \
+            else str(v)
+    return f"[{text(lo)}, {text(hi)}]"
+
+
+# values per block of rows converted at once by _to_uint8
+_CONVERT_CHUNK = 1 << 18
+
+
+def _row_blocks(arr):
+    """Slices of ``arr``'s rows, about ``_CONVERT_CHUNK`` values each."""
+    rows = max(1, _CONVERT_CHUNK // max(1, arr[:1].size))
+    return [slice(s, s + rows) for s in range(0, arr.shape[0], rows)]
+
+
+def _blockwise_uint8(arr, convert):
+    """``convert`` (to values in 0..255) of each block of rows of ``arr``,
+    written into one ``uint8`` array: the float64 temporaries are a
+    block's, not the image's (48 bytes a pixel of a 16-bit RGB image, 2.5
+    times the whole segmentation's peak of a 12-megapixel one)."""
+    out = np.empty(arr.shape, dtype=np.uint8)
+    for rows in _row_blocks(arr):
+        out[rows] = convert(arr[rows])
+    return out
+
+
 def _to_uint8(arr, *, source):
     """Convert a numeric array to ``uint8`` using its dtype's natural range."""
     if arr.dtype == np.uint8:
@@ -30,18 +64,20 @@ def _to_uint8(arr, *, source):
     if arr.dtype == bool:
         return arr.astype(np.uint8) * 255
     if np.issubdtype(arr.dtype, np.floating):
-        if not np.all(np.isfinite(arr)):
+        if not all(np.isfinite(arr[rows]).all() for rows in _row_blocks(arr)):
             raise ValueError(f"{source} contains NaN or infinite values.")
-        lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
+        lo, hi = arr.min(initial=0.0), arr.max(initial=0.0)  # in its dtype
         if lo < 0.0 or hi > 1.0:
             raise ValueError(
                 f"Floating-point {source} must have values in [0, 1]; got values in "
-                f"[{lo:.4g}, {hi:.4g}]. Scale it to [0, 1] or pass uint8 data."
-            )
-        return np.round(arr * 255.0).astype(np.uint8)
-    if arr.dtype == np.uint16:
-        # 16-bit images: map the full 0..65535 range linearly onto 0..255.
-        return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+                f"{range_text(lo, hi, 0.0, 1.0)}. Scale it to [0, 1] or pass uint8 "
+                "data.")
+        return _blockwise_uint8(arr, lambda a: np.round(a * 255.0))
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 2:
+        # 16-bit images: map the full 0..65535 range linearly onto 0..255
+        # (in either byte order: a big-endian one, as FITS and raw PGM files
+        # hold, is not ``== np.uint16`` and was read by its values)
+        return _blockwise_uint8(arr, _from_16bit)
     if np.issubdtype(arr.dtype, np.integer):
         lo, hi = int(arr.min(initial=0)), int(arr.max(initial=0))
         if lo < 0:
@@ -52,12 +88,17 @@ def _to_uint8(arr, *, source):
         if hi <= 255:
             return arr.astype(np.uint8)
         if hi <= 65535:
-            return np.round(arr.astype(np.float64) / 257.0).astype(np.uint8)
+            return _blockwise_uint8(arr, _from_16bit)
         raise ValueError(
             f"Integer {source} has values up to {hi}; only 8-bit (0..255) and "
             "16-bit (0..65535) intensities are supported."
         )
     raise TypeError(f"Unsupported dtype {arr.dtype} for {source}.")
+
+
+def _from_16bit(a):
+    """16-bit intensities mapped linearly from 0..65535 onto 0..255."""
+    return np.round(a.astype(np.float64) / 257.0)
 
 
 def _array_to_rgb(arr, *, source):
@@ -67,9 +108,13 @@ def _array_to_rgb(arr, *, source):
     elif arr.ndim == 2:
         arr = arr[:, :, None]
     else:
+        # a channels-first array (torchvision's layout, a tensor's .numpy())
+        hint = (" A channels-first (C, H, W) image is read as such from a torch "
+                "tensor, or pass np.moveaxis(image, 0, -1)."
+                if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) else "")
         raise ValueError(
             f"Expected {source} of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); "
-            f"got shape {arr.shape}."
+            f"got shape {arr.shape}.{hint}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{source} is empty (shape {arr.shape}).")
@@ -88,6 +133,14 @@ def _array_to_rgb(arr, *, source):
 
 
 def _pil_to_rgb(img, *, source):
+    try:
+        img.load()
+    except AssertionError:  # Pillow's bare "assert self.fp is not None"
+        raise ValueError(
+            f"The {source}'s pixels cannot be read: its file was closed before "
+            "they were loaded (Image.open in a with block ends before the image "
+            "is used). Call image.load() inside the block, or pass the path."
+        ) from None
     mode = img.mode
     if mode in ("RGB", "L"):
         arr = np.asarray(img)
@@ -100,7 +153,8 @@ def _pil_to_rgb(img, *, source):
         lo, hi = float(arr.min(initial=0.0)), float(arr.max(initial=0.0))
         if lo < 0.0 or hi > 65535.0:  # they were clipped to black or white
             raise ValueError(
-                f"Floating-point {source} has values in [{lo:.4g}, {hi:.4g}]; "
+                f"Floating-point {source} has values in "
+                f"{range_text(lo, hi, 0.0, 65535.0)}; "
                 "expected intensities in 0..1, 0..255 or 0..65535. Scale it, or "
                 "pass it as an array in [0, 1].")
         if hi > 1.0:  # 32-bit float images from PIL are usually 0..255 or 0..65535
@@ -208,7 +262,7 @@ def load_image(image):
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
         if not path.exists():
-            raise FileNotFoundError(f"Image file not found: '{path}'.")
+            raise FileNotFoundError(_not_found(image, path))
         if path.is_dir():
             raise ValueError(f"Expected an image file, got a directory: '{path}'.")
         try:
@@ -258,6 +312,17 @@ def load_image(image):
         "image must be a file path, a PIL image, a numpy array or a torch tensor; "
         f"got {type(image).__name__}{hint}."
     )
+
+
+def _not_found(image, path):
+    """The message of a missing image file ``image`` (as given; ``path``, its
+    Path, drops a URL's second slash: "not found: 'https:/host/a.jpg'")."""
+    text = os.fspath(image)
+    if isinstance(text, str) and re.match(r"[A-Za-z][A-Za-z0-9+.-]+://", text):
+        return (f"Image file not found: '{text}' is a URL; images are read from "
+                "local files only: download it first (e.g. with "
+                "urllib.request.urlretrieve).")
+    return f"Image file not found: '{path}'."
 
 
 def _is_image(obj):

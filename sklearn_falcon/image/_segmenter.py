@@ -15,7 +15,7 @@ from ._auto import conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb
 from ._dataset import segment_dataset
-from ._extractors import make_extractor
+from ._extractors import checkpoint_key, make_extractor, model_key
 from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
@@ -213,10 +213,10 @@ class ImageSegmenter(BaseEstimator):
         return state
 
     def _extractor_key(self):
-        model = self.model if isinstance(self.model, str) else id(self.model)
-        return (model, self.pretrained, str(self.checkpoint_path), self.layer,
-                self.feature, str(self.resolution), self.pos_interpolation,
-                self.position_weight, self.smoothing, self.patch_size, self.device)
+        return (model_key(self.model), self.pretrained,
+                checkpoint_key(self.checkpoint_path), self.layer, self.feature,
+                str(self.resolution), self.pos_interpolation, self.position_weight,
+                self.smoothing, self.patch_size, self.device)
 
     def _get_extractor(self):
         key = self._extractor_key()
@@ -335,12 +335,12 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            # a token budget near K is what caps the tokens, not the image
+            # a budget under K caps the tokens too (a ViT's, rounded down: 2 K)
+            vit = hasattr(self._get_extractor(), "input_size")
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
-                    if self.max_tokens < 2 * k else "")
-            # a ViT's input size is its resolution, and its patch its model's
+                    if self.max_tokens < (2 * k if vit else k) else "")
             size, what = ("a larger image, ", "a smaller patch_size "), "The image"
-            if hasattr(self._get_extractor(), "input_size"):
+            if vit:  # its input size is its resolution, and its patch its model's
                 size = (f"a larger resolution (now {self.resolution}), ", "")
             elif resized:  # max_tokens alone sets its tokens: not its size or patch
                 mt = self.max_tokens
@@ -387,7 +387,7 @@ class ImageSegmenter(BaseEstimator):
         labels : ndarray of shape (n_tokens,)
         """
         self._check_params()
-        W = check_token_affinity(W, self.n_segments)
+        W = check_token_affinity(W, self.n_segments, self.auto_range)
         return self._cluster(W, "precomputed", grid_shape=grid_shape)
 
     # -- the pipeline, in stages -------------------------------------------

@@ -315,7 +315,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
     if img.dtype.kind == "f" and max(np.max(img, initial=0.0),
                                      np.max(small, initial=0.0)) <= 1.0:
         img, small = img * np.float32(255.0), small * np.float32(255.0)
-    elif img.dtype == np.uint16 and small.dtype == np.uint16:
+    elif all(a.dtype.kind == "u" and a.dtype.itemsize == 2 for a in (img, small)):
         img, small = img / np.float32(257.0), small / np.float32(257.0)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)

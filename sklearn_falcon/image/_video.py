@@ -98,14 +98,16 @@ def segment_frames(seg, frames):
 def _one_image(frames):
     """What ``frames`` is, where it is one image, not a video: a PIL image,
     a 2-D array, an ``(H, W, C)`` array or tensor (iterated: frames of
-    width C), a ``(C, H, W)`` tensor with ``C`` 3 or 4 (iterated: one grey
+    width C; an array's C may be 2, grey and alpha, as load_image reads
+    it), a ``(C, H, W)`` tensor with ``C`` 3 or 4 (iterated: one grey
     frame per channel, segmented without a word); else ``""``."""
     if _is_pil_image(frames):
         return f"a PIL image of size {frames.size}"
     if not (isinstance(frames, np.ndarray) or is_tensor(frames)):
         return ""
     shape = tuple(frames.shape)
-    if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3, 4)) or (
+    channels = (1, 3, 4) if is_tensor(frames) else (1, 2, 3, 4)
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] in channels) or (
             len(shape) == 3 and is_tensor(frames) and shape[0] in (3, 4)):
         return f"{'a tensor' if is_tensor(frames) else 'an array'} of shape {shape}"
     return ""
