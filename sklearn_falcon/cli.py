@@ -30,6 +30,7 @@ line and exits with status 2, as argparse does.
 import argparse
 import glob
 import os
+import re
 import secrets
 import sys
 import time
@@ -333,6 +334,29 @@ def _output_paths(paths, out):
     return outputs
 
 
+# the ImageSegmenter parameters whose option has another name than --NAME
+_OPTIONS = {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
+            "random_state": "--seed"}
+
+
+def _check_segmenter(seg):
+    """Check ``seg``'s parameters before ``--out`` is made and a model is
+    built (``--max-tokens 0``, ``--seed -1``, ``--device cuda`` without
+    CUDA were refused at the first image, after a ViT was loaded and
+    ``--out`` made), naming the option where the message names a parameter."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    try:
+        seg._check_params()
+    except InvalidParameterError as exc:
+        name = re.match(r"The '(\w+)' parameter", str(exc))
+        if name is None:
+            raise
+        name = name.group(1)
+        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
+        raise ValueError(f"{option}: {exc}") from None
+
+
 def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
@@ -367,6 +391,7 @@ def _run_segment(args):
         device=args.device,
         random_state=args.seed,
     )
+    _check_segmenter(seg)
     try:
         seg._get_extractor()  # validate the model (name, checkpoint) up front
     except (ValueError, TypeError, ImportError, MemoryError):

@@ -526,3 +526,24 @@ def test_cli_unreadable_checkpoint_does_not_advise_weights_only_false(tmp_path, 
         line = _one_error_line(capsys.readouterr().err)
         assert rc == 1 and "Cannot read checkpoint" in line, line
         assert "Re-running" not in line and "state dict alone" in line, line
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--max-tokens", "0"], "--max-tokens"), (["--seed", "-1"], "--seed"),
+    (["--power", "-1"], "--power"), (["--device", "bogus"], "device"),
+])
+def test_cli_checks_the_options_before_any_work(tmp_path, capsys, monkeypatch,
+                                                args, option):
+    # --max-tokens 0 or --seed -1 were refused at the first image, after a
+    # ViT was built and --out made, by a message naming max_tokens and
+    # random_state, which are no options of the command
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(tmp_path / "out"), *args])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and built == [] and not (tmp_path / "out").exists()
+    assert option in line
