@@ -300,8 +300,10 @@ def _expand(arg):
 
 
 def _check_out(out):
-    """Refuse an ``--out`` that is, or lies under, a file, before any work
-    (it failed after the model was built, with "[Errno 17] File exists")."""
+    """Refuse an ``--out`` that is, or lies under, a file, or that cannot
+    be written, before any work (it failed after the model was built, with
+    "[Errno 17] File exists", or after the first image was segmented, with
+    "[Errno 13] Permission denied" naming a hidden temporary file)."""
     for d in (out, *out.parents):
         if d.exists():
             if not d.is_dir():
@@ -309,6 +311,11 @@ def _check_out(out):
                 raise ValueError(
                     f"--out '{out}' {what} a file, not a directory; name a "
                     "directory for the output PNGs.")
+            if not os.access(d, os.W_OK | os.X_OK):  # a read-only file system too
+                what = "is" if d == out else f"cannot be created in '{d}', which is"
+                raise PermissionError(
+                    f"--out '{out}' {what} not writable; name a directory you "
+                    "can write to.")
             return
 
 

@@ -547,3 +547,26 @@ def test_cli_checks_the_options_before_any_work(tmp_path, capsys, monkeypatch,
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 1 and built == [] and not (tmp_path / "out").exists()
     assert option in line
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
+                                                       monkeypatch, sub):
+    # an --out that cannot be written (a read-only directory or file system)
+    # failed after the first image was segmented, with "[Errno 13] Permission
+    # denied: 'out/.img_labels.png.3f2a9c0d1e4b.tmp'", a file never asked for
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (
+        False if os.path.samefile(p, locked) else access(p, mode, **kw)))
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(locked / sub)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and built == [] and list(locked.iterdir()) == []
+    assert "--out" in line and "not writable" in line and ".tmp" not in line
