@@ -68,11 +68,12 @@ def overlay(image, labels, *, alpha=0.5):
 
     Parameters
     ----------
-    image : ndarray of shape (H, W, 3), uint8
+    image : ndarray of shape (H, W, 3), uint8, or PIL image
         The image; greyscale ``(H, W)`` or ``(H, W, 1)`` is shown in grey and
-        an alpha channel ``(H, W, 4)`` is ignored.  Other dtypes are refused:
-        :func:`sklearn_falcon.image.load_image` converts any image to this
-        form.
+        an alpha channel ``(H, W, 4)`` is ignored; an 8-bit PIL image of any
+        mode (palette, CMYK, ...) is shown in its colours.  Other dtypes are
+        refused: :func:`sklearn_falcon.image.load_image` converts any image
+        to this form.
     labels : ndarray of shape (H, W), int
         Segment ids.  Ids in ``0..65535`` take colour ``label_colors(id)``,
         so an id has the same colour in every map (the frames of
@@ -93,6 +94,13 @@ def overlay(image, labels, *, alpha=0.5):
     >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
     (2, 2, 3)
     """
+    mode = getattr(image, "mode", None) if type(image).__module__.startswith(
+        "PIL.") else None
+    if mode is not None and mode not in ("RGB", "RGBA", "L") and not mode.startswith(
+            ("I", "F")):  # (16-bit, float: refused by their dtype below)
+        # NumPy reads a palette image's indices as grey and CMYK's four inks
+        # (YCbCr's, LAB's channels) as RGB(A): the overlay showed them
+        image = image.convert("RGBA")
     image = np.asarray(image)
     labels = np.asarray(labels)
     if image.ndim == 2:
