@@ -13,9 +13,10 @@ rbf / cosine affinities, float32 and float64, every initialization,
 and calls the parallel kernels that large graphs use; with
 ``--fork-twins`` it also compiles their serial twins, which forked workers
 run.  The cache is written for the CPU of the
-machine that runs it: to the package's ``__pycache__`` directories when
-they are writable (a read-only install built this way is then read from),
-else to ``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
+machine that runs it: to ``NUMBA_CACHE_DIR`` when it is set (Numba's first
+choice), else to the package's ``__pycache__`` directories when they are
+writable (a read-only install built this way is then read from), else to
+Numba's user-wide cache directory.
 """
 
 import argparse
@@ -209,8 +210,9 @@ def prebuild(verbose=True, fork_twins=False):
     if verbose:
         if _jit._state["cache_ok"]:
             where = _compiled._falcon_loop.stats.cache_path
+            # under NUMBA_CACHE_DIR, the siblings are no __pycache__
             print(f"Numba cache of sklearn-falcon's kernels (and its sibling "
-                  f"__pycache__ directories): {where}")
+                  f"directories): {where}")
         else:
             print("Numba's cache is off (SKLEARN_FALCON_NUMBA_CACHE, or no writable "
                   "location): nothing was kept.")

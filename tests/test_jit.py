@@ -464,3 +464,24 @@ compiled = sorted(k.py_func.__qualname__ for k in gc.get_objects()
 print("JSON:" + json.dumps(compiled))
 """ % str(tmp_path)
     assert _run(env, paths, cwd=tmp_path) == []
+
+
+def test_prebuild_says_where_the_cache_is_under_numba_cache_dir(tmp_path):
+    # the docs said the cache goes next to the package when it is writable,
+    # "else to NUMBA_CACHE_DIR", and prebuild named its "sibling __pycache__
+    # directories": a set NUMBA_CACHE_DIR comes first (Numba's first
+    # locator), where the siblings are no __pycache__
+    from sklearn_falcon import prebuild
+
+    code = ("from sklearn_falcon import prebuild; prebuild.STEPS.clear(); "
+            "prebuild.prebuild(); print('JSON:0')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CACHE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line, = [x for x in p.stdout.splitlines() if x.startswith("Numba cache")]
+    assert str(tmp_path) in line and "__pycache__" not in line
+    assert prebuild.__doc__.index("NUMBA_CACHE_DIR") < prebuild.__doc__.index(
+        "__pycache__")
