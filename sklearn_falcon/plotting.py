@@ -6,6 +6,7 @@ or save them with Pillow).
 """
 
 import operator
+from numbers import Real
 
 import numpy as np
 
@@ -117,7 +118,8 @@ def overlay(image, labels, *, alpha=0.5):
         raise TypeError(
             f"image must be uint8 RGB; got dtype={image.dtype}. "
             "sklearn_falcon.image.load_image converts it.")
-    if not 0.0 <= alpha <= 1.0:
+    # (None compared: "'<=' not supported between ... 'float' and 'NoneType'")
+    if not (isinstance(alpha, Real) and 0.0 <= alpha <= 1.0):
         raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}.")
     if image.shape[2] != 3:  # grey to three channels, alpha dropped
         image = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image[:, :, :3]

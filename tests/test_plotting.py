@@ -52,6 +52,11 @@ def test_overlay_names_what_is_wrong():
         overlay(image / 255.0, labels)
     with pytest.raises(ValueError, match="alpha must be in"):
         overlay(image, labels, alpha=1.5)
+    # alpha=None or "0.5" raised "'<=' not supported between instances of
+    # 'float' and 'NoneType'", naming no parameter
+    for alpha in (None, "0.5"):
+        with pytest.raises(ValueError, match=f"alpha must be in .*{alpha!r}"):
+            overlay(image, labels, alpha=alpha)
 
 
 def test_label_colors_refuses_a_negative_or_fractional_count():
