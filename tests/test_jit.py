@@ -485,3 +485,27 @@ def test_prebuild_says_where_the_cache_is_under_numba_cache_dir(tmp_path):
     assert str(tmp_path) in line and "__pycache__" not in line
     assert prebuild.__doc__.index("NUMBA_CACHE_DIR") < prebuild.__doc__.index(
         "__pycache__")
+
+
+def test_prebuild_command_fails_where_nothing_would_be_kept(monkeypatch, capsys):
+    # with SKLEARN_FALCON_NUMBA_CACHE=0 (or no writable cache location),
+    # `python -m sklearn_falcon.prebuild --quiet` compiled for minutes, kept
+    # nothing, printed nothing and exited 0: a Docker build went on without
+    # its cache
+    from sklearn_falcon import prebuild
+
+    ran = []
+    monkeypatch.setattr(prebuild, "STEPS", {"step": lambda: ran.append(1)})
+    monkeypatch.setattr(_jit, "CACHE", False)
+    with pytest.raises(SystemExit) as exc:
+        prebuild.main(["--quiet"])
+    assert exc.value.code == 1 and ran == []
+    assert "cache is off (SKLEARN_FALCON_NUMBA_CACHE)" in capsys.readouterr().err
+    monkeypatch.setattr(_jit, "CACHE", True)
+    monkeypatch.setitem(_jit._state, "cache_ok", False)
+    with pytest.raises(SystemExit) as exc:
+        prebuild.main(["--quiet"])
+    assert exc.value.code == 1 and ran == [1]
+    assert "nothing was kept" in capsys.readouterr().err
+    monkeypatch.setitem(_jit._state, "cache_ok", True)
+    assert prebuild.main(["--quiet"]) == 0
