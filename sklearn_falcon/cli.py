@@ -72,6 +72,10 @@ def _write_replacing(path, write):
             break
         except FileExistsError:
             continue
+        except OSError as exc:  # it named the hidden temporary file
+            if exc.errno is None:
+                raise
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         write(tmp)
         os.replace(tmp, path)

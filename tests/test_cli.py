@@ -570,3 +570,14 @@ def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 1 and built == [] and list(locked.iterdir()) == []
     assert "--out" in line and "not writable" in line and ".tmp" not in line
+
+
+def test_save_label_png_names_the_file_it_cannot_write(tmp_path):
+    # a missing (or read-only) folder said "[Errno 2] No such file or
+    # directory: '.../.labels.png.3f2a9c0d1e4b.tmp'", a file never named
+    from sklearn_falcon.cli import save_label_png
+
+    target = tmp_path / "missing" / "labels.png"
+    with pytest.raises(FileNotFoundError) as exc:
+        save_label_png(np.zeros((2, 2), int), target)
+    assert exc.value.filename == str(target) and ".tmp" not in str(exc.value)
