@@ -22,7 +22,7 @@ that is one of the input images is refused before anything is written.
 
 Every failure while a command runs ends it with a one-line
 ``sklearn-falcon: error:`` message on stderr and exit status 1 (130 on
-Ctrl-C).  A command line that cannot be parsed (a missing ``--out``, an
+Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  A command line that cannot be parsed (a missing ``--out``, an
 unknown option, ``--segments foo``) prints the usage and an ``error:``
 line and exits with status 2, as argparse does.
 """
@@ -463,11 +463,23 @@ def main(argv=None, *, prog="sklearn-falcon"):
     if first not in COMMANDS and not {"-h", "--help", "--version"} & set(argv):
         argv.insert(0, DEFAULT_COMMAND)
     args = build_parser(prog).parse_args(argv)
+    shown = set()
+
+    def show_warning(message, category, *_args, **_kwargs):
+        # a warning of a fit came as "<frozen runpy>:88: UserWarning: ...",
+        # once per fit of the demo
+        line = f"sklearn-falcon: warning: {' '.join(str(message).split())}"
+        if line not in shown:
+            shown.add(line)
+            _say(line, file=sys.stderr)
+
     try:
-        if args.command == "segment":
-            _run_segment(args)
-        else:
-            _run_demo(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            if args.command == "segment":
+                _run_segment(args)
+            else:
+                _run_demo(args)
     except KeyboardInterrupt:
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130

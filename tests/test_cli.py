@@ -581,3 +581,23 @@ def test_save_label_png_names_the_file_it_cannot_write(tmp_path):
     with pytest.raises(FileNotFoundError) as exc:
         save_label_png(np.zeros((2, 2), int), target)
     assert exc.value.filename == str(target) and ".tmp" not in str(exc.value)
+
+
+def test_cli_warnings_are_one_line_each(capsys, monkeypatch):
+    # the demo's kNN graph with one neighbour warned twice (one per fit) as
+    # "<frozen runpy>:88: UserWarning: The affinity graph is not fully
+    # connected..." followed by the source line, under python -m
+    import warnings
+
+    def warn_twice(args):
+        for _ in range(2):
+            warnings.warn("The affinity graph is\n not fully connected.",
+                          UserWarning, stacklevel=2)
+
+    from sklearn_falcon import cli
+
+    monkeypatch.setattr(cli, "_run_demo", warn_twice)
+    assert main(["--no-spectral"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "sklearn-falcon: warning: The affinity graph is not fully connected."]
