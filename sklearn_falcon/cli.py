@@ -22,9 +22,10 @@ that is one of the input images is refused before anything is written.
 
 Every failure while a command runs ends it with a one-line
 ``sklearn-falcon: error:`` message on stderr and exit status 1 (130 on
-Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  A command line that cannot be parsed (a missing ``--out``, an
-unknown option, ``--segments foo``) prints the usage and an ``error:``
-line and exits with status 2, as argparse does.
+Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  A
+command line that cannot be parsed (a missing ``--out``, an unknown
+option, ``--segments foo``) prints the usage and an ``error:`` line and
+exits with status 2, as argparse does.
 """
 
 import argparse
