@@ -22,14 +22,16 @@ that is one of the input images is refused before anything is written.
 
 Every failure while a command runs ends it with a one-line
 ``sklearn-falcon: error:`` message on stderr and exit status 1 (130 on
-Ctrl-C).  A command line that cannot be parsed (a missing ``--out``, an
-unknown option, ``--segments foo``) prints the usage and an ``error:``
-line and exits with status 2, as argparse does.
+Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  A
+command line that cannot be parsed (a missing ``--out``, an unknown
+option, ``--segments foo``) prints the usage and an ``error:`` line and
+exits with status 2, as argparse does.
 """
 
 import argparse
 import glob
 import os
+import re
 import secrets
 import sys
 import time
@@ -71,6 +73,10 @@ def _write_replacing(path, write):
             break
         except FileExistsError:
             continue
+        except OSError as exc:  # it named the hidden temporary file
+            if exc.errno is None:
+                raise
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     try:
         write(tmp)
         os.replace(tmp, path)
@@ -299,8 +305,10 @@ def _expand(arg):
 
 
 def _check_out(out):
-    """Refuse an ``--out`` that is, or lies under, a file, before any work
-    (it failed after the model was built, with "[Errno 17] File exists")."""
+    """Refuse an ``--out`` that is, or lies under, a file, or that cannot
+    be written, before any work (it failed after the model was built, with
+    "[Errno 17] File exists", or after the first image was segmented, with
+    "[Errno 13] Permission denied" naming a hidden temporary file)."""
     for d in (out, *out.parents):
         if d.exists():
             if not d.is_dir():
@@ -308,6 +316,11 @@ def _check_out(out):
                 raise ValueError(
                     f"--out '{out}' {what} a file, not a directory; name a "
                     "directory for the output PNGs.")
+            if not os.access(d, os.W_OK | os.X_OK):  # a read-only file system too
+                what = "is" if d == out else f"cannot be created in '{d}', which is"
+                raise PermissionError(
+                    f"--out '{out}' {what} not writable; name a directory you "
+                    "can write to.")
             return
 
 
@@ -331,6 +344,29 @@ def _output_paths(paths, out):
                     f"'{inputs[_entry(o)]}'; choose another --out directory.")
         outputs.append(pair)
     return outputs
+
+
+# the ImageSegmenter parameters whose option has another name than --NAME
+_OPTIONS = {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
+            "random_state": "--seed"}
+
+
+def _check_segmenter(seg):
+    """Check ``seg``'s parameters before ``--out`` is made and a model is
+    built (``--max-tokens 0``, ``--seed -1``, ``--device cuda`` without
+    CUDA were refused at the first image, after a ViT was loaded and
+    ``--out`` made), naming the option where the message names a parameter."""
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    try:
+        seg._check_params()
+    except InvalidParameterError as exc:
+        name = re.match(r"The '(\w+)' parameter", str(exc))
+        if name is None:
+            raise
+        name = name.group(1)
+        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
+        raise ValueError(f"{option}: {exc}") from None
 
 
 def _run_segment(args):
@@ -367,6 +403,7 @@ def _run_segment(args):
         device=args.device,
         random_state=args.seed,
     )
+    _check_segmenter(seg)
     try:
         seg._get_extractor()  # validate the model (name, checkpoint) up front
     except (ValueError, TypeError, ImportError, MemoryError):
@@ -427,11 +464,23 @@ def main(argv=None, *, prog="sklearn-falcon"):
     if first not in COMMANDS and not {"-h", "--help", "--version"} & set(argv):
         argv.insert(0, DEFAULT_COMMAND)
     args = build_parser(prog).parse_args(argv)
+    shown = set()
+
+    def show_warning(message, category, *_args, **_kwargs):
+        # a warning of a fit came as "<frozen runpy>:88: UserWarning: ...",
+        # once per fit of the demo
+        line = f"sklearn-falcon: warning: {' '.join(str(message).split())}"
+        if line not in shown:
+            shown.add(line)
+            _say(line, file=sys.stderr)
+
     try:
-        if args.command == "segment":
-            _run_segment(args)
-        else:
-            _run_demo(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = show_warning
+            if args.command == "segment":
+                _run_segment(args)
+            else:
+                _run_demo(args)
     except KeyboardInterrupt:
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130

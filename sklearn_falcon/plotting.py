@@ -6,6 +6,7 @@ or save them with Pillow).
 """
 
 import operator
+from numbers import Real
 
 import numpy as np
 
@@ -68,11 +69,12 @@ def overlay(image, labels, *, alpha=0.5):
 
     Parameters
     ----------
-    image : ndarray of shape (H, W, 3), uint8
+    image : ndarray of shape (H, W, 3), uint8, or PIL image
         The image; greyscale ``(H, W)`` or ``(H, W, 1)`` is shown in grey and
-        an alpha channel ``(H, W, 4)`` is ignored.  Other dtypes are refused:
-        :func:`sklearn_falcon.image.load_image` converts any image to this
-        form.
+        an alpha channel ``(H, W, 4)`` is ignored; an 8-bit PIL image of any
+        mode (palette, CMYK, ...) is shown in its colours.  Other dtypes are
+        refused: :func:`sklearn_falcon.image.load_image` converts any image
+        to this form.
     labels : ndarray of shape (H, W), int
         Segment ids.  Ids in ``0..65535`` take colour ``label_colors(id)``,
         so an id has the same colour in every map (the frames of
@@ -93,6 +95,13 @@ def overlay(image, labels, *, alpha=0.5):
     >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
     (2, 2, 3)
     """
+    mode = getattr(image, "mode", None) if type(image).__module__.startswith(
+        "PIL.") else None
+    if mode is not None and mode not in ("RGB", "RGBA", "L") and not mode.startswith(
+            ("I", "F")):  # (16-bit, float: refused by their dtype below)
+        # NumPy reads a palette image's indices as grey and CMYK's four inks
+        # (YCbCr's, LAB's channels) as RGB(A): the overlay showed them
+        image = image.convert("RGBA")
     image = np.asarray(image)
     labels = np.asarray(labels)
     if image.ndim == 2:
@@ -109,7 +118,8 @@ def overlay(image, labels, *, alpha=0.5):
         raise TypeError(
             f"image must be uint8 RGB; got dtype={image.dtype}. "
             "sklearn_falcon.image.load_image converts it.")
-    if not 0.0 <= alpha <= 1.0:
+    # (None compared: "'<=' not supported between ... 'float' and 'NoneType'")
+    if not (isinstance(alpha, Real) and 0.0 <= alpha <= 1.0):
         raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}.")
     if image.shape[2] != 3:  # grey to three channels, alpha dropped
         image = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image[:, :, :3]

@@ -13,12 +13,16 @@ rbf / cosine affinities, float32 and float64, every initialization,
 and calls the parallel kernels that large graphs use; with
 ``--fork-twins`` it also compiles their serial twins, which forked workers
 run.  The cache is written for the CPU of the
-machine that runs it: to the package's ``__pycache__`` directories when
-they are writable (a read-only install built this way is then read from),
-else to ``NUMBA_CACHE_DIR`` or Numba's user-wide cache directory.
+machine that runs it: to ``NUMBA_CACHE_DIR`` when it is set (Numba's first
+choice), else to the package's ``__pycache__`` directories when they are
+writable (a read-only install built this way is then read from), else to
+Numba's user-wide cache directory.  The command exits with status 1 where
+nothing would be kept: the cache switched off (``SKLEARN_FALCON_NUMBA_CACHE=0``),
+or no writable location for it.
 """
 
 import argparse
+import sys
 import time
 
 __all__ = ["prebuild"]
@@ -209,8 +213,9 @@ def prebuild(verbose=True, fork_twins=False):
     if verbose:
         if _jit._state["cache_ok"]:
             where = _compiled._falcon_loop.stats.cache_path
+            # under NUMBA_CACHE_DIR, the siblings are no __pycache__
             print(f"Numba cache of sklearn-falcon's kernels (and its sibling "
-                  f"__pycache__ directories): {where}")
+                  f"directories): {where}")
         else:
             print("Numba's cache is off (SKLEARN_FALCON_NUMBA_CACHE, or no writable "
                   "location): nothing was kept.")
@@ -228,14 +233,27 @@ def main(argv=None):
         help="also compile the serial twins of the parallel kernels, which "
              "forked processes run")
     args = parser.parse_args(argv)
+    from . import _jit
+
+    # nothing compiled here outlives this process without the cache: it
+    # compiled for minutes, then said so (with --quiet, nothing) and exit 0
+    if not _jit.CACHE:
+        parser.exit(1, f"{parser.prog}: error: Numba's cache is off "
+                       "(SKLEARN_FALCON_NUMBA_CACHE): nothing would be kept. "
+                       "Unset it to compile the kernels ahead.\n")
     t0 = time.perf_counter()
     if not args.quiet:
         print("Compiling sklearn-falcon's kernels (once per environment)...",
               flush=True)
     prebuild(verbose=not args.quiet, fork_twins=args.fork_twins)
+    if not _jit._state["cache_ok"]:  # no writable location: one RuntimeWarning
+        parser.exit(1, f"{parser.prog}: error: no writable location for Numba's "
+                       "cache: nothing was kept. Set NUMBA_CACHE_DIR to a writable "
+                       "directory.\n")
     if not args.quiet:
         print(f"Done in {time.perf_counter() - t0:.1f} s.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -526,3 +526,78 @@ def test_cli_unreadable_checkpoint_does_not_advise_weights_only_false(tmp_path, 
         line = _one_error_line(capsys.readouterr().err)
         assert rc == 1 and "Cannot read checkpoint" in line, line
         assert "Re-running" not in line and "state dict alone" in line, line
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--max-tokens", "0"], "--max-tokens"), (["--seed", "-1"], "--seed"),
+    (["--power", "-1"], "--power"), (["--device", "bogus"], "device"),
+])
+def test_cli_checks_the_options_before_any_work(tmp_path, capsys, monkeypatch,
+                                                args, option):
+    # --max-tokens 0 or --seed -1 were refused at the first image, after a
+    # ViT was built and --out made, by a message naming max_tokens and
+    # random_state, which are no options of the command
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(tmp_path / "out"), *args])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and built == [] and not (tmp_path / "out").exists()
+    assert option in line
+
+
+@pytest.mark.parametrize("sub", ["", "sub"])
+def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
+                                                       monkeypatch, sub):
+    # an --out that cannot be written (a read-only directory or file system)
+    # failed after the first image was segmented, with "[Errno 13] Permission
+    # denied: 'out/.img_labels.png.3f2a9c0d1e4b.tmp'", a file never asked for
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: (
+        False if os.path.samefile(p, locked) else access(p, mode, **kw)))
+    built = []
+    monkeypatch.setattr(ImageSegmenter, "_get_extractor",
+                        lambda self: built.append(1))
+    rc = main(["segment", str(path), "-o", str(locked / sub)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and built == [] and list(locked.iterdir()) == []
+    assert "--out" in line and "not writable" in line and ".tmp" not in line
+
+
+def test_save_label_png_names_the_file_it_cannot_write(tmp_path):
+    # a missing (or read-only) folder said "[Errno 2] No such file or
+    # directory: '.../.labels.png.3f2a9c0d1e4b.tmp'", a file never named
+    from sklearn_falcon.cli import save_label_png
+
+    target = tmp_path / "missing" / "labels.png"
+    with pytest.raises(FileNotFoundError) as exc:
+        save_label_png(np.zeros((2, 2), int), target)
+    assert exc.value.filename == str(target) and ".tmp" not in str(exc.value)
+
+
+def test_cli_warnings_are_one_line_each(capsys, monkeypatch):
+    # the demo's kNN graph with one neighbour warned twice (one per fit) as
+    # "<frozen runpy>:88: UserWarning: The affinity graph is not fully
+    # connected..." followed by the source line, under python -m
+    import warnings
+
+    def warn_twice(args):
+        for _ in range(2):
+            warnings.warn("The affinity graph is\n not fully connected.",
+                          UserWarning, stacklevel=2)
+
+    from sklearn_falcon import cli
+
+    monkeypatch.setattr(cli, "_run_demo", warn_twice)
+    assert main(["--no-spectral"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "sklearn-falcon: warning: The affinity graph is not fully connected."]

@@ -458,6 +458,16 @@ def test_check_memory_refuses_naming_max_tokens():
         _budget.check_memory(huge, 4096, available=int(18.3 * (1 << 30)))
 
 
+def test_check_memory_suggests_a_budget_below_the_images_tokens():
+    # max_tokens=10**9 on a 3000 x 4000 image (3,000,000 tokens of 2 x 2
+    # pixels) advised "max_tokens=250000000", which still gave it 3,000,000
+    p = _budget.make_plan((3000, 4000), max_tokens=10**9, patch=2, n_features=112,
+                          n_segments=6, refine=True)
+    assert p.n_tokens == 3_000_000
+    with pytest.raises(MemoryError, match=r"e\.g\. max_tokens=750000\)"):
+        _budget.check_memory(p, 10**9, available=1 << 30)
+
+
 def test_memory_plan_counts_no_more_segments_than_tokens():
     """The memory plan counted ``n_segments`` (or ``auto_range``'s upper
     end) segments even above the number of tokens: ``n_segments=10**7``

@@ -464,3 +464,48 @@ compiled = sorted(k.py_func.__qualname__ for k in gc.get_objects()
 print("JSON:" + json.dumps(compiled))
 """ % str(tmp_path)
     assert _run(env, paths, cwd=tmp_path) == []
+
+
+def test_prebuild_says_where_the_cache_is_under_numba_cache_dir(tmp_path):
+    # the docs said the cache goes next to the package when it is writable,
+    # "else to NUMBA_CACHE_DIR", and prebuild named its "sibling __pycache__
+    # directories": a set NUMBA_CACHE_DIR comes first (Numba's first
+    # locator), where the siblings are no __pycache__
+    from sklearn_falcon import prebuild
+
+    code = ("from sklearn_falcon import prebuild; prebuild.STEPS.clear(); "
+            "prebuild.prebuild(); print('JSON:0')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CACHE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line, = [x for x in p.stdout.splitlines() if x.startswith("Numba cache")]
+    assert str(tmp_path) in line and "__pycache__" not in line
+    assert prebuild.__doc__.index("NUMBA_CACHE_DIR") < prebuild.__doc__.index(
+        "__pycache__")
+
+
+def test_prebuild_command_fails_where_nothing_would_be_kept(monkeypatch, capsys):
+    # with SKLEARN_FALCON_NUMBA_CACHE=0 (or no writable cache location),
+    # `python -m sklearn_falcon.prebuild --quiet` compiled for minutes, kept
+    # nothing, printed nothing and exited 0: a Docker build went on without
+    # its cache
+    from sklearn_falcon import prebuild
+
+    ran = []
+    monkeypatch.setattr(prebuild, "STEPS", {"step": lambda: ran.append(1)})
+    monkeypatch.setattr(_jit, "CACHE", False)
+    with pytest.raises(SystemExit) as exc:
+        prebuild.main(["--quiet"])
+    assert exc.value.code == 1 and ran == []
+    assert "cache is off (SKLEARN_FALCON_NUMBA_CACHE)" in capsys.readouterr().err
+    monkeypatch.setattr(_jit, "CACHE", True)
+    monkeypatch.setitem(_jit._state, "cache_ok", False)
+    with pytest.raises(SystemExit) as exc:
+        prebuild.main(["--quiet"])
+    assert exc.value.code == 1 and ran == [1]
+    assert "nothing was kept" in capsys.readouterr().err
+    monkeypatch.setitem(_jit._state, "cache_ok", True)
+    assert prebuild.main(["--quiet"]) == 0

@@ -52,6 +52,11 @@ def test_overlay_names_what_is_wrong():
         overlay(image / 255.0, labels)
     with pytest.raises(ValueError, match="alpha must be in"):
         overlay(image, labels, alpha=1.5)
+    # alpha=None or "0.5" raised "'<=' not supported between instances of
+    # 'float' and 'NoneType'", naming no parameter
+    for alpha in (None, "0.5"):
+        with pytest.raises(ValueError, match=f"alpha must be in .*{alpha!r}"):
+            overlay(image, labels, alpha=alpha)
 
 
 def test_label_colors_refuses_a_negative_or_fractional_count():
@@ -84,3 +89,15 @@ def test_an_id_has_the_same_colour_in_every_map():
     for labels in ([-1, -1, -1, 7, 7, 7], [0, 0, 0, 10**9, 10**9, 10**9]):
         out = overlay(np.zeros((1, 6, 3), np.uint8), np.array([labels]), alpha=1.0)
         np.testing.assert_array_equal(out[0, [1, 4]], colors[:2])
+
+
+@pytest.mark.parametrize("mode", ["P", "CMYK", "YCbCr", "1", "LA"])
+def test_overlay_shows_a_pil_image_in_its_colours(mode):
+    """NumPy reads a palette image as its indices, a CMYK one as four inks:
+    overlay(Image.open(path), labels) showed the indices as grey levels and
+    the inks as red, green, blue and (dropped) alpha."""
+    Image = pytest.importorskip("PIL.Image")
+    image, labels = _scene()
+    pil = Image.fromarray(image).convert(mode)
+    expected = overlay(np.asarray(pil.convert("RGB")), labels)
+    np.testing.assert_array_equal(overlay(pil, labels), expected)

@@ -213,8 +213,10 @@ def check_memory(plan, max_tokens, *, available=None, margin=0.9):
     h, w = plan.work_shape
     detail = ", ".join(f"{k}: {_fmt(v)}" for k, v in
                        sorted(plan.parts.items(), key=lambda kv: -kv[1])[:3])
-    advice = (f"Lower max_tokens (e.g. max_tokens={max(64, max_tokens // 4)}), or "
-              "free memory.")
+    # below the tokens the image makes: a budget above them, a fourth of
+    # which was the example, may change nothing
+    lower = max(64, min(int(max_tokens), int(plan.n_tokens)) // 4)
+    advice = f"Lower max_tokens (e.g. max_tokens={lower}), or free memory."
     if sum(v for k, v in plan.parts.items() if k.startswith("full ")) > \
             margin * available:  # the full-size image and map: no budget helps
         advice = ("The image and its label map at full resolution alone do not fit, "
