@@ -1023,3 +1023,35 @@ def test_matrix_free_ncut_is_that_of_the_labels():
     # vol - assoc cancels: about 1e-16 apart from the cut summed
     assert est.ncut_ == pytest.approx(
         normalized_cut(rbf_kernel(X, gamma=300), est.labels_), rel=0, abs=1e-14)
+
+
+def test_fit_keeps_the_torch_thread_count_of_the_user():
+    """Numba's OpenMP pool, started by the first fit of a process (``n_jobs``
+    reads Numba's thread count), sets OpenMP's thread count, which is
+    torch's: ``torch.set_num_threads(3)`` became Numba's count for good
+    after a torch fit (a Numba fit's BLAS limit restored it by chance)."""
+    import os
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, torch
+        torch.set_num_threads(3)
+        from sklearn_falcon import FalconNCut, falcon_batch
+        X = np.random.default_rng(0).random((60, 3))
+        seen = []
+        for aff in ("rbf", "nearest_neighbors"):
+            est = FalconNCut(3, affinity=aff, backend="torch", device="cpu",
+                             n_jobs=2, random_state=0).fit(X)
+            est.predict(X[:5])
+            est.score(X[:20])
+            seen.append(torch.get_num_threads())
+        falcon_batch([X, X], 3, affinity="rbf", backend="torch", device="cpu")
+        seen.append(torch.get_num_threads())
+        print(seen)
+    """)
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "[3, 3, 3]"
