@@ -1055,3 +1055,38 @@ def test_fit_keeps_the_torch_thread_count_of_the_user():
                          text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == "[3, 3, 3]"
+
+
+def test_torch_default_device_does_not_move_a_cpu_fit():
+    """``torch.set_default_device`` (``"cuda"`` in many notebooks) sent every
+    array of a ``device="cpu"`` fit through it: ``torch.as_tensor`` of the
+    boundary made the tensors there and copied them back (the dense ``W`` of
+    a CPU fit went to the GPU and back); the ``"meta"`` device, which holds
+    no data, shows it on any machine ("Cannot copy out of meta tensor")."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from sklearn_falcon.image import pamr
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(size=(30, 2)), rng.normal(size=(30, 2)) + 3]
+    img, lab = rng.random((8, 8, 3)), rng.integers(0, 3, (8, 8))
+
+    def run():
+        out = []
+        for aff, Xin in (("rbf", X), ("cosine", X), ("nearest_neighbors", X),
+                         ("precomputed", rbf_kernel(X))):
+            est = FalconNCut(2, affinity=aff, backend="torch", device="cpu",
+                             random_state=0).fit(Xin)
+            out += [est.labels_, est.predict(Xin[:5]), [est.score(Xin[:20])]]
+        res = falcon_batch([X, X[:40]], 2, affinity="rbf", backend="torch",
+                           device="cpu", init="kmeans", random_state=0)
+        return out + res.labels + [pamr(img, lab, device="cpu")]
+
+    expected = run()
+    torch.set_default_device("meta")
+    try:
+        got = run()
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
