@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import pjit
 from .._memory import check_allocation
+from .._threads import fit_threads
 from ._affinity import real_float32
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
@@ -330,8 +331,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
         small = np.array(small, order="C", dtype=small.dtype.newbyteorder("="))
     img = np.ascontiguousarray(img, dtype=img.dtype.newbyteorder("="))
     out = np.empty(img.shape[:2], dtype=np.int64)
-    return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
-                                   _JBU_SIGMA_C, _JBU_FLOOR, out)
+    with fit_threads(None, limit_blas=False):  # (torch's thread count kept)
+        return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS,
+                                       _JBU_SIGMA_S, _JBU_SIGMA_C, _JBU_FLOOR, out)
 
 
 def _colours(a, name):
