@@ -4,7 +4,8 @@ The Numba kernels run on Numba's own (OpenMP or TBB) threads.  BLAS threads
 (``eigsh``, k-means and dense products in the initializations) competing
 with them for the same cores slowed a 1,024-token fit 2.3x on 2 cores, so,
 as scikit-learn's ``KMeans`` does around its OpenMP loops, BLAS runs on one
-thread while a Numba backend solves (torch keeps its own threads).  Both
+thread while a Numba backend solves (torch keeps its own threads, which the
+first launch of Numba's OpenMP pool sets: they are restored too).  Both
 settings are restored on exit.  The BLAS limit is process-wide: of fits
 that overlap in several Python threads, the first to start sets it and
 restores it when it ends.
@@ -13,6 +14,7 @@ restores it when it ends.
 import contextlib
 import functools
 import os
+import sys
 import threading
 from numbers import Integral
 
@@ -88,13 +90,27 @@ def _one_blas_thread():
             _blas_owner["thread"] = None
 
 
+def _keep_torch_threads(count):
+    """Set torch's thread count back to ``count`` (None: torch was not
+    imported) if something changed it."""
+    torch = sys.modules.get("torch")
+    if count is not None and torch is not None and torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+
+
 @contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
     Numba's setting; a negative one counts from the usable CPUs, as joblib
     does, unless ``NUMBA_NUM_THREADS`` sets the count), and BLAS on one
-    thread when ``limit_blas``."""
+    thread when ``limit_blas``; torch's thread count is the caller's in the
+    block and after it."""
+    torch = sys.modules.get("torch")  # None: not imported (or blocked)
+    torch_threads = torch.get_num_threads() if torch is not None else None
     with contextlib.ExitStack() as stack:
+        # the first launch of Numba's OpenMP pool sets OpenMP's thread count,
+        # which torch reads: a torch.set_num_threads(1) was lost for good
+        stack.callback(_keep_torch_threads, torch_threads)
         if limit_blas:
             stack.enter_context(_one_blas_thread())
         if n_jobs is not None:
@@ -111,5 +127,6 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
                 most = min(most, cpu_count())
             numba.set_num_threads(effective_n_threads(n_jobs, most))
             stack.callback(numba.set_num_threads, previous)
+            _keep_torch_threads(torch_threads)  # the launch above set it
         yield
 

@@ -251,6 +251,26 @@ def test_prototype_upsample_refuses_a_score_map_that_cannot_fit(monkeypatch):
     assert prototype_upsample(F, tok % 3, (128, 128)).shape == (128, 128)
 
 
+def test_prototype_upsample_on_the_torch_cpu_device_refuses_what_cannot_fit(
+        monkeypatch):
+    """The torch path holds the (K, H, W) float32 scores too, but only the
+    host path checked the memory: ``device="cpu"`` at a large out_shape
+    raised torch's "DefaultCPUAllocator: can't allocate memory" (or got the
+    process killed).  It is refused before allocating, as on the host."""
+    pytest.importorskip("torch")
+    from sklearn_falcon import _memory
+
+    F = np.random.default_rng(0).normal(size=(16, 16, 4))
+    tok = np.arange(256).reshape(16, 16)
+    monkeypatch.setattr(_memory, "available_memory", lambda: 4 << 20)
+    with pytest.raises(MemoryError, match="prototype_upsample of 256 labels to "
+                       "128x128 pixels"):
+        prototype_upsample(F, tok, (128, 128), device="cpu")
+    np.testing.assert_array_equal(
+        prototype_upsample(F, tok % 3, (128, 128), device="cpu"),
+        prototype_upsample(F, tok % 3, (128, 128)))
+
+
 def test_upsample_labels_of_an_empty_map_or_image():
     """An empty label map (0 rows or columns) was read past its end by the
     kernel: garbage ids, or a segmentation fault; an empty image divided

@@ -63,6 +63,31 @@ def test_backend_torch_without_torch_raises_clear_importerror():
     assert out.strip() == "raised"
 
 
+
+def test_cuda_device_without_torch_names_the_cpu_as_the_alternative():
+    # device='cuda' without torch advised "use backend='numba'", which runs
+    # on the CPU only (a second error), and ImageSegmenter has no backend
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import FalconNCut, ImageSegmenter, falcon_batch
+        X = np.random.default_rng(0).random((50, 2))
+        img = np.random.default_rng(0).integers(0, 255, (32, 32, 3), np.uint8)
+        calls = [lambda: FalconNCut(2, device="cuda").fit(X),
+                 lambda: FalconNCut(2, backend="torch", device="cuda:1").fit(X),
+                 lambda: falcon_batch([X], 2, device="cuda"),
+                 lambda: ImageSegmenter(n_segments=2, device="cuda").segment(img)]
+        for call in calls:
+            try:
+                call()
+            except ImportError as exc:
+                msg = str(exc)
+                assert "device='cuda" in msg and "requires PyTorch" in msg, msg
+                assert "sklearn-falcon[torch]" in msg, msg
+                assert "use device='cpu'" in msg and "backend='numba'" not in msg, msg
+                print("raised")
+    """)
+    assert out.split() == ["raised"] * 4
+
 def test_offline_image_segmenter_without_torch():
     pytest.importorskip("PIL")
     out = _run("""

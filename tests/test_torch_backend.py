@@ -1023,3 +1023,86 @@ def test_matrix_free_ncut_is_that_of_the_labels():
     # vol - assoc cancels: about 1e-16 apart from the cut summed
     assert est.ncut_ == pytest.approx(
         normalized_cut(rbf_kernel(X, gamma=300), est.labels_), rel=0, abs=1e-14)
+
+
+_THREAD_CALLS = {
+    "fit": """
+        X = np.random.default_rng(0).random((60, 3))
+        for aff in ("rbf", "nearest_neighbors"):
+            est = FalconNCut(3, affinity=aff, backend="torch", device="cpu",
+                             n_jobs=2, random_state=0).fit(X)
+            est.predict(X[:5])
+            est.score(X[:20])
+            seen.append(torch.get_num_threads())
+        falcon_batch([X, X], 3, affinity="rbf", backend="torch", device="cpu")
+    """,
+    "pamr": """
+        pamr(rng.random((600, 600, 3)), rng.integers(0, 3, (600, 600)), n_iter=1,
+             dilations=(1,))
+    """,
+    "upsample_labels": """
+        img = rng.random((600, 600, 3))
+        upsample_labels(rng.integers(0, 3, (150, 150)), img, img[::4, ::4])
+    """,
+}
+
+
+@pytest.mark.parametrize("call", sorted(_THREAD_CALLS))
+def test_numba_threads_keep_the_torch_thread_count_of_the_user(call):
+    """The first launch of Numba's OpenMP pool in a process (a fit with
+    ``n_jobs``, the kernels of a large graph or image) sets OpenMP's thread
+    count, which is torch's: ``torch.set_num_threads(3)`` became Numba's
+    count for good (a Numba fit's BLAS limit restored it by chance)."""
+    import os
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, torch
+        torch.set_num_threads(3)
+        torch.ones(8).sum()  # torch's threads are set up
+        from sklearn_falcon import FalconNCut, falcon_batch
+        from sklearn_falcon.image import pamr, upsample_labels
+        rng, seen = np.random.default_rng(0), []
+    """) + textwrap.dedent(_THREAD_CALLS[call]) + (
+        "seen.append(torch.get_num_threads())\nprint(seen)\n")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert set(eval(out.stdout.split("\n")[-2])) == {3}
+
+
+def test_torch_default_device_does_not_move_a_cpu_fit():
+    """``torch.set_default_device`` (``"cuda"`` in many notebooks) sent every
+    array of a ``device="cpu"`` fit through it: ``torch.as_tensor`` of the
+    boundary made the tensors there and copied them back (the dense ``W`` of
+    a CPU fit went to the GPU and back); the ``"meta"`` device, which holds
+    no data, shows it on any machine ("Cannot copy out of meta tensor")."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from sklearn_falcon.image import pamr
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(size=(30, 2)), rng.normal(size=(30, 2)) + 3]
+    img, lab = rng.random((8, 8, 3)), rng.integers(0, 3, (8, 8))
+
+    def run():
+        out = []
+        for aff, Xin in (("rbf", X), ("cosine", X), ("nearest_neighbors", X),
+                         ("precomputed", rbf_kernel(X))):
+            est = FalconNCut(2, affinity=aff, backend="torch", device="cpu",
+                             random_state=0).fit(Xin)
+            out += [est.labels_, est.predict(Xin[:5]), [est.score(Xin[:20])]]
+        res = falcon_batch([X, X[:40]], 2, affinity="rbf", backend="torch",
+                           device="cpu", init="kmeans", random_state=0)
+        return out + res.labels + [pamr(img, lab, device="cpu")]
+
+    expected = run()
+    torch.set_default_device("meta")
+    try:
+        got = run()
+    finally:
+        torch.set_default_device(None)
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)

@@ -77,7 +77,7 @@ def to_tensor(array, device, dtype=None):
         # strides (a flipped image, ``img[..., ::-1]``) and a non-native byte
         # order: a native, C-ordered copy
         array = np.array(array, dtype=array.dtype.newbyteorder("="))
-    t = torch.as_tensor(array)
+    t = torch.as_tensor(array, device="cpu")  # not torch.set_default_device's
     return t.to(device=device, dtype=dtype) if dtype is not None else t.to(device)
 
 

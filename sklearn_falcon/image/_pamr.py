@@ -14,6 +14,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import jit, pjit, prange
 from .._memory import check_allocation
+from .._threads import fit_threads
 from ._upsample import _colours
 
 __all__ = ["pamr"]
@@ -235,10 +236,11 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
         idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
                               int(n_iter), device)
         return uniq[idx].astype(lab.dtype, copy=False)
-    aff = _affinities(planes, offs, dil)
     mask = np.zeros((len(uniq), h * w), dtype=np.float32)
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0
-    out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
+    with fit_threads(None, limit_blas=False):  # (torch's thread count kept)
+        aff = _affinities(planes, offs, dil)
+        out = _propagate(mask.reshape(-1, h, w), aff, offs, int(n_iter))
     return uniq[np.argmax(out, axis=0)].astype(lab.dtype, copy=False)
 
 

@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._jit import pjit
 from .._memory import check_allocation
+from .._threads import fit_threads
 from ._affinity import real_float32
 
 __all__ = ["bilinear_matrix", "prototype_upsample", "upsample_labels"]
@@ -167,9 +168,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     protos /= np.maximum(np.linalg.norm(protos, axis=1, keepdims=True), 1e-12)
     sim = (fn @ protos.T).reshape(gh, gw, k)
     h, w = int(out_shape[0]), int(out_shape[1])
-    check_allocation(4 * h * w * (k + 2), f"prototype_upsample of {k} labels to "
-                     f"{h}x{w} pixels", "It holds an (H, W, K) float32 score map: "
-                     "use fewer token labels, or a smaller out_shape.")
+    _check_score_map(k, h, w)
     ry, rx = bilinear_matrix(h, gh), bilinear_matrix(w, gw)
     up = np.einsum("hi,ijk->hjk", ry, sim, optimize=True)
     up = np.einsum("hjk,wj->hwk", up, rx, optimize=True)
@@ -332,8 +331,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
         small = np.array(small, order="C", dtype=small.dtype.newbyteorder("="))
     img = np.ascontiguousarray(img, dtype=img.dtype.newbyteorder("="))
     out = np.empty(img.shape[:2], dtype=np.int64)
-    return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS, _JBU_SIGMA_S,
-                                   _JBU_SIGMA_C, _JBU_FLOOR, out)
+    with fit_threads(None, limit_blas=False):  # (torch's thread count kept)
+        return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS,
+                                       _JBU_SIGMA_S, _JBU_SIGMA_C, _JBU_FLOOR, out)
 
 
 def _colours(a, name):
@@ -356,6 +356,14 @@ def _colours(a, name):
     raise ValueError(f"{name} must hold real colour values; got dtype={a.dtype}.")
 
 
+def _check_score_map(k, h, w):
+    """Refuse the (H, W, K) float32 scores (and the arg-max) of
+    :func:`prototype_upsample` where they cannot fit."""
+    check_allocation(4 * h * w * (k + 2), f"prototype_upsample of {k} labels to "
+                     f"{h}x{w} pixels", "It holds an (H, W, K) float32 score map: "
+                     "use fewer token labels, or a smaller out_shape.")
+
+
 def _prototype_on_device(features, inv, n_labels, out_shape, device):
     from .._backends import _boundary as bd
     from .._backends._device import import_torch
@@ -364,6 +372,8 @@ def _prototype_on_device(features, inv, n_labels, out_shape, device):
     from . import _upsample_torch as ut
 
     dev = bd.torch_device(device)
+    if dev.type == "cpu":  # in host memory (CUDA raises its own OutOfMemoryError)
+        _check_score_map(n_labels, int(out_shape[0]), int(out_shape[1]))
     idx = ut._prototype_labels(bd.to_tensor(features, dev),
                                bd.to_tensor(inv.astype(np.int64), dev), n_labels,
                                (int(out_shape[0]), int(out_shape[1])))

@@ -15,7 +15,10 @@ __all__ = ["TorchProblem", "make_problem", "make_problem_from_features",
 def resolve_device(device):
     """The torch device string for ``device`` (``"auto"``: CUDA when
     available)."""
-    torch = import_torch()
+    if device.startswith("cuda"):  # backend='numba' runs on the CPU only
+        torch = import_torch(f"device={device!r}", "device='cpu' (the Numba backend)")
+    else:
+        torch = import_torch()
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":

@@ -342,7 +342,7 @@ class TorchProblem:
     @property
     def compute_dtype(self):
         """The NumPy dtype of the device's computations."""
-        return bd.to_numpy(torch.zeros(0, dtype=self.dtype)).dtype
+        return bd.to_numpy(torch.zeros(0, dtype=self.dtype, device="cpu")).dtype
 
     def labels_list(self, labels):
         """Per-graph NumPy label vectors, padding removed."""
