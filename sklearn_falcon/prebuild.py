@@ -133,9 +133,9 @@ def _dask_blocks():
         S = clean_csr((A + A.T).astype(dtype))
         d, _ = B.summary_task(S, 0, n, n, 7)
         labels = (np.arange(n) % K).astype(B.label_dtype(K))
-        WX, (vol, assoc, _) = B.pass_task(S, 0, d, K, labels)
+        WX, (vol, assoc, counts) = B.pass_task(S, 0, d, K, labels)
         B.step_task(WX, d, vol, assoc, labels, 0.5)
-        B.polish_task(S, 0, d, labels, WX, vol, assoc)
+        B.polish_task(S, 0, d, labels, WX, vol, assoc, counts)
 
 
 def _images():

@@ -143,6 +143,44 @@ def test_polish_keeps_the_best_block_when_the_combined_moves_lose():
     assert f1 == pytest.approx(P.objective(*P.stats(WX, X))[0])
 
 
+def test_polish_moves_a_block_s_last_node_of_a_cluster_held_elsewhere():
+    """Node 0 is the only node of cluster 0 in block 0, but node 3 (block 1)
+    is in cluster 0 too: moving node 0 to cluster 1 empties nothing and
+    lowers the NCut.  The blockwise sweep guarded clusters by the block's own
+    counts and never made that move: the Dask fit ended on labels that one
+    exact move improves, where the one-machine polish makes it."""
+    W = np.array([[0, 0.137, 0.748, 0.470], [0.137, 0, 0.845, 0.322],
+                  [0.748, 0.845, 0, 0.290], [0.470, 0.322, 0.290, 0]])
+    y0 = np.array([0, 2, 1, 0])
+    moved = np.array([1, 2, 1, 0])  # node 0 to cluster 1: all clusters kept
+    assert normalized_cut(W, moved) < normalized_cut(W, y0) - 0.05
+    P = DaskProblem(ShardedGraph.from_matrix(W, 2), 3)
+    X = P.from_labels(y0)
+    WX = P.weights(X)
+    vol, assoc = P.stats(WX, X)
+    f0 = P.objective(vol, assoc)[0]
+    assert P.polish(X, WX, vol, assoc)[0] >= 1
+    labels = P.to_numpy(X)[0]
+    assert len(np.unique(labels)) == 3
+    assert P.objective(vol, assoc)[0] > f0
+    # nodes 1 (block 0) and 2 (block 1) are cluster 2: each block alone moves
+    # its node out, together they would empty it: one block's move is kept
+    W2 = np.array([[0, 5, 0.1, 0.1], [5, 0, 1, 0.1], [0.1, 1, 0, 5],
+                   [0.1, 0.1, 5, 0]])
+    P = DaskProblem(ShardedGraph.from_matrix(W2, 2), 3)
+    X = P.from_labels([0, 2, 2, 1])
+    WX = P.weights(X)
+    vol, assoc = P.stats(WX, X)
+    assert P.polish(X, WX, vol, assoc)[0] == 1
+    assert P.to_numpy(X)[0].tolist() in ([0, 0, 2, 1], [0, 2, 1, 1])
+    assert P.polish(X, WX, vol, assoc)[0] == 0
+    # the estimator's blockwise fit from that start ends where one machine does
+    ref = FalconNCut(3, affinity="precomputed", init=y0).fit(W)
+    est = FalconNCut(3, affinity="precomputed", init=y0).fit(shards(W, 2))
+    assert est.ncut_ == pytest.approx(ref.ncut_)
+    assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_))
+
+
 # --------------------------------------------------------------- estimator
 def test_fit_on_a_cluster_matches_one_machine(graph, thread_client):
     W, y = graph

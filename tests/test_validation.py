@@ -92,6 +92,29 @@ def test_affinity_whose_degrees_overflow_is_refused(dtype, top):
 
 
 @pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
+def test_affinity_whose_total_degree_overflows_says_so(fmt):
+    """Every degree of 5e307 is finite; only their total (the volume) passes
+    float64's range.  The error said the degrees (row sums) overflowed and
+    quoted the largest entry, 1e307, which sums to no overflow in a row: it
+    now says that their total overflows and quotes the largest degree."""
+    W = np.ones((10, 10)) - np.eye(10)
+    W[:5, 5:] = W[5:, :5] = 0.0
+    W[4, 5] = W[5, 4] = 1.0
+    W *= 1e307
+    assert np.all(np.isfinite(W.sum(axis=1)))
+    with pytest.raises(ValueError, match=r"degrees \(row sums\) of the affinity "
+                       r"X overflow float64 in their total .*largest degree is "
+                       r"5e\+307.*Divide X by its maximum"):
+        _fit_pre(fmt(W))
+    # rows that overflow: the error alone, without NumPy's RuntimeWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"overflow float64: its largest "
+                           r"entry is 1\.7e\+308"):
+            _fit_pre(fmt(W * 17))
+
+
+@pytest.mark.parametrize("fmt", [np.asarray, sp.csr_matrix])
 @pytest.mark.parametrize("tiny", [1e-300, 5e-324])
 def test_vanishing_affinities_fit_without_overflow(fmt, tiny):
     """Off-diagonal affinities of 1e-300 or subnormal (an RBF kernel of

@@ -323,15 +323,19 @@ def check_finite_degrees(W, name):
     limit = float(np.finfo(W.dtype).max)
     if top * data.size < limit:  # no partial sum can overflow
         return
-    degrees = np.asarray(W.sum(axis=1)).ravel()
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # an overflow is the error below
+        degrees = np.asarray(W.sum(axis=1)).ravel()
         total = degrees.sum(dtype=np.float64)
     if np.all(np.isfinite(degrees)) and np.isfinite(total) and total < limit:
         return
+    what = f": its largest entry is {top:.3g}"
+    if np.all(np.isfinite(degrees)) and float(degrees.max()) < limit:
+        what = (" in their total (the volume): its largest degree is "
+                f"{degrees.max():.3g}")
     raise ValueError(
-        f"The degrees (row sums) of the affinity {name} overflow {W.dtype}: its "
-        f"largest entry is {top:.3g}. Divide {name} by its maximum; the "
-        "normalized cut does not change when the affinity is scaled."
+        f"The degrees (row sums) of the affinity {name} overflow {W.dtype}{what}. "
+        f"Divide {name} by its maximum; the normalized cut does not change when "
+        "the affinity is scaled."
     )
 
 

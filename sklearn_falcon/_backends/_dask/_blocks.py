@@ -190,16 +190,18 @@ def freeze_task(labels, new, frozen):
     return out, int(np.count_nonzero(out != labels))
 
 
-def polish_task(block, r0, degrees, labels, WX, vol, assoc):
+def polish_task(block, r0, degrees, labels, WX, vol, assoc, counts):
     """One exact local-move sweep over a block's rows, the other blocks'
     labels fixed: ``(new labels, (n_moves, gain))``.
 
     The sweep of the Numba backend runs on the block's own columns (the
     moves of its nodes change ``WX`` only there, among its rows) with the
     block's full rows of ``WX``, so each move's gain, and ``gain`` (the
-    change of ``f`` of the block's moves alone), is exact.  It never moves
-    the last node of a cluster within the block, so no cluster is emptied
-    when the blocks' moves are combined.
+    change of ``f`` of the block's moves alone), is exact.  ``counts`` (the
+    nodes of nonzero degree of each cluster, in all blocks) guards the
+    moves: the block's moves alone empty no cluster, but its last node of a
+    cluster that other blocks hold may leave it (the moves of several
+    blocks together may then empty it: the caller checks).
     """
     W = as_csr(block)
     m = W.shape[0]
@@ -208,7 +210,7 @@ def polish_task(block, r0, degrees, labels, WX, vol, assoc):
     v = vol.copy()
     a = assoc.copy()
     moves = local_move_sweep_csr_wx(D.indptr, D.indices, D.data, degrees, lab,
-                                    WX.copy(), v, a)
+                                    WX.copy(), v, a, counts.astype(np.int64))
     return lab, (int(moves), float(objective(v, a) - objective(vol, assoc)))
 
 

@@ -88,10 +88,11 @@ class DaskProblem:
       that the step would empty are cancelled, until none is emptied
       (the rule of the Numba step, applied to the counts of all blocks).
     * :meth:`polish` sweeps every block's rows at once (exact local moves
-      with the other blocks fixed, :func:`._blocks.polish_task`), then
-      accepts the combined moves only if ``f`` rises; otherwise it keeps
-      the moves of the block with the largest gain alone, whose gain is
-      exact.  ``f`` never decreases.
+      with the other blocks fixed, :func:`._blocks.polish_task`; a block's
+      last node of a cluster that other blocks hold may move), then
+      accepts the combined moves only if ``f`` rises and no cluster is
+      emptied; otherwise it keeps the moves of the block with the largest
+      gain alone, whose gain is exact.  ``f`` never decreases.
 
     Parameters
     ----------
@@ -230,7 +231,8 @@ class DaskProblem:
         f0 = objective(vol, assoc)
         task = dask.delayed(polish_task, nout=2)
         parts = [task(G.blocks[b], G.starts[b], G.degrees[b], X.blocks[b],
-                      state[0].blocks[b], vol, assoc) for b in range(G.n_blocks)]
+                      state[0].blocks[b], vol, assoc, state[3])
+                 for b in range(G.n_blocks)]
         new, gains = persist_compute([p[0] for p in parts], [p[1] for p in parts])
         moves = np.array([g[0] for g in gains])
         if moves.sum() == 0:

@@ -194,7 +194,8 @@ def local_move_sweep_csr(indptr, indices, data, degrees, labels, vol, assoc):
 
 
 @_jit
-def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, assoc):
+def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, assoc,
+                            counts):
     """The sweep of :func:`local_move_sweep_csr` with the nodes' weights to
     the clusters given in ``WX`` instead of summed from their rows.
 
@@ -202,9 +203,11 @@ def local_move_sweep_csr_wx(indptr, indices, data, degrees, labels, WX, vol, ass
     block's full rows (all columns, other blocks' nodes included) while the
     CSR arrays are the block's own columns, the only ones its moves change.
     A move updates ``WX`` from the node's CSR row; ``labels``, ``WX``,
-    ``vol`` and ``assoc`` are updated in place.  Returns the number of moves.
+    ``vol``, ``assoc`` and ``counts`` are updated in place.  ``counts``: the
+    nodes (of nonzero degree) of each cluster in the whole graph, so that
+    the block's last node of a cluster that other blocks hold may move; no
+    move leaves a cluster without one.  Returns the number of moves.
     """
-    counts = _cluster_counts(labels, WX.shape[1])
     n_moves = 0
     for i in range(WX.shape[0]):
         di = degrees[i]
