@@ -57,7 +57,8 @@ def test_backend_torch_without_torch_raises_clear_importerror():
         except ImportError as exc:
             msg = str(exc)
             assert "backend='torch' requires PyTorch" in msg, msg
-            assert "sklearn-falcon[torch]" in msg, msg
+            # quoted: unquoted brackets are a glob in zsh ("no matches found")
+            assert "pip install 'sklearn-falcon[torch]'" in msg, msg
             print("raised")
     """)
     assert out.strip() == "raised"
@@ -107,7 +108,7 @@ def test_backend_dask_without_dask_raises_clear_importerror():
         except ImportError as exc:
             msg = str(exc)
             assert "backend='dask' requires Dask" in msg, msg
-            assert "pip install sklearn-falcon[dask]" in msg, msg
+            assert "pip install 'sklearn-falcon[dask]'" in msg, msg
             print("raised")
     """, block=BLOCK_DASK)
     assert out.strip() == "raised"
