@@ -154,3 +154,28 @@ def test_offline_segmenter_resizing_without_pillow_names_the_extra():
             print("raised")
     """, block=BLOCK_PIL)
     assert out.strip() == "raised"
+
+
+def test_device_cuda_without_torch_names_the_device():
+    """``device="cuda"`` with torch missing said "backend='torch' requires
+    PyTorch ... or use backend='numba'": FalconNCut's backend was "auto",
+    ImageSegmenter and the command line have no backend, and Numba does not
+    run on CUDA.  The message names the device and ``device='cpu'``."""
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import FalconNCut, ImageSegmenter
+        X = np.random.default_rng(0).random((50, 2))
+        img = np.zeros((32, 32, 3), dtype=np.uint8)
+        for fit in (lambda: FalconNCut(2, device="cuda").fit(X),
+                    lambda: ImageSegmenter(n_segments=2, device="cuda:0").segment(img)):
+            try:
+                fit()
+            except ImportError as exc:
+                msg = str(exc)
+                assert "device='cuda" in msg and "requires PyTorch" in msg, msg
+                assert "use device='cpu'" in msg, msg
+                assert "backend='numba'" not in msg, msg
+                assert "pip install 'sklearn-falcon[torch]'" in msg, msg
+                print("raised")
+    """)
+    assert out.split() == ["raised", "raised"]
