@@ -415,6 +415,8 @@ def test_first_example_of_a_page_runs_without_warnings(page):
     # searched FalconNCut(n_clusters=3) on 5 blobs beside an unused pipeline
     import warnings
 
+    if not (ROOT / page).exists():  # an sdist holds the README, not docs/
+        pytest.skip(f"{page} does not exist")
     text = (ROOT / page).read_text()
     block = re.search(r"\.\. code-block:: python\n\n(.*?)\n\S", text, re.S).group(1)
     with warnings.catch_warnings():

@@ -57,7 +57,8 @@ def test_backend_torch_without_torch_raises_clear_importerror():
         except ImportError as exc:
             msg = str(exc)
             assert "backend='torch' requires PyTorch" in msg, msg
-            assert "sklearn-falcon[torch]" in msg, msg
+            # quoted: unquoted brackets are a glob in zsh ("no matches found")
+            assert "pip install 'sklearn-falcon[torch]'" in msg, msg
             print("raised")
     """)
     assert out.strip() == "raised"
@@ -87,6 +88,7 @@ def test_cuda_device_without_torch_names_the_cpu_as_the_alternative():
                 print("raised")
     """)
     assert out.split() == ["raised"] * 4
+
 
 def test_offline_image_segmenter_without_torch():
     pytest.importorskip("PIL")
@@ -132,7 +134,7 @@ def test_backend_dask_without_dask_raises_clear_importerror():
         except ImportError as exc:
             msg = str(exc)
             assert "backend='dask' requires Dask" in msg, msg
-            assert "pip install sklearn-falcon[dask]" in msg, msg
+            assert "pip install 'sklearn-falcon[dask]'" in msg, msg
             print("raised")
     """, block=BLOCK_DASK)
     assert out.strip() == "raised"
@@ -151,3 +153,30 @@ def test_dir_lists_the_lazily_imported_image_segmenter():
         print("ok")
     """)
     assert out.startswith("ok")
+
+
+# Pillow blocked (the core install: no [cli] or [image] extra)
+BLOCK_PIL = BLOCK.replace('("torch", "timm", "torchvision")',
+                          '("torch", "timm", "torchvision", "PIL")')
+
+
+def test_offline_segmenter_resizing_without_pillow_names_the_extra():
+    """An image larger than the token budget is resized with Pillow: without
+    it, ``segment`` raised a bare "No module named 'PIL'" (a smaller image,
+    which is not resized, works with the core alone)."""
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import ImageSegmenter
+        img = np.zeros((64, 96, 3), dtype=np.uint8)
+        img[:, 48:] = 200
+        seg = ImageSegmenter(n_segments=2, random_state=0)
+        assert seg.segment(img).shape == (64, 96)  # not resized: no Pillow needed
+        try:
+            ImageSegmenter(n_segments=2, max_tokens=16, random_state=0).segment(img)
+        except ImportError as exc:
+            msg = str(exc)
+            assert "pip install 'sklearn-falcon[cli]'" in msg, msg
+            assert "max_tokens" in msg, msg
+            print("raised")
+    """, block=BLOCK_PIL)
+    assert out.strip() == "raised"

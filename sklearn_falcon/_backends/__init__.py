@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from . import _dask, _numba, _torch
 from ._boundary import host_array
-from ._device import DEVICE_CONSTRAINT, cuda_present, normalize_device
+from ._device import DEVICE_CONSTRAINT, cuda_present, import_torch, normalize_device
 from ._device import torch_available
 
 __all__ = ["BACKENDS", "DEVICE_CONSTRAINT", "Backend", "host_array", "make_problem",
@@ -159,6 +159,8 @@ def resolve_backend(backend="auto", device="auto", *, batched=False):
         if spec.is_available():
             return spec.name, spec.resolve_device(device)
     # no available backend runs there: the first that would says what is missing
+    if kind == "cuda":  # torch: the device was asked for, not a backend
+        import_torch(f"device={device!r}", "device='cpu'")
     return runs_here[0].name, runs_here[0].resolve_device(device)
 
 

@@ -65,8 +65,8 @@ def import_torch(what="backend='torch'", instead="backend='numba'"):
         import torch
     except ImportError as exc:  # pragma: no cover - exercised by simulation
         raise ImportError(
-            f"{what} requires PyTorch, which is not installed. Install it "
-            "with `pip install sklearn-falcon[torch]` (or `pip install torch`), or "
+            f"{what} requires PyTorch, which is not installed. Install it with "
+            "`pip install 'sklearn-falcon[torch]'` (or `pip install torch`), or "
             f"use {instead}."
         ) from exc
     return torch

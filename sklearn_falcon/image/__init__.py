@@ -4,8 +4,9 @@ Pipeline: patch features (a timm ViT, or the offline colour + texture
 extractor) -> cosine + power affinity -> :class:`~sklearn_falcon.FalconNCut`
 -> prototype reassignment at pixel resolution -> optional PAMR refinement.
 
-Importing this package needs only numpy, scipy and Pillow; torch and timm are
-imported when a ViT extractor is built.
+Importing this package needs only numpy and scipy; Pillow is imported to read
+image files and to resize an image larger than the token budget, torch and
+timm when a ViT extractor is built.
 """
 
 from ._affinity import cosine_power_affinity, knn_cosine_power_affinity

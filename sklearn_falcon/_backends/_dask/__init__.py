@@ -37,7 +37,8 @@ def import_dask():
     except ImportError as exc:
         raise ImportError(
             "backend='dask' requires Dask, which is not installed. Install it with "
-            "`pip install sklearn-falcon[dask]` (or `pip install \"dask[distributed]\"`"
+            "`pip install 'sklearn-falcon[dask]'` (or "
+            "`pip install \"dask[distributed]\"`"
             "), or use backend='numba'."
         ) from exc
     return dask
