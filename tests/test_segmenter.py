@@ -505,6 +505,39 @@ def test_caller_module_is_not_modified(tmp_path):
     assert TimmFeatures(mine, resolution=32).model is not mine
 
 
+
+def test_a_module_changed_in_place_is_read_again():
+    """The segmenter's extractor, built once, worked on a copy of a module in
+    training mode: after the module's weights changed in place (a
+    fine-tuning step, ``load_state_dict``), the same segmenter kept
+    segmenting with the old weights, while a new one used the new (a module
+    in eval mode, used without a copy, was read again).  It is rebuilt when
+    the module's weights, buffers or mode change."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from timm.models.vision_transformer import VisionTransformer
+
+    def vit(seed):
+        torch.manual_seed(seed)
+        return VisionTransformer(img_size=32, patch_size=8, embed_dim=32, depth=2,
+                                 num_heads=2, num_classes=0, dynamic_img_size=True)
+
+    img, _ = _quadrants(40, 56)
+    for eval_mode in (False, True):
+        mine = vit(0).train(not eval_mode)
+        seg = ImageSegmenter(model=mine, n_segments=2, refine=None,
+                             resolution=(32, 48))
+        before = seg.extract_features(img)
+        mine.load_state_dict(vit(1).state_dict())
+        after = seg.extract_features(img)
+        fresh = ImageSegmenter(model=mine, n_segments=2, refine=None,
+                               resolution=(32, 48)).extract_features(img)
+        assert not np.allclose(before, fresh)
+        np.testing.assert_array_equal(after, fresh)
+        ext = seg._get_extractor()
+        assert seg._get_extractor() is ext  # unchanged: not rebuilt
+
+
 def test_pamr_runs_where_falcon_runs():
     assert ImageSegmenter(device="cpu")._torch_device() is None  # Numba
     torch = pytest.importorskip("torch")

@@ -5,10 +5,31 @@ import os
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
-__all__ = ["OFFLINE_MODELS", "make_extractor"]
+__all__ = ["OFFLINE_MODELS", "make_extractor", "model_key"]
 
 #: ``model`` names of the offline (weight-free) extractors.
 OFFLINE_MODELS = ("color", "color-position")
+
+
+
+def model_key(model):
+    """What an extractor built from ``model`` depends on, to tell when it is
+    stale: a name as is; a module's identity, mode, and its tensors'
+    identities, devices and in-place versions (an extractor may hold a copy
+    of the module, which a fine-tuning step or a ``load_state_dict`` on the
+    module leaves behind); anything else by identity."""
+    if isinstance(model, str) or not hasattr(model, "state_dict"):
+        return model if isinstance(model, str) else id(model)
+
+    def version(t):
+        try:
+            return t._version
+        except RuntimeError:  # an inference tensor keeps no version counter
+            return None
+
+    tensors = model.state_dict(keep_vars=True).values()
+    return (id(model), bool(model.training),
+            tuple((id(t), version(t), str(t.device)) for t in tensors))
 
 
 def make_extractor(

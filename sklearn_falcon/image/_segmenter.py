@@ -15,7 +15,7 @@ from ._auto import conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb
 from ._dataset import segment_dataset
-from ._extractors import make_extractor
+from ._extractors import make_extractor, model_key
 from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
@@ -213,9 +213,9 @@ class ImageSegmenter(BaseEstimator):
         return state
 
     def _extractor_key(self):
-        model = self.model if isinstance(self.model, str) else id(self.model)
-        return (model, self.pretrained, str(self.checkpoint_path), self.layer,
-                self.feature, str(self.resolution), self.pos_interpolation,
+        # a module: its weights, changed in place since, make a copy stale
+        return (model_key(self.model), self.pretrained, str(self.checkpoint_path),
+                self.layer, self.feature, str(self.resolution), self.pos_interpolation,
                 self.position_weight, self.smoothing, self.patch_size, self.device)
 
     def _get_extractor(self):
