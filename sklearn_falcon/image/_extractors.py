@@ -2,6 +2,7 @@
 
 import os
 
+from .._backends._boundary import tensor_version
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
@@ -20,16 +21,9 @@ def model_key(model):
     module leaves behind); anything else by identity."""
     if isinstance(model, str) or not hasattr(model, "state_dict"):
         return model if isinstance(model, str) else id(model)
-
-    def version(t):
-        try:
-            return t._version
-        except RuntimeError:  # an inference tensor keeps no version counter
-            return None
-
     tensors = model.state_dict(keep_vars=True).values()
     return (id(model), bool(model.training),
-            tuple((id(t), version(t), str(t.device)) for t in tensors))
+            tuple((id(t), tensor_version(t), str(t.device)) for t in tensors))
 
 
 def make_extractor(
