@@ -450,6 +450,29 @@ def test_invalid_calls_name_the_parameter(graph):
         FalconNCut(2, affinity="precomputed").fit(da.concatenate([block, block]))
 
 
+
+def test_device_is_read_as_in_memory(graph):
+    """A Dask fit passed ``device`` to the Dask backend unread: a
+    ``torch.device`` (accepted by the in-memory fit) raised "'torch.device'
+    object has no attribute 'startswith'", and a malformed string such as
+    ``device="gpu"`` was taken for the CPU without a word.  It is read as
+    in memory: a ``torch.device("cpu")`` (and ``"cpu:0"``) is the CPU,
+    a CUDA one is refused naming the device, a malformed one naming
+    ``device``."""
+    torch = pytest.importorskip("torch")
+    W, _ = graph
+    X = shards(W, 2)
+    want = _est().fit(X).labels_
+    for device in (torch.device("cpu"), torch.device("cpu", 0), "cpu:0"):
+        np.testing.assert_array_equal(_est(device=device).fit(X).labels_, want)
+    with pytest.raises(ValueError, match="runs on the CPUs of its workers; got "
+                       "device='cuda'"):
+        _est(device=torch.device("cuda")).fit(X)
+    with pytest.raises(ValueError, match="device must be 'auto', 'cpu'.*got "
+                       "device='gpu'"):
+        _est(device="gpu").fit(X)
+
+
 # ------------------------------------------------------------ process cluster
 def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
         graph, monkeypatch, tmp_path):

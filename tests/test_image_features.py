@@ -584,6 +584,30 @@ def test_timm_eval_module_on_cpu_0_is_not_copied(device):
     assert TimmFeatures(net, device=device).model is net
 
 
+
+def test_timm_module_made_in_inference_mode():
+    """A ViT created under ``torch.inference_mode()`` (its weights inference
+    tensors, which keep no version counter) failed in every ``extract``
+    with "Inference tensors do not track version counter" (read to tell
+    whether its position embedding changed in place), and so did an
+    ImageSegmenter given it.  Its features are those of the same module
+    made outside inference mode."""
+    pytest.importorskip("timm")
+    import torch
+
+    from sklearn_falcon import ImageSegmenter
+    from sklearn_falcon.image import TimmFeatures
+
+    with torch.inference_mode():
+        net = _vit(8).eval()
+    want = TimmFeatures(_vit(8).eval(), resolution=32).extract(_img(40, 60))
+    ext = TimmFeatures(net, resolution=32)
+    np.testing.assert_array_equal(ext.extract(_img(40, 60)), want)
+    np.testing.assert_array_equal(ext.extract(_img(40, 60)), want)  # cached
+    seg = ImageSegmenter(net, n_segments=2, refine=None, resolution=32)
+    assert seg.segment(_img(40, 60)).shape == (40, 60)
+
+
 def test_timm_input_size_under_the_budget_rounds_where_it_fits():
     """Under ``max_tokens`` a ViT's input rounded both sides down to whole
     patches: a 500 x 700 image at max_tokens=64 (6.8 x 9.5 patches) got 6 x

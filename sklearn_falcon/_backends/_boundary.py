@@ -17,6 +17,7 @@ __all__ = [
     "host_array",
     "host_view",
     "is_tensor",
+    "tensor_version",
     "to_numpy",
     "to_tensor",
     "torch_device",
@@ -105,6 +106,17 @@ def is_tensor(obj):
     ``tv_tensors.Image``, a ``Parameter``): told without importing torch."""
     return any(c.__name__ == "Tensor" and c.__module__ == "torch"
                for c in type(obj).__mro__)
+
+
+
+def tensor_version(tensor):
+    """The in-place version counter of ``tensor`` (it grows with each
+    in-place change), or None for an inference tensor (one made under
+    ``torch.inference_mode()``), which keeps none."""
+    try:
+        return tensor._version
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return None
 
 
 def host_array(X):

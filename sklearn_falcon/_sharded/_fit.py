@@ -12,7 +12,7 @@ from .._affinity import (
     make_affinity,
     unit_exponent,
 )
-from .._backends import BACKENDS, host_array
+from .._backends import BACKENDS, host_array, normalize_device
 from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
@@ -39,7 +39,8 @@ def _check_call(est, X):
             "use affinity='precomputed'."
         )
     check_dtype_kind(X, name="X")
-    BACKENDS["dask"].resolve_device(est.device)
+    # read as in memory: a torch.device, "cpu:0"; a malformed one is refused
+    BACKENDS["dask"].resolve_device(normalize_device(est.device))
 
 
 def _labels_setting():

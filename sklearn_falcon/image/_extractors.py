@@ -2,6 +2,7 @@
 
 import os
 
+from .._backends._boundary import tensor_version
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
@@ -12,16 +13,16 @@ OFFLINE_MODELS = ("color", "color-position")
 
 
 def model_key(model):
-    """What identifies ``model`` and its current weights in ImageSegmenter's
-    extractor cache: a name, or a module's id and the version counters of
-    its tensors, which an in-place update (an optimizer step,
-    ``load_state_dict``) bumps.  A module in training mode is deep-copied
-    by the extractor: keyed by its id alone, the copy's weights were used
-    after the caller trained the module further, silently."""
-    if isinstance(model, str) or not hasattr(model, "parameters"):
+    """What an extractor built from ``model`` depends on, to tell when it is
+    stale: a name as is; a module's identity, mode, and its tensors'
+    identities, devices and in-place versions (an extractor may hold a copy
+    of the module, which a fine-tuning step or a ``load_state_dict`` on the
+    module leaves behind); anything else by identity."""
+    if isinstance(model, str) or not hasattr(model, "state_dict"):
         return model if isinstance(model, str) else id(model)
-    tensors = list(model.parameters()) + list(model.buffers())
-    return (id(model),) + tuple((id(t), _version(t)) for t in tensors)
+    tensors = model.state_dict(keep_vars=True).values()
+    return (id(model), bool(model.training),
+            tuple((id(t), tensor_version(t), str(t.device)) for t in tensors))
 
 
 def checkpoint_key(path):
@@ -36,15 +37,6 @@ def checkpoint_key(path):
     except (OSError, TypeError, ValueError):  # refused by the extractor itself
         return str(path)
     return str(path), st.st_mtime_ns, st.st_size
-
-
-def _version(tensor):
-    """The version counter of ``tensor`` (None for an inference tensor,
-    which has none and cannot be updated in place outside inference)."""
-    try:
-        return tensor._version
-    except RuntimeError:
-        return None
 
 
 def make_extractor(

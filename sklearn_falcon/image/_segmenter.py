@@ -213,6 +213,7 @@ class ImageSegmenter(BaseEstimator):
         return state
 
     def _extractor_key(self):
+        # a module: its weights, changed in place since, make a copy stale
         return (model_key(self.model), self.pretrained,
                 checkpoint_key(self.checkpoint_path), self.layer, self.feature,
                 str(self.resolution), self.pos_interpolation, self.position_weight,

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from .._backends._boundary import torch_device
+from .._backends._boundary import tensor_version, torch_device
 from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
@@ -458,7 +458,7 @@ class TimmFeatures:
         """
         m, torch, pe = self.model, self._torch, self.model.pos_embed
         # a module used as is may have its weights changed in place since
-        version = (pe._version, pe.data_ptr())
+        version = (tensor_version(pe), pe.data_ptr())
         if self._pos_cache.get((gh, gw), (None,))[0] != version:
             n_pre = 0 if getattr(m, "no_embed_class", False) else self.num_prefix_tokens
             prefix, grid = pe[:, :n_pre], pe[:, n_pre:]
