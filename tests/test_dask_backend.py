@@ -521,3 +521,23 @@ def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
             with pytest.raises(ValueError, match=r"The row block of X starting at "
                                rf"row 4 has dtype={bad.dtype}; pass real"):
                 FalconNCut(2, affinity="precomputed").fit(X)
+
+
+def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch):
+    """On Dask's "processes" scheduler without a pool of its own, Dask
+    spawned a fresh pool at each of the fit's ~20 computes, whose processes
+    imported the package and loaded its kernels again: 90 s for a fit that
+    takes 1.5 s on one pool.  The fit runs its computes on one pool."""
+    import dask.multiprocessing
+
+    def spawn_per_compute(*args, **kwargs):
+        raise AssertionError("a compute spawned a process pool of its own")
+
+    monkeypatch.setattr(dask.multiprocessing, "ProcessPoolExecutor",
+                        spawn_per_compute)
+    W, y = planted(200, 2, seed=0)
+    y0 = noisy(y, 2, 0.3, seed=0)
+    with dask.config.set(scheduler="processes", num_workers=1):
+        est = FalconNCut(2, affinity="precomputed", init=y0).fit(shards(W, 2))
+    ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
