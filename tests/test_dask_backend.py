@@ -541,3 +541,20 @@ def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch)
         est = FalconNCut(2, affinity="precomputed", init=y0).fit(shards(W, 2))
     ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+def test_an_in_memory_graph_is_sent_to_the_workers_once(graph, thread_client):
+    """backend="dask" on an in-memory matrix (falcon_batch's path) put it in
+    the task graph twice, once for the validation and once to persist it:
+    "Sending large graph of size 19.53 MiB" twice for a dense graph of 1,600
+    nodes.  It is sent once (persisted, not scattered: a lost worker's
+    blocks are recomputed from the graph)."""
+    W, _ = graph
+    D = W.toarray()
+    ref = _est(backend="numba").fit(D)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = _est(backend="dask").fit(D)
+    assert len([w for w in record if "large graph" in str(w.message)]) == 1
+    assert est.backend_ == "dask"
+    np.testing.assert_array_equal(est.labels_, ref.labels_)

@@ -157,10 +157,15 @@ class ShardedGraph:
         bounds = np.linspace(0, n, n_blocks + 1).astype(np.int64)
         meta = sp.csr_matrix((0, 0), dtype=W.dtype) if sp.issparse(W) else (
             np.empty((0, 0), dtype=W.dtype))
+        # persisted first: sent to the workers once, not in the graph of the
+        # validation and again in that of the persisted CSR blocks (and, not
+        # scattered, recomputed from the graph if a worker is lost)
+        blocks = dask.persist(*[dask.delayed(W[b0:b1])
+                                for b0, b1 in zip(bounds[:-1], bounds[1:])])
         parts = [
-            da.from_delayed(dask.delayed(W[b0:b1]), shape=(int(b1 - b0), W.shape[1]),
-                            dtype=W.dtype, meta=meta)
-            for b0, b1 in zip(bounds[:-1], bounds[1:])
+            da.from_delayed(blk, shape=(int(b1 - b0), W.shape[1]), dtype=W.dtype,
+                            meta=meta)
+            for blk, b0, b1 in zip(blocks, bounds[:-1], bounds[1:])
         ]
         return cls.from_dask(da.concatenate(parts, axis=0), persist=True)
 
