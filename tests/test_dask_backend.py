@@ -558,3 +558,20 @@ def test_an_in_memory_graph_is_sent_to_the_workers_once(graph, thread_client):
     assert len([w for w in record if "large graph" in str(w.message)]) == 1
     assert est.backend_ == "dask"
     np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+@pytest.mark.parametrize("backend", ["numba", "dask"])
+def test_falcon_batch_gathers_graphs_held_as_dask_arrays_of_sparse_blocks(backend):
+    """falcon_batch took a Dask array of dense blocks (NumPy gathers it) but
+    refused one of CSR blocks with scikit-learn's "graphs[0]: Expected 2D
+    array, got scalar array instead", as predict did; it is gathered too."""
+    from sklearn_falcon import falcon_batch
+
+    W, _ = planted(300, 3, seed=2)
+    ref = falcon_batch([W], 3, affinity="precomputed", backend="numba",
+                       random_state=0)
+    for G in (shards(W, 2), shards(W, 2, dense=True)):
+        res = falcon_batch([G, W], 3, affinity="precomputed", backend=backend,
+                           random_state=0)
+        np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+        assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-12)
