@@ -36,6 +36,7 @@ from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_star
 from ._log import logs_progress
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
+from ._sharded import is_dask_array
 from ._threads import fit_threads
 
 # the solver settings have their defaults in one place
@@ -101,6 +102,8 @@ def _check_graphs(graphs, affinity):
     out = []
     for b, G in enumerate(graphs):
         name = f"graphs[{b}]"
+        if is_dask_array(G):  # gathered (sparse blocks too), as by predict
+            G = G.compute()
         G = host_array(G)
         check_dtype_kind(G, name=name)
         try:
@@ -272,7 +275,7 @@ def falcon_batch(
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
         precomputed affinity.  Torch tensors (on any device) are read on the
-        host.  Nodes of zero degree (with the cosine affinity: rows of zero
+        host, Dask arrays gathered.  Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other

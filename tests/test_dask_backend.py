@@ -582,3 +582,57 @@ def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
             with pytest.raises(ValueError, match=r"The row block of X starting at "
                                rf"row 4 has dtype={bad.dtype}; pass real"):
                 FalconNCut(2, affinity="precomputed").fit(X)
+
+
+def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch):
+    """On Dask's "processes" scheduler without a pool of its own, Dask
+    spawned a fresh pool at each of the fit's ~20 computes, whose processes
+    imported the package and loaded its kernels again: 90 s for a fit that
+    takes 1.5 s on one pool.  The fit runs its computes on one pool."""
+    import dask.multiprocessing
+
+    def spawn_per_compute(*args, **kwargs):
+        raise AssertionError("a compute spawned a process pool of its own")
+
+    monkeypatch.setattr(dask.multiprocessing, "ProcessPoolExecutor",
+                        spawn_per_compute)
+    W, y = planted(200, 2, seed=0)
+    y0 = noisy(y, 2, 0.3, seed=0)
+    with dask.config.set(scheduler="processes", num_workers=1):
+        est = FalconNCut(2, affinity="precomputed", init=y0).fit(shards(W, 2))
+    ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+def test_an_in_memory_graph_is_sent_to_the_workers_once(graph, thread_client):
+    """backend="dask" on an in-memory matrix (falcon_batch's path) put it in
+    the task graph twice, once for the validation and once to persist it:
+    "Sending large graph of size 19.53 MiB" twice for a dense graph of 1,600
+    nodes.  It is sent once (persisted, not scattered: a lost worker's
+    blocks are recomputed from the graph)."""
+    W, _ = graph
+    D = W.toarray()
+    ref = _est(backend="numba").fit(D)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        est = _est(backend="dask").fit(D)
+    assert len([w for w in record if "large graph" in str(w.message)]) == 1
+    assert est.backend_ == "dask"
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+@pytest.mark.parametrize("backend", ["numba", "dask"])
+def test_falcon_batch_gathers_graphs_held_as_dask_arrays_of_sparse_blocks(backend):
+    """falcon_batch took a Dask array of dense blocks (NumPy gathers it) but
+    refused one of CSR blocks with scikit-learn's "graphs[0]: Expected 2D
+    array, got scalar array instead", as predict did; it is gathered too."""
+    from sklearn_falcon import falcon_batch
+
+    W, _ = planted(300, 3, seed=2)
+    ref = falcon_batch([W], 3, affinity="precomputed", backend="numba",
+                       random_state=0)
+    for G in (shards(W, 2), shards(W, 2, dense=True)):
+        res = falcon_batch([G, W], 3, affinity="precomputed", backend=backend,
+                           random_state=0)
+        np.testing.assert_array_equal(res.labels[0], ref.labels[0])
+        assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-12)

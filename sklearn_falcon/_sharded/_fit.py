@@ -103,11 +103,19 @@ def fit_sharded(est, X):
     :func:`~sklearn_falcon._solver.solve` on a
     :class:`~sklearn_falcon._backends._dask.DaskProblem`.  The client holds
     ``O(K)`` numbers per step; ``labels_`` is gathered at the end unless the
-    Dask config key ``sklearn_falcon.dask.labels`` is ``"dask"``.
+    Dask config key ``sklearn_falcon.dask.labels`` is ``"dask"``.  On Dask's
+    ``"processes"`` scheduler its computes share one process pool.
     """
     from .._backends._dask import import_dask
 
     import_dask()
+    from .._backends._dask._graph import one_process_pool
+
+    with one_process_pool():
+        return _fit_sharded(est, X)
+
+
+def _fit_sharded(est, X):
     import dask
     import dask.array as da
 

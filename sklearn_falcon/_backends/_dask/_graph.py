@@ -1,6 +1,11 @@
 """A graph on Dask in row blocks, and the validation of the input without
 gathering it."""
 
+import contextlib
+import os
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -9,7 +14,8 @@ import dask.array as da
 
 from ._blocks import as_csr, scale_task, summary_task
 
-__all__ = ["PERSIST_FRACTION", "ShardedGraph", "decide_persist", "persist_compute"]
+__all__ = ["PERSIST_FRACTION", "ShardedGraph", "decide_persist", "one_process_pool",
+           "persist_compute"]
 
 # The graph is kept in the workers' memory ("persisted") when it takes at
 # most this fraction of their summed memory_limit (Dask starts spilling at
@@ -151,10 +157,15 @@ class ShardedGraph:
         bounds = np.linspace(0, n, n_blocks + 1).astype(np.int64)
         meta = sp.csr_matrix((0, 0), dtype=W.dtype) if sp.issparse(W) else (
             np.empty((0, 0), dtype=W.dtype))
+        # persisted first: sent to the workers once, not in the graph of the
+        # validation and again in that of the persisted CSR blocks (and, not
+        # scattered, recomputed from the graph if a worker is lost)
+        blocks = dask.persist(*[dask.delayed(W[b0:b1])
+                                for b0, b1 in zip(bounds[:-1], bounds[1:])])
         parts = [
-            da.from_delayed(dask.delayed(W[b0:b1]), shape=(int(b1 - b0), W.shape[1]),
-                            dtype=W.dtype, meta=meta)
-            for b0, b1 in zip(bounds[:-1], bounds[1:])
+            da.from_delayed(blk, shape=(int(b1 - b0), W.shape[1]), dtype=W.dtype,
+                            meta=meta)
+            for blk, b0, b1 in zip(blocks, bounds[:-1], bounds[1:])
         ]
         return cls.from_dask(da.concatenate(parts, axis=0), persist=True)
 
@@ -168,6 +179,37 @@ def persist_compute(keep, small):
     """
     out = dask.persist(*keep, *small)
     return list(out[:len(keep)]), list(dask.compute(*out[len(keep):]))
+
+
+@contextlib.contextmanager
+def one_process_pool():
+    """Run every compute inside on one process pool, on Dask's
+    ``"processes"`` scheduler without a ``pool`` of its own.
+
+    That scheduler otherwise starts a pool of fresh processes at each
+    compute, which import the package and load its kernels again (seconds
+    each, for some twenty computes a fit).  The pool is made as Dask makes
+    its own (its context, initializer and ``num_workers``) and shut down on
+    exit; other schedulers, and a configured pool, are left as they are.
+    """
+    from dask import multiprocessing as mp
+    from dask.base import get_scheduler
+
+    if get_scheduler() is not mp.get or dask.config.get("pool", None) is not None:
+        yield
+        return
+    if os.environ.get("PYTHONHASHSEED") in (None, "0"):  # as Dask does
+        os.environ["PYTHONHASHSEED"] = "6640"
+    initializer = partial(mp.initialize_worker_process, user_initializer=(
+        dask.config.get("multiprocessing.initializer", None)))
+    workers = dask.config.get("num_workers", None) or mp.CPU_COUNT
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(),
+                               initializer=initializer)
+    try:
+        with dask.config.set(pool=pool):
+            yield
+    finally:  # tasks queued by an interrupted compute are not run
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _check_summaries(infos, bounds, name):
