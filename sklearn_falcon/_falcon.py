@@ -194,7 +194,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         :ref:`the Dask guide <dask>`).
 
     device : str or torch.device, default="auto"
-        ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (torch backend).
+        ``"auto"``, ``"cpu"`` (or ``"cpu:N"``), ``"cuda"`` or ``"cuda:N"``.
 
     n_jobs : int, default=None
         Parallelism of ``fit``, ``predict`` and ``score``: the jobs of the

@@ -147,8 +147,10 @@ def miou(
     For each image, pixels whose ground truth equals ``ignore_index`` are
     dropped; the predicted segments are matched one-to-one to the
     ground-truth classes present in the image by maximizing the summed IoU
-    (:func:`scipy.optimize.linear_sum_assignment`; over the pairs of ids
-    that share pixels only, past 4 million pairs of ids). Unmatched predicted
+    (:func:`scipy.optimize.linear_sum_assignment`; past 4 million pairs of
+    ids, a matching of the pairs that share pixels only, by
+    :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching`, which
+    may take another of two matchings that tie). Unmatched predicted
     segments (when there are more segments than classes, or a segment is
     paired with a class it has no pixel of) count as false positives of no
     class, unless ``background="many_to_one"``.

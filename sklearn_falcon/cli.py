@@ -212,7 +212,8 @@ def build_parser(prog="sklearn-falcon"):
                           "standard deviation in tokens; favours coherent regions, "
                           "can merge small objects (default: %(default)s)")
     seg.add_argument("--device", default="cpu",
-                     help="torch device: cpu, cuda, auto (default: %(default)s)")
+                     help="torch device: cpu, cuda, cuda:N or auto (default: "
+                          "%(default)s)")
     seg.add_argument("--seed", type=int, default=0,
                      help="random seed of the solver (default: %(default)s)")
     seg.add_argument("--out", "-o", required=True, metavar="DIR",

@@ -227,7 +227,8 @@ def main(argv=None):
         prog="python -m sklearn_falcon.prebuild",
         description="Compile sklearn-falcon's Numba kernels into Numba's cache, "
                     "once per environment.")
-    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    parser.add_argument("--quiet", action="store_true",
+                        help="print no progress (errors still go to stderr)")
     parser.add_argument(
         "--fork-twins", action="store_true",
         help="also compile the serial twins of the parallel kernels, which "
@@ -236,7 +237,7 @@ def main(argv=None):
     from . import _jit
 
     # nothing compiled here outlives this process without the cache: it
-    # compiled for minutes, then said so (with --quiet, nothing) and exit 0
+    # compiled for minutes, then said so (with --quiet, nothing) and exited 0
     if not _jit.CACHE:
         parser.exit(1, f"{parser.prog}: error: Numba's cache is off "
                        "(SKLEARN_FALCON_NUMBA_CACHE): nothing would be kept. "

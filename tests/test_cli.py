@@ -95,6 +95,8 @@ def test_cli_help(capsys):
     assert flat.count("(default:") == len(re.findall(r"\(default: [^)]*\)", flat))
     assert not re.search(r"\(default: [^)]*\) \(default:", flat)
     assert "(default: 6)" in flat and "(default: pamr)" in flat
+    # --device takes a GPU's index (and 'cpu:N'), as ImageSegmenter does
+    assert "torch device: cpu, cuda, cuda:N or auto" in flat
 
 
 def test_cli_vit_with_checkpoint(tmp_path, capsys):

@@ -425,3 +425,24 @@ def test_first_example_of_a_page_runs_without_warnings(page):
         exec(compile(textwrap.dedent(block), page, "exec"), namespace)
     if "gs" in namespace:
         assert namespace["gs"].best_estimator_[-1].n_clusters == 5
+
+
+def test_readme_examples_need_only_the_core_and_the_cli_extra():
+    # the README's image example imported skimage.data, which no extra of a
+    # user's install provides (scikit-image is in [test] and [bench])
+    if not (ROOT / "README.rst").exists():
+        pytest.skip("README.rst does not exist")
+    text = (ROOT / "README.rst").read_text()
+    blocks = re.findall(r"\.\. code-block:: python\n\n(.*?)(?=\n\S|\Z)", text, re.S)
+    allowed = {"numpy", "scipy", "sklearn", "numba", "sklearn_falcon", "PIL"}
+    for block in blocks:
+        tree = ast.parse(textwrap.dedent(block))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] in allowed, (
+                    f"the README's example imports {name}, which neither the "
+                    "core nor the [cli] extra installs")
+        exec(compile(textwrap.dedent(block), "README.rst", "exec"),
+             {"print": lambda *args: None})

@@ -390,3 +390,13 @@ def test_a_video_decoders_hwc_frames_are_read():
     assert [m.shape for m in maps] == [(20, 30)] * 2
     with pytest.raises(ValueError, match=r"\(C, H, W\) or \(H, W, C\)"):
         load_image(torch.zeros(5, 6, 7))
+
+
+def test_the_shape_error_lists_grey_and_alpha():
+    # (H, W, 2) grey + alpha arrays are read, but the message (and the
+    # docstring) listed (H, W), (H, W, 1), (H, W, 3) and (H, W, 4) only
+    with pytest.raises(ValueError, match=r"of shape \(H, W\), \(H, W, 1\), "
+                       r"\(H, W, 2\), \(H, W, 3\) or \(H, W, 4\); got shape "
+                       r"\(2, 2, 5\)"):
+        load_image(np.zeros((2, 2, 5), np.uint8))
+    assert "(H, W, 2)" in load_image.__doc__

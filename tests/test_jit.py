@@ -509,3 +509,14 @@ def test_prebuild_command_fails_where_nothing_would_be_kept(monkeypatch, capsys)
     assert "nothing was kept" in capsys.readouterr().err
     monkeypatch.setitem(_jit._state, "cache_ok", True)
     assert prebuild.main(["--quiet"]) == 0
+
+
+def test_prebuild_help_says_quiet_keeps_the_errors(capsys):
+    # --help said that --quiet prints "nothing", but a run that keeps
+    # nothing prints its error (and exits 1) with --quiet too
+    from sklearn_falcon import prebuild
+
+    with pytest.raises(SystemExit):
+        prebuild.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--quiet print no progress (errors still go to stderr)" in out

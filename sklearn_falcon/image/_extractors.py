@@ -82,7 +82,7 @@ def make_extractor(
     resolution : int or (int, int), default=None
         Resize the image to this size before the ViT (the model's own input
         size when None).
-    device : str, default="cpu"
+    device : str or torch.device, default="cpu"
         Torch device of the ViT.
     pos_interpolation : {"bicubic", "timm"}, default="bicubic"
         Resizing of the ViT's position embedding to other token grids (see

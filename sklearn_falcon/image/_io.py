@@ -113,8 +113,8 @@ def _array_to_rgb(arr, *, source):
                 "tensor, or pass np.moveaxis(image, 0, -1)."
                 if arr.ndim == 3 and arr.shape[0] in (1, 3, 4) else "")
         raise ValueError(
-            f"Expected {source} of shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); "
-            f"got shape {arr.shape}.{hint}"
+            f"Expected {source} of shape (H, W), (H, W, 1), (H, W, 2), (H, W, 3) "
+            f"or (H, W, 4); got shape {arr.shape}.{hint}"
         )
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{source} is empty (shape {arr.shape}).")
@@ -224,16 +224,20 @@ def load_image(image):
         - a PIL image in any mode, its pixels as they are, so that the
           label map matches ``np.asarray(image)`` (not turned by its EXIF
           tag: ``PIL.ImageOps.exif_transpose(image)`` turns it first);
-        - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` or
-          ``(H, W, 4)``;
+        - an array of shape ``(H, W)``, ``(H, W, 1)``, ``(H, W, 2)`` (grey
+          and alpha), ``(H, W, 3)`` or ``(H, W, 4)``;
         - a torch tensor of shape ``(C, H, W)`` or ``(1, C, H, W)`` with
           ``C`` in 1, 3 or 4 (the torchvision convention), ``(H, W, C)`` (a
           frame of ``torchvision.io.read_video``), or ``(H, W)``.
 
         Conversions: greyscale is replicated to three channels; an alpha
-        channel is discarded; 16-bit data is mapped linearly from 0..65535 to
-        0..255; floating-point data must lie in [0, 1] (a float PIL image or
-        file, in 0..1, 0..255 or 0..65535); booleans map to 0/255.
+        channel is discarded; ``uint16`` data (either byte order) is mapped
+        linearly from 0..65535 to 0..255; other integer data is read by its
+        values, as 8-bit when its maximum is at most 255, else as 16-bit (up
+        to 65535; a darker 16-bit image in ``int32`` comes out brighter than
+        in ``uint16``: convert it with ``.astype(np.uint16)``);
+        floating-point data must lie in [0, 1] (a float PIL image or file, in
+        0..1, 0..255 or 0..65535); booleans map to 0/255.
 
     Returns
     -------

@@ -178,9 +178,10 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
         Number of propagation steps.
     dilations : tuple of int, default=(1, 2, 4, 8, 12, 24)
         Dilations of the 3x3 neighbourhoods (the PAMR paper's values).
-    device : str, default=None
+    device : str or torch.device, default=None
         ``None``: the Numba kernels, on the CPU.  A torch device
-        (``"cuda"``, ``"cuda:N"``, ``"cpu"`` or ``"auto"``): the torch twins
+        (``"cuda"``, ``"cuda:N"``, ``"cpu"``, ``"auto"`` or a
+        ``torch.device``): the torch twins
         of the kernels on that device (needs torch); the same refinement up
         to float rounding.
 

@@ -118,7 +118,7 @@ class TimmFeatures:
         both sides rounded to a multiple of the patch size), or an exact
         ``(height, width)``. ``None`` uses the model's pretrained input size.
         Models built without ``dynamic_img_size`` get their fixed input size.
-    device : str, default="cpu"
+    device : str or torch.device, default="cpu"
         Torch device, or ``"auto"`` (CUDA if available).
     pos_interpolation : {"bicubic", "timm"}, default="bicubic"
         How an absolute position embedding is resized to a token grid other

@@ -119,9 +119,9 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
         Output ``(H, W)``.
     return_scores : bool, default=False
         Also return the ``(H, W, K)`` similarity maps (on the host).
-    device : str, default=None
+    device : str or torch.device, default=None
         ``None``: NumPy on the host.  A torch device (``"cuda"``, ``"cpu"``,
-        ``"auto"``): the torch twin there (float32; the same labels up to
+        ``"auto"`` or a ``torch.device``): the torch twin there (float32; the same labels up to
         float rounding on ties).
 
     Returns
@@ -268,7 +268,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
         larger values are read in 0..255 units).
     small_image : ndarray of shape (h, w, C)
         The image at the working resolution.
-    device : str, default=None
+    device : str or torch.device, default=None
         ``None``: the Numba kernel on the CPU; a torch device: its torch
         twin there, in strips of rows.
 
