@@ -981,3 +981,20 @@ def test_timm_checkpoint_path_refused_before_the_model_is_built(timm_builds, tmp
     with pytest.raises(IsADirectoryError, match="is a directory"):
         TimmFeatures("vit_tiny_patch16_224", checkpoint_path=tmp_path, layer=3)
     assert set(timm_builds) <= {"meta"}
+
+
+def test_cosine_power_affinity_does_not_depend_on_blas_threads():
+    """The dense token affinity of ``n_segments="auto"`` was built outside
+    the fit's one-BLAS-thread block, so its rounding followed BLAS's thread
+    count: a process-pool worker of ``segment_dataset(n_jobs=2)`` (BLAS on
+    fewer threads) numbered the same partition's segments differently.
+    It is built on one BLAS thread, as within a fit."""
+    from threadpoolctl import threadpool_limits
+
+    from sklearn_falcon.image import cosine_power_affinity
+
+    F = np.random.default_rng(0).random((1500, 48)).astype(np.float32)
+    W = cosine_power_affinity(F)
+    with threadpool_limits(limits=1, user_api="blas"):
+        W1 = cosine_power_affinity(F)
+    np.testing.assert_array_equal(W, W1)

@@ -8,6 +8,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._affinity import clean_csr, cosine_power, zero_norm
 from .._affinity import cosine_power_affinity as _cosine_power_affinity
+from .._threads import fit_threads
 
 __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
 
@@ -110,7 +111,8 @@ def cosine_power_affinity(features, power=10.0):
            [0.   , 0.1  , 1.   ]], dtype=float32)
     """
     f = _token_matrix(features)
-    return _cosine_power_affinity(f, power)[0]
+    with fit_threads(None):  # BLAS on one thread: W rounded as within a fit
+        return _cosine_power_affinity(f, power)[0]
 
 
 @validate_params(

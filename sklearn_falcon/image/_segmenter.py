@@ -136,9 +136,8 @@ class ImageSegmenter(BaseEstimator):
         kernels), and :meth:`segment_dataset` solves each batch of images in
         one batched Falcon call; on the CPU they run on NumPy and Numba.
     random_state : int or None, default=0
-        Seed of Falcon's initialization: reproducible results, the same partitions
-        across parallel backends (a process pool's BLAS rounding, on fewer
-        threads, can number the segments of ``n_segments="auto"`` differently).
+        Seed of Falcon's initialization; a fixed seed makes results
+        reproducible and identical across parallel backends.
 
     Attributes
     ----------
