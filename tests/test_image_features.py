@@ -988,13 +988,18 @@ def test_cosine_power_affinity_does_not_depend_on_blas_threads():
     the fit's one-BLAS-thread block, so its rounding followed BLAS's thread
     count: a process-pool worker of ``segment_dataset(n_jobs=2)`` (BLAS on
     fewer threads) numbered the same partition's segments differently.
-    It is built on one BLAS thread, as within a fit."""
+    It is built on one BLAS thread, as within a fit (its kNN twin too, whose
+    neighbours at tied similarities followed the rounding)."""
     from threadpoolctl import threadpool_limits
 
-    from sklearn_falcon.image import cosine_power_affinity
+    from sklearn_falcon.image import cosine_power_affinity, knn_cosine_power_affinity
 
     F = np.random.default_rng(0).random((1500, 48)).astype(np.float32)
     W = cosine_power_affinity(F)
     with threadpool_limits(limits=1, user_api="blas"):
         W1 = cosine_power_affinity(F)
     np.testing.assert_array_equal(W, W1)
+    Wk = knn_cosine_power_affinity(F, n_neighbors=10)
+    with threadpool_limits(limits=1, user_api="blas"):
+        Wk1 = knn_cosine_power_affinity(F, n_neighbors=10)
+    assert (Wk != Wk1).nnz == 0

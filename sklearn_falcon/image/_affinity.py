@@ -173,25 +173,26 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
     tiny = norm < zero_norm(np.float32)
     fn = f / np.where(tiny, np.float32(1), norm)
     fn[tiny[:, 0]] = 0
-    rng = check_random_state(random_state)
-    sample = rng.choice(n, size=min(int(n_range_rows), n), replace=False)
-    rows = max(1, _KNN_BLOCK_ELEMS // n)
-    lo = np.inf
-    for s in range(0, len(sample), rows):
-        lo = min(lo, float((fn[sample[s:s + rows]] @ fn.T).min()))
-    # a token's similarity to itself, 0 where every token is zero (W was all
-    # zeros there; the dense W is flat)
-    hi = 1.0 if np.any(fn) else 0.0
-    if hi - lo <= float(np.finfo(np.float32).eps) ** 0.5:
-        lo = hi  # identical tokens: a flat W, as the dense one (not rounding noise)
-    indptr = np.arange(0, (n + 1) * k, k)
-    indices = np.empty(n * k, dtype=np.int64)
-    data = np.empty(n * k, dtype=np.float32)
-    for s in range(0, n, rows):
-        S = fn[s:s + rows] @ fn.T
-        idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
-        sims = np.take_along_axis(S, idx, axis=1)
-        indices[s * k:(s + S.shape[0]) * k] = idx.ravel()
-        data[s * k:(s + S.shape[0]) * k] = cosine_power(sims, lo, hi, power).ravel()
-    W = sp.csr_matrix((data, indices, indptr), shape=(n, n))
-    return clean_csr(W.maximum(W.T).tocsr())
+    with fit_threads(None):  # BLAS on one thread: ties decided as in a fit
+        rng = check_random_state(random_state)
+        sample = rng.choice(n, size=min(int(n_range_rows), n), replace=False)
+        rows = max(1, _KNN_BLOCK_ELEMS // n)
+        lo = np.inf
+        for s in range(0, len(sample), rows):
+            lo = min(lo, float((fn[sample[s:s + rows]] @ fn.T).min()))
+        # a token's similarity to itself, 0 where every token is zero (W was all
+        # zeros there; the dense W is flat)
+        hi = 1.0 if np.any(fn) else 0.0
+        if hi - lo <= float(np.finfo(np.float32).eps) ** 0.5:
+            lo = hi  # identical tokens: a flat W, as the dense one (not rounding noise)
+        indptr = np.arange(0, (n + 1) * k, k)
+        indices = np.empty(n * k, dtype=np.int64)
+        data = np.empty(n * k, dtype=np.float32)
+        for s in range(0, n, rows):
+            S = fn[s:s + rows] @ fn.T
+            idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+            sims = np.take_along_axis(S, idx, axis=1)
+            indices[s * k:(s + S.shape[0]) * k] = idx.ravel()
+            data[s * k:(s + S.shape[0]) * k] = cosine_power(sims, lo, hi, power).ravel()
+        W = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+        return clean_csr(W.maximum(W.T).tocsr())
