@@ -336,7 +336,7 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            # a budget under K caps the tokens too (a ViT's, rounded down: 2 K)
+            # a budget under K caps the tokens too (a ViT's, in whole patches: 2 K)
             vit = hasattr(self._get_extractor(), "input_size")
             hint = (f"a larger max_tokens (now {self.max_tokens}), "
                     if self.max_tokens < (2 * k if vit else k) else "")
