@@ -161,12 +161,15 @@ def test_parallel_launches_stay_within_the_usable_cpus(monkeypatch, call, env_th
     np.testing.assert_array_equal(out, again)  # the thread count changes nothing
 
 
-def test_a_fit_without_parallel_kernels_starts_no_numba_threads():
+@pytest.mark.parametrize("n_jobs", [None, 1, -1])
+def test_a_fit_without_parallel_kernels_starts_no_numba_threads(n_jobs):
     """Numba's thread pool (GNU OpenMP on Linux) starts at the first parallel
     launch, and a process that has started it cannot safely fork a child
     that runs OpenMP loops (torch's data loader workers).  Fits below the
     parallel kernels' sizes must not start it: reading Numba's thread count
-    does, which the usable-CPU limit does only at a launch."""
+    does, which the usable-CPU limit does only at a launch.  ``n_jobs`` set
+    Numba's count on entering the fit: after ``FalconNCut(n_jobs=1)``, a
+    forked child's first Numba parallel loop was terminated by Numba."""
     import subprocess
 
     code = (
@@ -174,7 +177,7 @@ def test_a_fit_without_parallel_kernels_starts_no_numba_threads():
         "from numba.np.ufunc import parallel\n"
         "from sklearn_falcon import FalconNCut, normalized_cut\n"
         "X = np.random.default_rng(0).normal(size=(300, 3))\n"
-        "est = FalconNCut(4, random_state=0).fit(X)\n"
+        f"est = FalconNCut(4, n_jobs={n_jobs}, random_state=0).fit(X)\n"
         "est.predict(X[:10]); est.score(X[:10])\n"
         "print(parallel._is_initialized)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -382,12 +382,13 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
     import numba
 
     import sklearn_falcon._falcon as falcon_module
+    from sklearn_falcon._threads import num_threads
 
     seen = []
     real_solve = falcon_module.solve
 
     def spy(*args, **kwargs):
-        seen.append(numba.get_num_threads())
+        seen.append(num_threads())
         return real_solve(*args, **kwargs)
 
     monkeypatch.setattr(falcon_module, "solve", spy)
@@ -407,12 +408,13 @@ def test_n_jobs_holds_for_the_final_statistics_of_a_fit(monkeypatch, blobs):
     import numba
 
     import sklearn_falcon._falcon as falcon_module
+    from sklearn_falcon._threads import num_threads
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one Numba thread: nothing to limit")
     seen, real = [], falcon_module.cluster_statistics
     monkeypatch.setattr(falcon_module, "cluster_statistics",
-                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        lambda *a, **k: seen.append(num_threads())
                         or real(*a, **k))
     before = numba.get_num_threads()
     est = FalconNCut(4, n_jobs=1, random_state=0).fit(blobs[0])
@@ -430,6 +432,7 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
     import numba
 
     import sklearn_falcon._stats as stats_module
+    from sklearn_falcon._threads import num_threads
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one Numba thread: nothing to limit")
@@ -438,7 +441,7 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
     want = est.score(X[:200])
     seen, real = [], stats_module.cluster_statistics
     monkeypatch.setattr(stats_module, "cluster_statistics",
-                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        lambda *a, **k: seen.append(num_threads())
                         or real(*a, **k))
     before = numba.get_num_threads()
     assert est.score(X[:200]) == want
