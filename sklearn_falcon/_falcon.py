@@ -407,8 +407,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                                         backend, device, rng, options)
             labels = with_isolated(best.labels[0].astype(np.int64), active,
                                    n_samples, d_act, K)
-            # exact, from one pass over W (not the solver's running sums); on
-            # n_jobs threads too (a parallel kernel on large graphs)
+            # exact: one pass over W (not the solver's running sums), n_jobs threads
             assoc = (problem.cluster_statistics(best.labels)[1][0] if W is None
                      else cluster_statistics(W, labels, K, degrees)[1])
         vol = np.bincount(best.labels[0], weights=degrees[active], minlength=K)
@@ -536,10 +535,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
 
     def _predict(self, X):  # predict's labels of a validated X (score's too)
         labels = np.empty(X.shape[0], dtype=np.int64)
-        row_bytes = self._affinity.cross_row_bytes(self.labels_.shape[0])
+        aff = copy.copy(self._affinity)  # on the n_jobs of now (set_params, or
+        aff.n_jobs = self.n_jobs  # another machine: the fit's was kept)
+        row_bytes = aff.cross_row_bytes(self.labels_.shape[0])
         with fit_threads(self.n_jobs, limit_blas=False):
             for rows in row_chunks(X.shape[0], row_bytes):
-                A = self._affinity.cross(X[rows])
+                A = aff.cross(X[rows])
                 labels[rows] = out_of_sample_labels(
                     A, self.labels_, self.cluster_volumes_, self.cluster_associations_)
         return labels
@@ -578,9 +579,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         check_is_fitted(self)
         Xv = self._validate_X(X, reset=False)  # once: a Dask array is computed
         labels = self._predict(Xv)
-        # the fit's K and affinity (a copy: its fitted state stays predict's),
-        # whatever set_params did since (a smaller n_clusters wrote past the
-        # kernels' arrays: glibc aborted)
+        # the fit's K and affinity (a copy: its fitted state stays predict's), whatever
+        # set_params did since (a smaller n_clusters wrote past kernels' arrays)
         K, A = self.cluster_volumes_.shape[0], copy.copy(self._affinity)
         if A.precomputed:
             return -bipartite_ncut(A.cross(Xv), labels, self.labels_, K)

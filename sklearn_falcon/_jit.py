@@ -90,6 +90,7 @@ _lock = threading.RLock()
 _state = {"numba": False, "cache_ok": CACHE, "warned_locator": False,
           "warned_load": False, "warned_save": False, "stamp": None,
           "notice": True, "serial_after_fork": False}
+requested = threading.local()  # .n: a fit's n_jobs (fit_threads), set at launch
 
 
 class Kernel:
@@ -178,20 +179,21 @@ def usable_cpus():
 
 @contextlib.contextmanager
 def _within_usable_cpus():
-    """A parallel launch on at most :func:`usable_cpus` threads, unless
-    ``NUMBA_NUM_THREADS`` sets the count (the module docstring says why)."""
+    """A parallel launch on the :data:`requested` threads (else Numba's), at
+    most :func:`usable_cpus` unless ``NUMBA_NUM_THREADS`` sets the count."""
     import numba
 
-    threads = numba.get_num_threads()  # starts Numba's threads: a launch only
-    cap = threads if "NUMBA_NUM_THREADS" in os.environ else usable_cpus()
-    if threads <= cap:
-        yield
-        return
-    numba.set_num_threads(cap)
+    current = numba.get_num_threads()  # starts Numba's threads: a launch only
+    threads = getattr(requested, "n", None) or current
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        threads = min(threads, usable_cpus())
+    if threads != current:
+        numba.set_num_threads(threads)
     try:
         yield
     finally:
-        numba.set_num_threads(threads)
+        if threads != current:
+            numba.set_num_threads(current)
 
 
 # Numba's workqueue threading layer (its fallback where neither TBB nor
@@ -244,9 +246,7 @@ def jit(fn=None, *, inline=False):
     """Decorator of a serial kernel: ``@jit``, or ``@jit(inline=True)`` for a
     small helper that Numba inlines into the kernels that call it."""
     options = {"inline": "always"} if inline else {}
-    if fn is None:
-        return lambda f: Kernel(f, options)
-    return Kernel(fn, options)
+    return (lambda f: Kernel(f, options)) if fn is None else Kernel(fn, options)
 
 
 def inlined(kernel):

@@ -20,7 +20,10 @@ from numbers import Integral
 
 from sklearn.utils._param_validation import Interval
 
-__all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads"]
+from ._jit import requested
+
+__all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads", "num_threads",
+           "requested_threads"]
 
 # an estimator's n_jobs: None or a nonzero integer (0 was refused only when
 # the first threads were set, after the affinity had been built)
@@ -116,8 +119,7 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
         if n_jobs is not None:
             import numba
 
-            previous = numba.get_num_threads()
-            most = numba.config.NUMBA_NUM_THREADS
+            most = numba.config.NUMBA_NUM_THREADS  # (a setting: starts no thread)
             if n_jobs < 0 and "NUMBA_NUM_THREADS" not in os.environ:
                 # -2 is all the usable CPUs but one (a CPU quota counts, as
                 # for joblib), not all but one of Numba's, which a launch
@@ -125,8 +127,34 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
                 from joblib import cpu_count  # as _jit.usable_cpus counts
 
                 most = min(most, cpu_count())
-            numba.set_num_threads(effective_n_threads(n_jobs, most))
-            stack.callback(numba.set_num_threads, previous)
-            _keep_torch_threads(torch_threads)  # the launch above set it
+            stack.enter_context(requested_threads(effective_n_threads(n_jobs, most)))
         yield
+
+
+@contextlib.contextmanager
+def requested_threads(n):
+    """The parallel kernels launched by this Python thread within the block
+    run on ``n`` threads (at most the usable CPUs), set at each launch:
+    setting Numba's count on entering started its threads in a fit that
+    launches none (a process that has started them cannot fork a child
+    that runs parallel loops; see :mod:`sklearn_falcon._jit`)."""
+    previous = getattr(requested, "n", None)
+    requested.n = int(n)
+    try:
+        yield
+    finally:
+        requested.n = previous
+
+
+def num_threads():
+    """The threads of this Python thread's next parallel launch (before the
+    usable-CPU cap): the enclosing :func:`requested_threads` block's, else
+    Numba's count (reading it starts Numba's threads: just before a launch
+    only)."""
+    n = getattr(requested, "n", None)
+    if n is None:
+        import numba
+
+        n = numba.get_num_threads()
+    return n
 

@@ -14,7 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "sklearn_falcon"
 
 LAYERS = [
-    {"_jit", "_threads", "_miou", "_memory", "_log", "_structure"},
+    {"_jit", "_miou", "_memory", "_log", "_structure"},
+    {"_threads"},
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
     {"_inits", "metrics", "plotting"},

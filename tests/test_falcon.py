@@ -382,12 +382,13 @@ def test_n_jobs_sets_numba_threads_during_fit(monkeypatch, blobs, n_jobs, expect
     import numba
 
     import sklearn_falcon._falcon as falcon_module
+    from sklearn_falcon._threads import num_threads
 
     seen = []
     real_solve = falcon_module.solve
 
     def spy(*args, **kwargs):
-        seen.append(numba.get_num_threads())
+        seen.append(num_threads())
         return real_solve(*args, **kwargs)
 
     monkeypatch.setattr(falcon_module, "solve", spy)
@@ -407,12 +408,13 @@ def test_n_jobs_holds_for_the_final_statistics_of_a_fit(monkeypatch, blobs):
     import numba
 
     import sklearn_falcon._falcon as falcon_module
+    from sklearn_falcon._threads import num_threads
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one Numba thread: nothing to limit")
     seen, real = [], falcon_module.cluster_statistics
     monkeypatch.setattr(falcon_module, "cluster_statistics",
-                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        lambda *a, **k: seen.append(num_threads())
                         or real(*a, **k))
     before = numba.get_num_threads()
     est = FalconNCut(4, n_jobs=1, random_state=0).fit(blobs[0])
@@ -430,6 +432,7 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
     import numba
 
     import sklearn_falcon._stats as stats_module
+    from sklearn_falcon._threads import num_threads
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one Numba thread: nothing to limit")
@@ -438,7 +441,7 @@ def test_n_jobs_holds_for_the_graph_of_score(monkeypatch, blobs):
     want = est.score(X[:200])
     seen, real = [], stats_module.cluster_statistics
     monkeypatch.setattr(stats_module, "cluster_statistics",
-                        lambda *a, **k: seen.append(numba.get_num_threads())
+                        lambda *a, **k: seen.append(num_threads())
                         or real(*a, **k))
     before = numba.get_num_threads()
     assert est.score(X[:200]) == want
@@ -683,3 +686,35 @@ def test_callable_affinity_of_float32_is_the_precomputed_one():
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     np.testing.assert_array_equal(est.predict(X[:7]),
                                   ref.predict(kernel(X[:7], X)))
+
+
+def test_predict_searches_neighbours_on_its_own_n_jobs_and_cpus(monkeypatch, blobs):
+    """The k-d tree's threads were fixed at fit, from the fitting machine's
+    CPUs: a model fitted with ``n_jobs=-1`` on a large machine, loaded on a
+    small one, queried on the large one's count, and ``set_params(n_jobs=)``
+    after the fit was ignored by ``predict``'s and ``score``'s searches."""
+    from sklearn_falcon import _jit
+
+    if _jit.usable_cpus() < 2:
+        pytest.skip("one usable CPU: nothing to limit")
+    X = blobs[0]
+    est = pickle.loads(pickle.dumps(FalconNCut(4, n_jobs=-1, random_state=0).fit(X)))
+    seen, tree = [], est._affinity.nn_.tree
+
+    class Spy:
+        n = tree.n
+
+        def query(self, *args, **kwargs):
+            seen.append(kwargs["workers"])
+            return tree.query(*args, **kwargs)
+
+    est._affinity.nn_.tree = Spy()
+    want = est.predict(X[:50])
+    monkeypatch.setenv("LOKY_MAX_CPU_COUNT", "1")  # a machine of one CPU
+    np.testing.assert_array_equal(est.predict(X[:50]), want)
+    monkeypatch.delenv("LOKY_MAX_CPU_COUNT")
+    est.set_params(n_jobs=None)
+    np.testing.assert_array_equal(est.predict(X[:50]), want)
+    est.score(X[:50])
+    assert seen[0] == _jit.usable_cpus() and seen[1:3] == [1, 1]
+    assert seen[3] == 1  # score's predict

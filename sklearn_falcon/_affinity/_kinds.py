@@ -13,6 +13,7 @@ To add an affinity: a subclass of :class:`Affinity` here, with its entry in
 ``_backends/_torch/_affinity.py`` too.
 """
 
+import copy
 import inspect
 
 import numpy as np
@@ -284,7 +285,11 @@ class NearestNeighborsAffinity(Affinity):
 
     def cross(self, X_new):
         self.check_features(X_new)
-        return self.nn_.kneighbors_graph(X_new, mode="connectivity")
+        nn = self.nn_
+        if nn.n_jobs != self.n_jobs:  # the estimator's n_jobs, set since the fit
+            nn = copy.copy(nn)
+            nn.n_jobs = self.n_jobs
+        return nn.kneighbors_graph(X_new, mode="connectivity")
 
     def _warn_if_complete(self, n):
         if 1 < n <= self.n_neighbors and self.warns_complete:

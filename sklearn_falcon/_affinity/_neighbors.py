@@ -25,6 +25,8 @@ distances: duplicate samples, one-hot codes) takes four times as many, until
 none could.
 """
 
+import copy
+
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.extmath import row_norms
@@ -131,8 +133,7 @@ class _TreeNeighbors:
 
         self.tree = cKDTree(X)
         self.k = k
-        self.workers = (1 if n_jobs is None else
-                        effective_n_threads(n_jobs, _jit.usable_cpus()))
+        self.n_jobs = n_jobs  # its threads: of the CPUs where a query runs
 
     def kneighbors_graph(self, X, mode="connectivity"):
         """CSR ``(n_queries, n_train)``: a 1 at each query's ``k`` nearest
@@ -144,7 +145,9 @@ class _TreeNeighbors:
                              "'connectivity'.")
         if sp.issparse(X):
             X = X.toarray()
-        _, idx = self.tree.query(X, k=self.k, workers=self.workers)
+        workers = (1 if self.n_jobs is None else
+                   effective_n_threads(self.n_jobs, _jit.usable_cpus()))
+        _, idx = self.tree.query(X, k=self.k, workers=workers)
         idx = idx.reshape(X.shape[0], self.k)
         if np.any(idx == self.tree.n):  # an infinite distance: not an index
             raise ValueError("The k-d tree found neighbours at an infinite "
@@ -181,6 +184,7 @@ class _BruteNeighbors:
         self.shift = _far_shift(X, self.sq_norms)
         self.search_sq_norms = (self.sq_norms if self.shift is None else
                                 row_norms(X - self.shift, squared=True))
+        self.n_jobs = n_jobs  # read at each query (set after the fit)
         self.nn = NearestNeighbors(n_neighbors=self.n_candidates,
                                    n_jobs=n_jobs).fit(self._search(X))
 
@@ -219,7 +223,11 @@ class _BruteNeighbors:
         outside the candidates could be as near as the ``k``-th (within the
         rounding of both computations of the distances)."""
         S = self._search(Q)
-        dist, cand = self.nn.kneighbors(S, n_neighbors=m)
+        nn = self.nn
+        if nn.n_jobs != self.n_jobs:
+            nn = copy.copy(nn)  # the fitted search, shared
+            nn.n_jobs = self.n_jobs
+        dist, cand = nn.kneighbors(S, n_neighbors=m)
         q_norms = row_norms(Q, squared=True).astype(np.float64)
         d2 = self._sq_distances(Q, cand, q_norms)
         order = np.lexsort((cand, d2), axis=-1)[:, :self.k]

@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from .._backends._numba._kernels import _add_rows_by_label
 from .._jit import PARALLEL_MIN, pjit, prange
 from .._jit import jit as _jit
+from .._threads import num_threads
 
 __all__ = ["coarsen_csr", "coarsen_dense", "contract"]
 
@@ -253,9 +254,7 @@ def _contract_threads(n_entries):
     :data:`CONTRACT_THREADS_MAX`, from :data:`PARALLEL_MIN` stored entries."""
     if n_entries < PARALLEL_MIN:
         return 1
-    import numba
-
-    return min(numba.get_num_threads(), CONTRACT_THREADS_MAX)
+    return min(num_threads(), CONTRACT_THREADS_MAX)
 
 
 def coarsen_csr(indptr, indices, data, mapping, n_coarse, buckets=False):
