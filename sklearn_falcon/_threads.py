@@ -20,10 +20,22 @@ from numbers import Integral
 
 from sklearn.utils._param_validation import Interval
 
+from . import _jit
 from ._jit import requested
 
 __all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads", "num_threads",
            "requested_threads"]
+
+def _numba():
+    """Numba, imported under the lock its kernels are built under: a first
+    fit with ``n_jobs`` imported it while another thread's first fit set it
+    up, got it partially initialized ("partially initialized module
+    'numba.core.event'"), and died, leaving llvmlite's lock held: the other
+    threads hung."""
+    with _jit._lock:
+        import numba
+    return numba
+
 
 # an estimator's n_jobs: None or a nonzero integer (0 was refused only when
 # the first threads were set, after the affinity had been built)
@@ -117,9 +129,7 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
         if limit_blas:
             stack.enter_context(_one_blas_thread())
         if n_jobs is not None:
-            import numba
-
-            most = numba.config.NUMBA_NUM_THREADS  # (a setting: starts no thread)
+            most = _numba().config.NUMBA_NUM_THREADS  # (a setting: starts no thread)
             if n_jobs < 0 and "NUMBA_NUM_THREADS" not in os.environ:
                 # -2 is all the usable CPUs but one (a CPU quota counts, as
                 # for joblib), not all but one of Numba's, which a launch
@@ -153,8 +163,6 @@ def num_threads():
     only)."""
     n = getattr(requested, "n", None)
     if n is None:
-        import numba
-
-        n = numba.get_num_threads()
+        n = _numba().get_num_threads()
     return n
 

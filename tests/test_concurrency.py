@@ -212,3 +212,37 @@ def test_negative_n_jobs_count_from_the_usable_cpus(monkeypatch, env_threads):
         cpus = 8 if env_threads else 4
         want = min(n_jobs, 8) if n_jobs > 0 else max(1, cpus + 1 + n_jobs)
         assert seen == want, n_jobs
+
+
+def test_first_fits_of_a_process_in_several_threads():
+    """Four threads making the first fits of a process at once: the one with
+    ``n_jobs`` imported Numba while another set it up for its kernels, got
+    it partially initialized ("partially initialized module
+    'numba.core.event' has no attribute 'start_event'") and died, leaving
+    llvmlite's lock held, so the others hung.  Numba is imported under the
+    lock the kernels are built under."""
+    import subprocess
+
+    code = """if True:
+        import threading, warnings
+        import numpy as np
+        warnings.simplefilter("ignore")
+        from sklearn.datasets import make_blobs
+        from sklearn_falcon import FalconNCut
+        X, _ = make_blobs(n_samples=600, centers=4, cluster_std=2, random_state=0)
+        cfgs = [dict(init="multilevel"), dict(affinity="rbf", gamma=0.05, init="spectral"),
+                dict(affinity="cosine", init="multilevel_fast"),
+                dict(init="kmeans", n_jobs=1)]
+        out = [None] * 4
+        def run(i):
+            out[i] = FalconNCut(4, random_state=0, **cfgs[i]).fit(X).labels_
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+        ref = [FalconNCut(4, random_state=0, **c).fit(X).labels_ for c in cfgs]
+        print([o is not None and np.array_equal(o, r) for o, r in zip(out, ref)])
+    """
+    for _ in range(2):  # it failed on most runs
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0 and "Error" not in out.stderr, out.stderr[-2000:]
+        assert out.stdout.split("\n")[-2] == "[True, True, True, True]", out.stdout

@@ -4,10 +4,9 @@ a working resolution to the full one (joint bilateral upsampling)."""
 from numbers import Integral, Real
 
 import numpy as np
-from numba import prange
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._jit import pjit
+from .._jit import pjit, prange
 from .._memory import check_allocation
 from .._threads import fit_threads
 from ._affinity import real_float32
