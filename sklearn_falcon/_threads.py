@@ -51,6 +51,13 @@ def _threadpool_controller():
     return ThreadpoolController()
 
 
+# Built on import, before fits run in threads: its search of the loaded
+# libraries (dl_iterate_phdr, holding the loader's lock) in a first fit,
+# while another thread's first fit imported an extension module (dlopen,
+# holding the GIL on Python 3.10), deadlocked the two.
+_threadpool_controller()
+
+
 def effective_n_threads(n_jobs, maximum):
     """Threads for ``n_jobs`` (joblib's convention), at most ``maximum``.
 
