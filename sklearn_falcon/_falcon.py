@@ -17,10 +17,10 @@ from ._affinity import (
     canonical_sparse,
     check_dtype_kind,
     check_sparse_structure,
-    make_affinity,
     start_graph,
 )
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
+from ._graph import affinity_graph
 from ._inits import (
     INITS,
     InitContext,
@@ -395,7 +395,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
         options = SolverOptions.from_params(self.get_params(deep=False))
 
-        W, degrees, problem = self._affinity_graph(X, K, backend, device)
+        self._affinity, W, degrees, problem = affinity_graph(self, X, K, backend,
+                                                             device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
         W_act, d_act = active_subgraph(W, degrees, active, K,
@@ -453,43 +454,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                     log_stage("solve", "start %d of %d", i + 1, len(starts))
                 yield solve(problem, fill_empty(y0, K, rng), options)
         return best_result(runs(), W_act, K, d_act, problem), problem
-
-    def _affinity_graph(self, X, K, backend, device):
-        """``(W, degrees, problem)``: the affinity of X and its degrees.
-
-        On the matrix-free path (a backend that forms this affinity in row
-        blocks) ``W`` is None and ``problem`` is the backend's problem that
-        forms it, on the samples of nonzero degree; otherwise ``problem`` is
-        None (it is built on the graph of the connected samples).
-        """
-        self._affinity = make_affinity(self.affinity, n_neighbors=self.n_neighbors,
-                                       gamma=self.gamma, power=self.power,
-                                       n_jobs=self.n_jobs, to_host=host_array)
-        spec = BACKENDS[backend]
-        W, problem = None, None
-        if spec.make_problem_from_features is not None and self._affinity.matrix_free:
-            self._affinity.check_features(X)
-            t0 = time.perf_counter()
-            problem = spec.make_problem_from_features(
-                X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
-                device=device,
-            )
-            degrees = problem.degrees_numpy()[0]
-            if self.verbose:
-                n, p = X.shape
-                log_stage("affinity", "matrix-free %s of %d samples on %s: its "
-                          "degrees (a pass over all %.3g entries of W, %.3g flops) "
-                          "took %.2f s; each iteration and polishing sweep costs "
-                          "about one such pass",
-                          self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
-                          time.perf_counter() - t0)
-            self._affinity.adopt(X, problem)
-            if not np.all(degrees > 0):  # zero rows: the others' problem, same W
-                problem = problem.restricted(degrees > 0)
-        if problem is None:
-            W = self._affinity.fit(X)
-            degrees = degrees_of(W)
-        return W, degrees, problem
 
     @property
     def affinity_matrix_(self):
