@@ -422,7 +422,7 @@ def falcon_batch(
     if not matrix_free:
         Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters)
 
-    with fit_threads(None, limit_blas=spec.limit_blas):
+    with fit_threads(None, limit_blas=spec.limit_blas), spec.scope():
         if spec.batched:
             if P is None:
                 P = spec.make_problem(Ws, n_clusters, device=device, dtype=dtype)

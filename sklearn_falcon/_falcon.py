@@ -403,7 +403,8 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                                        hint=self._affinity.connect_hint())
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
-        with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
+        spec = BACKENDS[backend]  # (Dask's computes: one process pool)
+        with fit_threads(self.n_jobs, limit_blas=spec.limit_blas), spec.scope():
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
                                         backend, device, rng, options)
             labels = with_isolated(best.labels[0].astype(np.int64), active,
