@@ -507,6 +507,39 @@ def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
     assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
 
 
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
+        graph, monkeypatch, in_memory):
+    """client.restart() during a fit cancels what the workers held for it
+    (the persisted blocks, labels and sums): the fit ended with Dask's
+    "FutureCancelledError: add_parts-798bdadc-... cancelled for reason:
+    lost dependencies.", which names neither the restart nor what to do.
+    It raises a RuntimeError that says both, from Dask's error."""
+    from concurrent.futures import CancelledError
+
+    W, y = graph
+    y0 = noisy(y, K, 0.5, seed=6)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            step = DaskProblem.step
+            calls = []
+
+            def step_and_restart(self, *args):
+                calls.append(1)
+                if len(calls) == 2:
+                    client.restart()
+                return step(self, *args)
+
+            monkeypatch.setattr(DaskProblem, "step", step_and_restart)
+            est = _est(init=y0, backend="dask")
+            with pytest.raises(RuntimeError,
+                               match=r"restarted .*Call fit again") as info:
+                est.fit(W if in_memory else shards(W, 4))
+    assert isinstance(info.value.__cause__, CancelledError)
+    assert not hasattr(est, "labels_")
+
+
 def test_predict_and_score_gather_a_dask_array_of_sparse_blocks(graph):
     """After a Dask fit, predict and score of rows of W held as Dask CSR
     blocks raised scikit-learn's "Expected 2D array, got scalar array"

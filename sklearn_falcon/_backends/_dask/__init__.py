@@ -70,13 +70,13 @@ def make_problem(W, n_clusters, *, device="cpu", degrees=None, dtype=None):
 
 
 def compute_scope():
-    """The context of a fit's computes: on Dask's ``"processes"`` scheduler
-    they share one process pool (:func:`._graph.one_process_pool`), rather
-    than each starting its own."""
+    """The context of a fit's computes (:func:`._graph.compute_scope`): one
+    process pool on Dask's ``"processes"`` scheduler, and an error that says
+    what happened when a restart of the cluster cancels them."""
     import_dask()
-    from ._graph import one_process_pool
+    from ._graph import compute_scope as scope
 
-    return one_process_pool()
+    return scope()
 
 
 def _is_dask(W):
