@@ -17,6 +17,7 @@ from .._structure import check_sparse_structure
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
+           "count_components",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
            "unit_exponent", "unit_scaled"]
@@ -402,6 +403,18 @@ def warn_if_flat_cosine(lo, hi, n_samples):
                  "(Rows of norm below 10 eps of the features' dtype count as zero.)")
 
 
+def count_components(W):
+    """Connected components of the symmetric affinity ``W`` (dense or
+    sparse), in about the time of a pass over it."""
+    if not sp.issparse(W):
+        W = np.asarray(W)  # each row is read once
+        return int(_dense_n_components(W)) if W.size else 1
+    if W.nnz >= CHECK_KERNEL_MIN:
+        W = W.tocsr()
+        return int(n_components_csr(W.indptr, W.indices))
+    return int(connected_components(W, directed=False, return_labels=False))
+
+
 def warn_if_disconnected(W, n_clusters, hint=None):
     """Warn, with the number of components, when ``W`` is not connected, as
     scikit-learn's spectral embedding does (a dense ``W`` too: a kernel that
@@ -409,15 +422,7 @@ def warn_if_disconnected(W, n_clusters, hint=None):
     warning, naming the parameter that connects it (``Affinity.connect_hint``)."""
     if W is None:  # matrix-free: W is never formed
         return
-    if not sp.issparse(W):
-        W = np.asarray(W)
-        # each row is read once, in about the time of a pass over W
-        n_comp = _dense_n_components(W) if W.size else 1
-    elif W.nnz >= CHECK_KERNEL_MIN:
-        W = W.tocsr()
-        n_comp = int(n_components_csr(W.indptr, W.indices))
-    else:
-        n_comp = connected_components(W, directed=False, return_labels=False)
+    n_comp = count_components(W)
     if n_comp <= 1:
         return
     warn_user(
