@@ -540,6 +540,27 @@ def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
     assert not hasattr(est, "labels_")
 
 
+@pytest.mark.parametrize("max_entries", [None, 3000])
+def test_a_disconnected_sharded_graph_is_warned_of_as_in_memory(max_entries):
+    """A Dask fit of a graph of several components said nothing, where the
+    in-memory fit warns "not fully connected: it has 3 connected components"
+    (the normalized cut separates them at no cost).  The graph start counts
+    the components of the coarsest graph on its worker: the matching
+    contracts edges only, so the count is the graph's, whether the graph is
+    coarsened (``max_entries``) or not."""
+    parts = [planted(200, 2, seed=s)[0] for s in range(3)]
+    W = sp.block_diag(parts, format="csr")
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": max_entries}
+                         if max_entries else {}):
+        with pytest.warns(UserWarning, match="not fully connected: it has 3 "
+                          r"connected components \(n_clusters=4\)"):
+            est = _est(init="multilevel").fit(shards(W, 3))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _est(init="multilevel").fit(shards(parts[0], 3))
+    assert (len(est._dask_info["levels"]) > 1) == bool(max_entries)
+
+
 def test_predict_and_score_gather_a_dask_array_of_sparse_blocks(graph):
     """After a Dask fit, predict and score of rows of W held as Dask CSR
     blocks raised scikit-learn's "Expected 2D array, got scalar array"

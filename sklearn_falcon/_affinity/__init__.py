@@ -20,6 +20,7 @@ from ._check import (
     unit_scaled,
     warn_if_disconnected,
     warn_if_flat_cosine,
+    warn_of_components,
 )
 from ._kinds import (
     AFFINITIES,
@@ -62,5 +63,6 @@ __all__ = [
     "warn_if_disconnected",
     "warn_if_flat_cosine",
     "warn_if_flat_rbf",
+    "warn_of_components",
     "zero_norm",
 ]

@@ -19,6 +19,7 @@ __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
            "count_components",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
+           "warn_of_components",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
            "unit_exponent", "unit_scaled"]
 
@@ -422,7 +423,12 @@ def warn_if_disconnected(W, n_clusters, hint=None):
     warning, naming the parameter that connects it (``Affinity.connect_hint``)."""
     if W is None:  # matrix-free: W is never formed
         return
-    n_comp = count_components(W)
+    warn_of_components(count_components(W), n_clusters, hint)
+
+
+def warn_of_components(n_comp, n_clusters, hint=None):
+    """:func:`warn_if_disconnected`'s warning, of a graph of ``n_comp``
+    components (counted elsewhere: the sharded fit's coarsest graph)."""
     if n_comp <= 1:
         return
     warn_user(
