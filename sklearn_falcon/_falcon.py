@@ -527,6 +527,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           training sample ``j``: its NCut is low when each new sample's
           affinity falls inside its own cluster.
 
+        The graph and the clusters are the fit's (its affinity, ``K`` and
+        ``labels_``); where it is computed is the estimator's now, as for
+        :meth:`predict`: the current ``n_jobs``, and, after a matrix-free
+        fit (``backend="torch"`` with ``"rbf"``/``"cosine"``), the current
+        ``device`` for ``W_X``'s row blocks (``set_params(device="cpu")``
+        scores a CUDA fit on a machine without a GPU; float32 on CUDA can
+        round the score differently from float64 on the CPU).
+
         Parameters
         ----------
         X : {array-like, sparse matrix, torch.Tensor} of shape \
