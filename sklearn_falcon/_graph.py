@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from ._affinity import make_affinity
+from ._affinity import make_affinity, warn_if_flat_graph
 from ._backends import BACKENDS, host_array
 from ._log import log_stage
 from ._stats import degrees_of
@@ -55,4 +55,7 @@ def affinity_graph(est, X, K, backend, device):
     if problem is None:
         W = affinity.fit(X)
         degrees = degrees_of(W)
+        if affinity.name in ("precomputed", "callable"):  # (the others warn)
+            warn_if_flat_graph(W, degrees, "X" if affinity.precomputed else
+                               "affinity(X)")
     return affinity, W, degrees, problem

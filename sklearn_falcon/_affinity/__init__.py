@@ -20,6 +20,7 @@ from ._check import (
     unit_scaled,
     warn_if_disconnected,
     warn_if_flat_cosine,
+    warn_if_flat_graph,
     warn_of_components,
 )
 from ._kinds import (
@@ -62,6 +63,7 @@ __all__ = [
     "unit_scaled",
     "warn_if_disconnected",
     "warn_if_flat_cosine",
+    "warn_if_flat_graph",
     "warn_if_flat_rbf",
     "warn_of_components",
     "zero_norm",
