@@ -23,6 +23,7 @@ from ._affinity import (
     check_affinity,
     check_dtype_kind,
     check_sparse_structure,
+    count_components,
     make_affinity,
     restrict_to_active,
     start_graph,
@@ -33,7 +34,7 @@ from ._affinity import (
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
-from ._log import logs_progress
+from ._log import logs_progress, warn_user
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -175,7 +176,31 @@ def _start(init, G, W, degrees, n_clusters, n_neighbors, rng, options):
         *cluster_statistics(ctx.W, y, n_clusters, ctx.degrees)))
 
 
-def _active_parts(Ws, graphs, init, n_clusters, degrees=None):
+def _listing(counts, unit=""):
+    """``"graphs[1]: 2, graphs[3]: 1"`` of ``{b: count}`` (the first 10)."""
+    items = [f"graphs[{b}]: {c}{unit}" for b, c in list(counts.items())[:10]]
+    return ", ".join(items + ["..."] * (len(counts) > 10))
+
+
+def _warn_of_parts(zero, split, B, hint):
+    """One warning of the zero-degree nodes (``{b: count}``) and one of the
+    disconnected graphs (``{b: components}``) of a batch of ``B``, as
+    FalconNCut warns of each graph (one a graph would flood a batch)."""
+    if zero:
+        warn_user(
+            f"{sum(zero.values())} node(s) of zero degree in {len(zero)} of the {B} "
+            f"graphs ({_listing(zero)}): they are left out of the solve and given "
+            "the cluster of largest volume of their graph."
+        )
+    if split:
+        warn_user(
+            f"{len(split)} of the {B} affinity graphs are not fully connected "
+            f"({_listing(split, ' components')}): the normalized cut separates "
+            f"components at no cost.{' ' + hint if hint else ''}"
+        )
+
+
+def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
     """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
     of nonzero degree (``keep[b]``: their indices, None where all are;
     ``degrees``: of the graphs, where ``Ws`` are None, matrix-free):
@@ -185,10 +210,13 @@ def _active_parts(Ws, graphs, init, n_clusters, degrees=None):
     could hold only them) and join the cluster of largest volume after it
     (:func:`~sklearn_falcon._stats.with_isolated`).  A graph with fewer such
     nodes than ``n_clusters`` is refused; one of subnormal degrees is
-    scaled up (:func:`~sklearn_falcon._affinity._check.unit_scaled`)."""
+    scaled up (:func:`~sklearn_falcon._affinity._check.unit_scaled`).  One
+    warning names the graphs with zero-degree nodes, one those whose other
+    nodes are not connected (explicit ``Ws``; ``hint`` ends it)."""
     Ws, graphs = list(Ws), list(graphs)
     init = init if isinstance(init, str) else list(init)
     keep = [None] * len(Ws)
+    zero = {}
     for b, W in enumerate(Ws):
         d = np.asarray(degrees_of(W) if degrees is None else degrees[b])
         active = d > 0
@@ -206,12 +234,16 @@ def _active_parts(Ws, graphs, init, n_clusters, degrees=None):
                 f"n_clusters={n_clusters}; zero-degree nodes cannot form a cluster."
             )
         keep[b] = idx
+        zero[b] = active.size - idx.size
         sub = None if W is None else restrict_to_active(W, active)
         G = graphs[b]
         graphs[b] = sub if G is W else G[idx]
         Ws[b] = sub
         if not isinstance(init, str):
             init[b] = init[b][idx]
+    split = {b: c for b, c in enumerate(  # (none of a matrix-free batch)
+        1 if W is None else count_components(W) for W in Ws) if c > 1}
+    _warn_of_parts(zero, split, len(Ws), hint)
     return Ws, graphs, init, keep
 
 
@@ -279,7 +311,9 @@ def falcon_batch(
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other
-        nodes than ``n_clusters`` is refused.
+        nodes than ``n_clusters`` is refused.  One ``UserWarning`` names the
+        graphs that have such nodes, and one those (of explicit affinities)
+        that are not connected, with their counts.
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -420,9 +454,12 @@ def falcon_batch(
                             power=power).fit(G) for G in graphs]
 
     if not matrix_free:
-        Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters)
+        hint = make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
+                             power=power).connect_hint()
+        Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters,
+                                               hint=hint)
 
-    with fit_threads(None, limit_blas=spec.limit_blas):
+    with fit_threads(None, limit_blas=spec.limit_blas), spec.scope():
         if spec.batched:
             if P is None:
                 P = spec.make_problem(Ws, n_clusters, device=device, dtype=dtype)

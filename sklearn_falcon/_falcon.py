@@ -17,10 +17,10 @@ from ._affinity import (
     canonical_sparse,
     check_dtype_kind,
     check_sparse_structure,
-    make_affinity,
     start_graph,
 )
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
+from ._graph import affinity_graph
 from ._inits import (
     INITS,
     InitContext,
@@ -395,14 +395,16 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
         options = SolverOptions.from_params(self.get_params(deep=False))
 
-        W, degrees, problem = self._affinity_graph(X, K, backend, device)
+        self._affinity, W, degrees, problem = affinity_graph(self, X, K, backend,
+                                                             device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
         W_act, d_act = active_subgraph(W, degrees, active, K,
                                        hint=self._affinity.connect_hint())
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(np.iinfo(np.int32).max))
-        with fit_threads(self.n_jobs, limit_blas=BACKENDS[backend].limit_blas):
+        spec = BACKENDS[backend]  # (Dask's computes: one process pool)
+        with fit_threads(self.n_jobs, limit_blas=spec.limit_blas), spec.scope():
             best, problem = self._solve(problem, init, X, W_act, d_act, active, K,
                                         backend, device, rng, options)
             labels = with_isolated(best.labels[0].astype(np.int64), active,
@@ -453,43 +455,6 @@ class FalconNCut(ClusterMixin, BaseEstimator):
                     log_stage("solve", "start %d of %d", i + 1, len(starts))
                 yield solve(problem, fill_empty(y0, K, rng), options)
         return best_result(runs(), W_act, K, d_act, problem), problem
-
-    def _affinity_graph(self, X, K, backend, device):
-        """``(W, degrees, problem)``: the affinity of X and its degrees.
-
-        On the matrix-free path (a backend that forms this affinity in row
-        blocks) ``W`` is None and ``problem`` is the backend's problem that
-        forms it, on the samples of nonzero degree; otherwise ``problem`` is
-        None (it is built on the graph of the connected samples).
-        """
-        self._affinity = make_affinity(self.affinity, n_neighbors=self.n_neighbors,
-                                       gamma=self.gamma, power=self.power,
-                                       n_jobs=self.n_jobs, to_host=host_array)
-        spec = BACKENDS[backend]
-        W, problem = None, None
-        if spec.make_problem_from_features is not None and self._affinity.matrix_free:
-            self._affinity.check_features(X)
-            t0 = time.perf_counter()
-            problem = spec.make_problem_from_features(
-                X, K, affinity=self.affinity, power=self.power, gamma=self.gamma,
-                device=device,
-            )
-            degrees = problem.degrees_numpy()[0]
-            if self.verbose:
-                n, p = X.shape
-                log_stage("affinity", "matrix-free %s of %d samples on %s: its "
-                          "degrees (a pass over all %.3g entries of W, %.3g flops) "
-                          "took %.2f s; each iteration and polishing sweep costs "
-                          "about one such pass",
-                          self.affinity, n, device, float(n) * n, 2.0 * n * n * (p + K),
-                          time.perf_counter() - t0)
-            self._affinity.adopt(X, problem)
-            if not np.all(degrees > 0):  # zero rows: the others' problem, same W
-                problem = problem.restricted(degrees > 0)
-        if problem is None:
-            W = self._affinity.fit(X)
-            degrees = degrees_of(W)
-        return W, degrees, problem
 
     @property
     def affinity_matrix_(self):
@@ -561,6 +526,14 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           and an edge of weight ``A[i, j]`` between new sample ``i`` and
           training sample ``j``: its NCut is low when each new sample's
           affinity falls inside its own cluster.
+
+        The graph and the clusters are the fit's (its affinity, ``K`` and
+        ``labels_``); where it is computed is the estimator's now, as for
+        :meth:`predict`: the current ``n_jobs``, and, after a matrix-free
+        fit (``backend="torch"`` with ``"rbf"``/``"cosine"``), the current
+        ``device`` for ``W_X``'s row blocks (``set_params(device="cpu")``
+        scores a CUDA fit on a machine without a GPU; float32 on CUDA can
+        round the score differently from float64 on the CPU).
 
         Parameters
         ----------

@@ -19,7 +19,7 @@ LAYERS = [
     {"_backends", "_affinity"},
     {"_solver", "_stats"},
     {"_inits", "metrics", "plotting"},
-    {"_sharded"},
+    {"_sharded", "_graph"},
     {"_falcon", "_batch"},
     {"image"},
     {"__init__", "cli", "prebuild"},

@@ -507,6 +507,60 @@ def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
     assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
 
 
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
+        graph, monkeypatch, in_memory):
+    """client.restart() during a fit cancels what the workers held for it
+    (the persisted blocks, labels and sums): the fit ended with Dask's
+    "FutureCancelledError: add_parts-798bdadc-... cancelled for reason:
+    lost dependencies.", which names neither the restart nor what to do.
+    It raises a RuntimeError that says both, from Dask's error."""
+    from concurrent.futures import CancelledError
+
+    W, y = graph
+    y0 = noisy(y, K, 0.5, seed=6)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        with distributed.Client(cluster) as client:
+            step = DaskProblem.step
+            calls = []
+
+            def step_and_restart(self, *args):
+                calls.append(1)
+                if len(calls) == 2:
+                    client.restart()
+                return step(self, *args)
+
+            monkeypatch.setattr(DaskProblem, "step", step_and_restart)
+            est = _est(init=y0, backend="dask")
+            with pytest.raises(RuntimeError,
+                               match=r"restarted .*Call fit again") as info:
+                est.fit(W if in_memory else shards(W, 4))
+    assert isinstance(info.value.__cause__, CancelledError)
+    assert not hasattr(est, "labels_")
+
+
+@pytest.mark.parametrize("max_entries", [None, 3000])
+def test_a_disconnected_sharded_graph_is_warned_of_as_in_memory(max_entries):
+    """A Dask fit of a graph of several components said nothing, where the
+    in-memory fit warns "not fully connected: it has 3 connected components"
+    (the normalized cut separates them at no cost).  The graph start counts
+    the components of the coarsest graph on its worker: the matching
+    contracts edges only, so the count is the graph's, whether the graph is
+    coarsened (``max_entries``) or not."""
+    parts = [planted(200, 2, seed=s)[0] for s in range(3)]
+    W = sp.block_diag(parts, format="csr")
+    with dask.config.set({"sklearn_falcon.dask.coarse_max_entries": max_entries}
+                         if max_entries else {}):
+        with pytest.warns(UserWarning, match="not fully connected: it has 3 "
+                          r"connected components \(n_clusters=4\)"):
+            est = _est(init="multilevel").fit(shards(W, 3))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _est(init="multilevel").fit(shards(parts[0], 3))
+    assert (len(est._dask_info["levels"]) > 1) == bool(max_entries)
+
+
 def test_predict_and_score_gather_a_dask_array_of_sparse_blocks(graph):
     """After a Dask fit, predict and score of rows of W held as Dask CSR
     blocks raised scikit-learn's "Expected 2D array, got scalar array"
@@ -602,6 +656,35 @@ def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch)
         est = FalconNCut(2, affinity="precomputed", init=y0).fit(shards(W, 2))
     ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
+
+
+@pytest.mark.parametrize("caller", ["FalconNCut", "falcon_batch"])
+def test_an_in_memory_fit_on_the_processes_scheduler_starts_its_processes_once(
+        monkeypatch, caller):
+    """backend="dask" on an in-memory matrix (not a Dask array) spawned a
+    fresh process pool at each compute on Dask's "processes" scheduler, as
+    Dask-array fits did before they shared one: 80 s for a fit of 200 nodes.
+    Its computes, and falcon_batch's, run on one pool."""
+    import dask.multiprocessing
+
+    from sklearn_falcon import falcon_batch
+
+    def spawn_per_compute(*args, **kwargs):
+        raise AssertionError("a compute spawned a process pool of its own")
+
+    monkeypatch.setattr(dask.multiprocessing, "ProcessPoolExecutor",
+                        spawn_per_compute)
+    W, y = planted(200, 2, seed=0)
+    y0 = noisy(y, 2, 0.3, seed=0)
+    ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
+    with dask.config.set(scheduler="processes", num_workers=1):
+        if caller == "FalconNCut":
+            labels = FalconNCut(2, affinity="precomputed", init=y0,
+                                backend="dask").fit(W).labels_
+        else:
+            labels = falcon_batch([W], 2, affinity="precomputed", init=[y0],
+                                  backend="dask").labels[0]
+    np.testing.assert_array_equal(labels, ref.labels_)
 
 
 def test_an_in_memory_graph_is_sent_to_the_workers_once(graph, thread_client):

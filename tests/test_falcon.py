@@ -614,6 +614,46 @@ def test_falcon_batch_reports_the_exact_ncut_of_its_labels(backend):
         assert f == pytest.approx(normalized_association(W, y), rel=1e-12)
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_warns_once_of_zero_degree_nodes_and_disconnected_graphs(
+        backend):
+    """falcon_batch left zero-degree nodes out of the solve and solved
+    disconnected graphs without a word, where FalconNCut warns of both on
+    each graph.  One warning of each kind names how many graphs and which
+    (a batch of many graphs is not flooded with one per graph)."""
+    pytest.importorskip("torch") if backend == "torch" else None
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = []
+    for b in range(5):
+        A = rng.random((12, 12)) + 0.1
+        A = A + A.T
+        if b in (1, 3):  # zero-degree nodes (2, then 1)
+            z = 2 if b == 1 else 1
+            A[:z], A[:, :z] = 0.0, 0.0
+        if b in (2, 4):  # two components
+            A[:6, 6:], A[6:, :6] = 0.0, 0.0
+        graphs.append(sp.csr_matrix(A) if b == 4 else A)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        res = falcon_batch(graphs, 2, affinity="precomputed", random_state=0,
+                           backend=backend, device="cpu")
+    messages = [str(w.message) for w in record if w.category is UserWarning]
+    zero = [m for m in messages if "zero degree" in m]
+    split = [m for m in messages if "not fully connected" in m]
+    assert len(zero) == 1 and len(split) == 1, messages
+    assert "3 node(s) of zero degree in 2 of the 5 graphs (graphs[1]: 2, " \
+        "graphs[3]: 1)" in zero[0]
+    assert "2 of the 5 affinity graphs are not fully connected (graphs[2]: 2 " \
+        "components, graphs[4]: 2 components)" in split[0]
+    assert all(len(y) == 12 for y in res.labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        falcon_batch(graphs[:1], 2, affinity="precomputed", random_state=0,
+                     backend=backend, device="cpu")
+
+
 @pytest.mark.filterwarnings("ignore:The affinity graph is not fully connected")
 @pytest.mark.parametrize("error", [KeyboardInterrupt, MemoryError])
 @pytest.mark.parametrize("n_new", [60, 80])

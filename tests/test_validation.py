@@ -595,6 +595,34 @@ def test_cosine_of_equal_similarities_warns_that_the_graph_is_flat(backend, case
             rng.normal(size=(20, 4)))
 
 
+@pytest.mark.parametrize("diagonal", [0.0, 0.5, 2.0])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_precomputed_complete_graph_of_equal_weights_warns_that_it_is_flat(
+        diagonal, sparse):
+    """A precomputed (or callable) W whose off-diagonal weights are all
+    equal (a threshold or a bandwidth too large for the distances: all
+    ones) gives every partition the same NCut, as a flat rbf or cosine
+    affinity, which warn; it was clustered silently into arbitrary labels."""
+    n = 30
+    W = np.full((n, n), 0.7)
+    np.fill_diagonal(W, diagonal)
+    X = sp.csr_matrix(W) if sparse else W
+    match = r"Every off-diagonal affinity of X is equal \(0\.7\).*labels are " \
+        "arbitrary"
+    with pytest.warns(UserWarning, match=match):
+        FalconNCut(3, affinity="precomputed").fit(X)
+    with pytest.warns(UserWarning, match=r"of affinity\(X\) is equal"):
+        FalconNCut(3, affinity=lambda A, B=None: W[:len(A), :len(A)]).fit(
+            np.zeros((n, 2)))
+    # equal degrees alone (a ring) are not flat, nor a diagonal that varies
+    ring = np.roll(np.eye(n), 1, axis=1) + np.roll(np.eye(n), -1, axis=1)
+    for G in (ring, W + np.diag(np.arange(n) * 1e-3)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            FalconNCut(2, affinity="precomputed", random_state=0).fit(
+                sp.csr_matrix(G) if sparse else G)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):

@@ -14,11 +14,14 @@ from ._check import (
     check_nonnegative,
     check_sparse_structure,
     clean_csr,
+    count_components,
     restrict_to_active,
     unit_exponent,
     unit_scaled,
     warn_if_disconnected,
     warn_if_flat_cosine,
+    warn_if_flat_graph,
+    warn_of_components,
 )
 from ._kinds import (
     AFFINITIES,
@@ -52,6 +55,7 @@ __all__ = [
     "cosine_power_affinity",
     "cosine_range",
     "cosine_similarity",
+    "count_components",
     "make_affinity",
     "restrict_to_active",
     "start_graph",
@@ -59,6 +63,8 @@ __all__ = [
     "unit_scaled",
     "warn_if_disconnected",
     "warn_if_flat_cosine",
+    "warn_if_flat_graph",
     "warn_if_flat_rbf",
+    "warn_of_components",
     "zero_norm",
 ]

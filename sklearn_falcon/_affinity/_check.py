@@ -17,7 +17,9 @@ from .._structure import check_sparse_structure
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
+           "count_components",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
+           "warn_if_flat_graph", "warn_of_components",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
            "unit_exponent", "unit_scaled"]
 
@@ -394,12 +396,54 @@ def warn_if_flat(flat, n_samples, cause, advice):
         )
 
 
+def warn_if_flat_graph(W, degrees, name="X"):
+    """Warn when every off-diagonal entry of the affinity ``W`` (``name``:
+    a precomputed or callable one) is the same positive weight and its
+    diagonal is constant: a complete graph of equal weights, where every
+    partition has the same NCut, as a flat rbf or cosine affinity.  A pass
+    over ``W`` in row chunks, only where the ``degrees`` are all equal."""
+    n = W.shape[0]
+    if n < 3 or not np.ptp(degrees) <= 1e-9 * degrees.max():
+        return
+    if sp.issparse(W):  # complete: every entry stored
+        if W.nnz < n * (n - 1):
+            return
+        W = W.toarray()
+    w, diag = W[0, 1], np.diagonal(W)
+    if not (w > 0 and np.all(diag == diag[0])):
+        return
+    for a in range(0, n, 1024):
+        rows = np.arange(a, min(a + 1024, n))
+        same = W[rows] == w
+        same[rows - a, rows] = True
+        if not same.all():
+            return
+    warn_user(
+        f"Every off-diagonal affinity of {name} is equal ({float(w):.6g}), so the "
+        "graph is complete with equal weights and every partition has the same "
+        "NCut; the labels are arbitrary. Check how the affinity was built (a "
+        "threshold or a bandwidth too large for the distances?)."
+    )
+
+
 def warn_if_flat_cosine(lo, hi, n_samples):
     """Warn that every cosine similarity ``lo`` to ``hi`` is equal (``hi <=
     lo``, see :func:`~._kinds.cosine_range`): ``W`` is all ones."""
     warn_if_flat(not hi > lo, n_samples, "Every cosine similarity of the samples "
                  "is equal (parallel rows, or rows of zero norm): W is all ones",
                  "(Rows of norm below 10 eps of the features' dtype count as zero.)")
+
+
+def count_components(W):
+    """Connected components of the symmetric affinity ``W`` (dense or
+    sparse), in about the time of a pass over it."""
+    if not sp.issparse(W):
+        W = np.asarray(W)  # each row is read once
+        return int(_dense_n_components(W)) if W.size else 1
+    if W.nnz >= CHECK_KERNEL_MIN:
+        W = W.tocsr()
+        return int(n_components_csr(W.indptr, W.indices))
+    return int(connected_components(W, directed=False, return_labels=False))
 
 
 def warn_if_disconnected(W, n_clusters, hint=None):
@@ -409,15 +453,12 @@ def warn_if_disconnected(W, n_clusters, hint=None):
     warning, naming the parameter that connects it (``Affinity.connect_hint``)."""
     if W is None:  # matrix-free: W is never formed
         return
-    if not sp.issparse(W):
-        W = np.asarray(W)
-        # each row is read once, in about the time of a pass over W
-        n_comp = _dense_n_components(W) if W.size else 1
-    elif W.nnz >= CHECK_KERNEL_MIN:
-        W = W.tocsr()
-        n_comp = int(n_components_csr(W.indptr, W.indices))
-    else:
-        n_comp = connected_components(W, directed=False, return_labels=False)
+    warn_of_components(count_components(W), n_clusters, hint)
+
+
+def warn_of_components(n_comp, n_clusters, hint=None):
+    """:func:`warn_if_disconnected`'s warning, of a graph of ``n_comp``
+    components (counted elsewhere: the sharded fit's coarsest graph)."""
     if n_comp <= 1:
         return
     warn_user(

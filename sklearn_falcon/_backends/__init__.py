@@ -17,6 +17,7 @@ Examples
 ('numba', 'cpu')
 """
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -57,6 +58,10 @@ class Backend:
     limit_blas : bool
         Whether BLAS runs on one thread while it solves (its kernels use
         their own threads).
+    scope : callable
+        ``() -> context manager`` in which its problems are built and
+        solved (the Dask backend: one process pool for all the computes on
+        Dask's ``"processes"`` scheduler).
     """
 
     name: str
@@ -67,6 +72,7 @@ class Backend:
     make_problem_from_features: Optional[Callable] = None
     batched: bool = False
     limit_blas: bool = False
+    scope: Callable = contextlib.nullcontext
 
 
 def _numba_device(device):
@@ -99,6 +105,7 @@ BACKENDS = {
     "dask": Backend(
         name="dask", devices=("cpu",), is_available=_dask.dask_available,
         resolve_device=_dask.resolve_device, make_problem=_dask.make_problem,
+        scope=_dask.compute_scope,
     ),
 }
 

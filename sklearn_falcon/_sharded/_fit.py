@@ -104,14 +104,10 @@ def fit_sharded(est, X):
     :class:`~sklearn_falcon._backends._dask.DaskProblem`.  The client holds
     ``O(K)`` numbers per step; ``labels_`` is gathered at the end unless the
     Dask config key ``sklearn_falcon.dask.labels`` is ``"dask"``.  On Dask's
-    ``"processes"`` scheduler its computes share one process pool.
+    ``"processes"`` scheduler its computes share one process pool; a
+    restart of the cluster during the fit raises a RuntimeError that says so.
     """
-    from .._backends._dask import import_dask
-
-    import_dask()
-    from .._backends._dask._graph import one_process_pool
-
-    with one_process_pool():
+    with BACKENDS["dask"].scope():
         return _fit_sharded(est, X)
 
 

@@ -39,7 +39,7 @@ import scipy.sparse as sp
 
 import dask
 
-from .._affinity import restrict_to_active
+from .._affinity import count_components, restrict_to_active, warn_of_components
 from .._backends import make_problem
 from .._backends._dask import DaskProblem, ShardedGraph
 from .._backends._dask._blocks import as_csr, label_dtype
@@ -132,7 +132,9 @@ def _global_map(offsets, *maps):
 def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
     """The single-machine start on the joined coarsest graph (``parts``: the
     blocks' degrees, then the blocks): the best, by ``f``, of the registry's
-    candidates solved with the Numba backend."""
+    candidates solved with the Numba backend, and the connected components
+    of the graph of its nodes of nonzero degree (those of the finest graph:
+    a matching contracts edges only)."""
     W = sp.vstack([as_csr(b) for b in parts[n_blocks:]], format="csr")
     d = np.concatenate(parts[:n_blocks])
     active = d > 0
@@ -147,7 +149,7 @@ def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
             for y0 in make_starts(init, ctx, n_init))
     best = best_result(runs, W, n_clusters, d_act).labels[0]
     labels = with_isolated(best, idx, d.shape[0], d_act, n_clusters)
-    return labels.astype(label_dtype(n_clusters))
+    return labels.astype(label_dtype(n_clusters)), count_components(W)
 
 
 def _project_task(coarse, mapping):
@@ -282,9 +284,8 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
             n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
             *top.degrees, *top.blocks)
         start = dask.persist(start)[0]
-        if info is not None:
-            dask.compute(start[:0])  # wait for it, to time it
-        blocks = [dask.delayed(_slice_task)(start, a, b) for a, b in
+        warn_of_components(dask.compute(start[1])[0], n_clusters)  # (waits)
+        blocks = [dask.delayed(_slice_task)(start[0], a, b) for a, b in
                   zip(top.starts, top.starts[1:] + [top.n])]
     if info is not None:
         info["coarse_start_s"] = time.perf_counter() - t0 - info["coarsen_s"]

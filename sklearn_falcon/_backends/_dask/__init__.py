@@ -18,7 +18,8 @@ an ImportError that says what to install when Dask is missing.
 
 import importlib.util
 
-__all__ = ["dask_available", "import_dask", "make_problem", "resolve_device"]
+__all__ = ["compute_scope", "dask_available", "import_dask", "make_problem",
+           "resolve_device"]
 
 
 def dask_available():
@@ -66,6 +67,16 @@ def make_problem(W, n_clusters, *, device="cpu", degrees=None, dtype=None):
         W = ShardedGraph.from_matrix(W) if not _is_dask(W) else (
             ShardedGraph.from_dask(W))
     return DaskProblem(W, n_clusters)
+
+
+def compute_scope():
+    """The context of a fit's computes (:func:`._graph.compute_scope`): one
+    process pool on Dask's ``"processes"`` scheduler, and an error that says
+    what happened when a restart of the cluster cancels them."""
+    import_dask()
+    from ._graph import compute_scope as scope
+
+    return scope()
 
 
 def _is_dask(W):

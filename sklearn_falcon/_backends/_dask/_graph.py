@@ -3,7 +3,7 @@ gathering it."""
 
 import contextlib
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from functools import partial
 
 import numpy as np
@@ -14,7 +14,8 @@ import dask.array as da
 
 from ._blocks import as_csr, scale_task, summary_task
 
-__all__ = ["PERSIST_FRACTION", "ShardedGraph", "decide_persist", "one_process_pool",
+__all__ = ["PERSIST_FRACTION", "ShardedGraph", "compute_scope", "decide_persist",
+           "one_process_pool",
            "persist_compute"]
 
 # The graph is kept in the workers' memory ("persisted") when it takes at
@@ -210,6 +211,26 @@ def one_process_pool():
             yield
     finally:  # tasks queued by an interrupted compute are not run
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def compute_scope():
+    """The context of a fit's computes: one process pool on Dask's
+    ``"processes"`` scheduler (:func:`one_process_pool`), and a cancelled
+    compute (``client.restart()``, or the fit's persisted data released,
+    during the fit) reported as what happened and what to do, from Dask's
+    error (which names a task key and "lost dependencies")."""
+    with one_process_pool():
+        try:
+            yield
+        except CancelledError as exc:
+            raise RuntimeError(
+                "The Dask fit lost the data its workers held for it (the persisted "
+                "graph blocks and solver state): the cluster was restarted (e.g. "
+                "client.restart()) or that data was cancelled or released while "
+                "FalconNCut.fit ran, so the fit cannot go on. Call fit again once the "
+                f"cluster is up. Dask said: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _check_summaries(infos, bounds, name):
