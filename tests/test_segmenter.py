@@ -273,6 +273,23 @@ def test_select_n_segments_of_any_real_dtype():
         select_n_segments(np.full((20, 20), "a"), over)
 
 
+def test_select_n_segments_of_any_sparse_format():
+    """A DOK ``W`` (``scipy.sparse.dok_array``, which ``normalized_cut``
+    and ``FalconNCut`` take) raised "'dok_array' object has no attribute
+    'data'"; every SciPy format, of floats or integers, gives the dense
+    result."""
+    import scipy.sparse as sp
+
+    W = np.kron(np.eye(4), np.ones((5, 5))) + 1e-3
+    over = np.repeat(np.arange(8), [3, 2, 3, 2, 3, 2, 3, 2])
+    ref = select_n_segments(W, over, threshold=0.2)
+    for fmt in ("dok", "lil", "dia", "bsr", "coo", "csc", "csr"):
+        for other in (sp.dok_matrix(W).asformat(fmt), sp.dok_array(W).asformat(fmt),
+                      sp.dok_array((W * 1000).astype(np.int64)).asformat(fmt)):
+            k, merged, _ = select_n_segments(other, over, threshold=0.2)
+            assert k == ref[0] and np.array_equal(merged, ref[1]), fmt
+
+
 def test_select_n_segments_validates_its_inputs_by_name():
     """``select_n_segments`` trusted ``W`` and its parameters: a negative,
     NaN or infinite weight, a bool or complex ``W``, NaN or fractional labels,

@@ -144,13 +144,13 @@ def _native_float(W):
     """``W`` (dense or sparse) with float32 or float64 values in the
     machine's byte order, as the kernels type them (a float16, big-endian or
     object array raised Numba's ``NotImplementedError`` or ``TypingError``);
-    a copy only where needed."""
+    a copy only where needed (a DOK matrix has no ``data``: its dtype)."""
     issparse = sp.issparse(W)
-    values = W.data if issparse else np.asarray(W)
+    values = W if issparse else np.asarray(W)
     if values.dtype in (np.float32, np.float64):  # == is False if big-endian
         return W
     try:
-        return W.astype(np.float64) if issparse else values.astype(np.float64)
+        return values.astype(np.float64)
     except (TypeError, ValueError):
         raise ValueError(
             f"W must hold real numbers; got dtype={values.dtype}.") from None
