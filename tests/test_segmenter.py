@@ -225,6 +225,21 @@ def test_auto_grid_threshold_in_segmenter():
             ImageSegmenter(n_segments="auto", auto_grid_threshold=bad).cluster_tokens(W)
 
 
+def test_cluster_tokens_checks_grid_shape_by_name():
+    """``grid_shape`` of ``n_segments="auto"`` was checked only by its
+    product: ``(2, 4, 8)`` ran the grid test on a 3-D grid, silently, and
+    ``(64,)``, ``(8.0, 8.0)`` and ``(-8, -8)`` raised NumPy's IndexError,
+    TypeError and "can only specify one unknown dimension".  Each is
+    refused by name; integers of any type are taken."""
+    W, half, _ = _stripe_case()
+    seg = ImageSegmenter(n_segments="auto", auto_range=(2, 2))
+    for bad in ((2, 4, 8), (64,), 64, (8.0, 8.0), (-8, -8), (True, 64), "88"):
+        with pytest.raises(ValueError, match=r"grid_shape must be a pair of positive"):
+            seg.cluster_tokens(W, grid_shape=bad)
+    for good in (np.array([8, 8]), [np.int8(8), np.uint64(8)]):
+        assert miou(seg.cluster_tokens(W, grid_shape=good)[None], half[None]) == 1.0
+
+
 def test_auto_picks_true_k_on_coarse_stripes():
     """Image 3 of the synthetic benchmark (seed 0): 3 regions, one of coarse
     stripes.  The feature conductance alone splits the stripes (4 segments);

@@ -1,5 +1,6 @@
 """Eigen-free choice of the number of segments (``n_segments="auto"``)."""
 
+import operator
 from numbers import Integral, Real
 
 import numpy as np
@@ -156,6 +157,25 @@ def _native_float(W):
             f"W must hold real numbers; got dtype={values.dtype}.") from None
 
 
+def _grid_shape(grid_shape, n):
+    """``grid_shape`` as ``(gh, gw)`` ints with ``gh * gw == n``, or a
+    ValueError naming it (one or three entries were read as a grid, the
+    spatial test of three silently wrong; a float or a negative entry gave
+    NumPy's own errors)."""
+    try:
+        shape = tuple(operator.index(v) for v in grid_shape
+                      if not isinstance(v, (bool, np.bool_)))
+        size = len(grid_shape)
+    except TypeError:
+        shape, size = (), 0
+    if size != 2 or len(shape) != 2 or min(shape) < 1:
+        raise ValueError("grid_shape must be a pair of positive integers (gh, gw); "
+                         f"got grid_shape={grid_shape!r}.")
+    if shape[0] * shape[1] != n:
+        raise ValueError(f"grid_shape={shape!r} does not hold the {n} tokens.")
+    return shape
+
+
 def _conductance(cut, vol):
     """``cut_k / vol_k`` (0 for a cluster of zero volume)."""
     return cut / np.maximum(vol, 1e-300)
@@ -235,9 +255,8 @@ def conductance_sweep(fit, n, auto_range, threshold, *, grid_shape=None,
     -------
     labels : ndarray of shape (n,)
     """
-    if grid_shape is not None and int(np.prod(grid_shape)) != n:
-        raise ValueError(
-            f"grid_shape={tuple(grid_shape)!r} does not hold the {n} tokens.")
+    if grid_shape is not None:
+        grid_shape = _grid_shape(grid_shape, n)
     spatial = grid_shape is not None and grid_threshold is not None
     lo, hi = auto_range
     hi = min(hi, n)
