@@ -354,10 +354,11 @@ def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
     np.testing.assert_array_equal(est.predict(tiny[:200]), ref.predict(unit[:200]))
 
 
-@pytest.mark.parametrize("dtype", [np.float16, object])
+@pytest.mark.parametrize("dtype", [np.float16, object, ">f8", ">f4"])
 def test_dense_blocks_of_other_dtypes_are_converted(dtype):
     # dense float16 (or numeric object) blocks, which an in-memory fit
-    # accepts, failed in a worker with scipy's "does not support dtype"
+    # accepts, failed in a worker with scipy's "does not support dtype";
+    # so did big-endian ones (an HDF5 or FITS file's, read as they are)
     W, _ = planted(300, 3, seed=2)
     D = W.toarray().astype(np.float16)
     ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(
