@@ -172,6 +172,19 @@ def test_token_affinities_of_float64_features_beyond_float32(scale):
         cosine_power_affinity(np.full((3, 2), np.inf))
 
 
+def test_token_affinities_of_no_token_or_no_feature_are_refused_by_name():
+    """A ``(gh, gw, 0)`` grid raised NumPy's "cannot reshape array of size
+    0 into shape (0)", ``(n, 0)`` features scikit-learn's "a minimum of 1
+    is required by check_pairwise_arrays" (the dense affinity) or gave a
+    flat ``W`` (the kNN one), and ``(0, 5)`` was said not to be 2-D."""
+    for affinity in (cosine_power_affinity, knn_cosine_power_affinity):
+        for shape in ((2, 3, 0), (5, 0), (0, 5), (0, 3, 4), ()):
+            with pytest.raises(ValueError, match=r"features must be 2-D .* with at "
+                               rf"least one token and one feature; got shape "
+                               rf"{re.escape(str(shape))}"):
+                affinity(np.zeros(shape))
+
+
 def test_rgb_to_lab_of_large_finite_floats_says_their_range():
     """Float64 colours past float32's range (1e300) were cast first, to
     inf, and refused as "rgb contains NaN or infinite values" (with NumPy's

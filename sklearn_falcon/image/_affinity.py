@@ -41,11 +41,13 @@ def _token_matrix(features):
         real_float32(f)  # refused by name (NumPy would keep the real part)
     if f.dtype != np.float32:  # (integers of 1e19 as well)
         f = np.asarray(f, dtype=np.float64)
-    if f.ndim == 3:
-        f = f.reshape(-1, f.shape[-1])
-    if f.ndim != 2 or f.shape[0] == 0:
+    if f.ndim == 3:  # (not -1: a grid of no feature has no size to infer)
+        f = f.reshape(f.shape[0] * f.shape[1], f.shape[2])
+    if f.ndim != 2 or 0 in f.shape:  # (a scikit-learn or NumPy error)
         raise ValueError(
-            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
+            "features must be 2-D (n_tokens, n_features), or a (gh, gw, "
+            "n_features) grid, with at least one token and one feature; got "
+            f"shape {np.shape(features)}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
     top = np.abs(f).max(axis=1) if f.shape[1] else np.zeros(f.shape[0])
