@@ -637,3 +637,22 @@ def test_falcon_batch_gathers_graphs_held_as_dask_arrays_of_sparse_blocks(backen
                            random_state=0)
         np.testing.assert_array_equal(res.labels[0], ref.labels[0])
         assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-12)
+
+
+def test_falcon_batch_takes_a_3d_dask_array():
+    """A ``(B, n, p)`` Dask array of features was refused with "graphs must
+    be ... or a 3-D array; got Array", where a NumPy one, a tensor and a
+    list of Dask arrays are taken; it is gathered as they are."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[5.0, 0.0], [0.0, 5.0]])
+    G = np.stack([centres[rng.integers(2, size=40)] + rng.normal(size=(40, 2))
+                  for _ in range(3)])
+    kw = dict(affinity="rbf", gamma=0.5, init="kmeans", random_state=0,
+              backend="numba")
+    ref = falcon_batch(G, 2, **kw)
+    res = falcon_batch(da.from_array(G, chunks=(2, 20, 2)), 2, **kw)
+    assert len(res.labels) == 3
+    for a, b in zip(res.labels, ref.labels):
+        np.testing.assert_array_equal(a, b)
