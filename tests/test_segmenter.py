@@ -305,6 +305,20 @@ def test_select_n_segments_of_any_sparse_format():
             assert k == ref[0] and np.array_equal(merged, ref[1]), fmt
 
 
+def test_select_n_segments_of_torch_tensors():
+    """``W`` and ``labels`` as torch tensors, which ``normalized_cut`` takes:
+    one that requires grad raised torch's "Can't call numpy() on Tensor
+    that requires grad", a sparse one scikit-learn's check_array error (and
+    a CUDA one "can't convert cuda:0 device type tensor")."""
+    torch = pytest.importorskip("torch")
+    W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
+    lab = np.repeat(np.arange(6), 2)
+    ref = select_n_segments(W, lab)
+    for tW in (torch.tensor(W, requires_grad=True), torch.tensor(W).to_sparse()):
+        k, merged, _ = select_n_segments(tW, torch.tensor(lab))
+        assert k == ref[0] and np.array_equal(merged, ref[1])
+
+
 def test_select_n_segments_validates_its_inputs_by_name():
     """``select_n_segments`` trusted ``W`` and its parameters: a negative,
     NaN or infinite weight, a bool or complex ``W``, NaN or fractional labels,
