@@ -225,6 +225,32 @@ def test_auto_grid_threshold_in_segmenter():
             ImageSegmenter(n_segments="auto", auto_grid_threshold=bad).cluster_tokens(W)
 
 
+def test_cluster_tokens_names_w_in_its_refusals_and_warns_once():
+    """``cluster_tokens(W)`` passed ``W`` to the fit unchecked: a bool,
+    complex, negative or NaN ``W`` was refused as ``X`` (a name the caller
+    never gave), and an asymmetric one warned "The affinity X is not
+    symmetric" once per K of ``n_segments="auto"``.  It is checked as
+    ``W``, its symmetric part taken once; the labels are unchanged."""
+    W, half, _ = _stripe_case()
+    asym = np.triu(W) + 0.5 * np.tril(W, -1)
+    sym = (asym + asym.T) / 2
+    for n_segments in (2, "auto"):
+        seg = ImageSegmenter(n_segments=n_segments, auto_range=(2, 4), random_state=0)
+        for bad, err, match in ((W > 0.5, TypeError, "W has dtype=bool"),
+                                (W + 0j, ValueError, "W has dtype=complex"),
+                                (W - 1, ValueError, "the affinity W: it must be"),
+                                (np.where(W > 0.5, np.nan, W), ValueError,
+                                 "Input W contains NaN")):
+            with pytest.raises(err, match=match):
+                seg.cluster_tokens(bad)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            lab = seg.cluster_tokens(asym)
+        assert [str(w.message)[:35] for w in record] == [
+            "The affinity W is not symmetric (ma"]
+        np.testing.assert_array_equal(lab, seg.cluster_tokens(sym))
+
+
 def test_cluster_tokens_checks_grid_shape_by_name():
     """``grid_shape`` of ``n_segments="auto"`` was checked only by its
     product: ``(2, 4, 8)`` ran the grid test on a 3-D grid, silently, and
