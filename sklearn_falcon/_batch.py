@@ -92,6 +92,8 @@ class BatchResult:
 def _check_graphs(graphs, affinity):
     if is_tensor(graphs) and graphs.dim() == 3:  # dense or sparse: by graph
         graphs = list(graphs.unbind(0))
+    if is_dask_array(graphs) and graphs.ndim == 3:  # gathered, as each graph is
+        graphs = graphs.compute()
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:

@@ -354,10 +354,11 @@ def test_a_graph_of_subnormal_weights_is_solved_scaled_up(init):
     np.testing.assert_array_equal(est.predict(tiny[:200]), ref.predict(unit[:200]))
 
 
-@pytest.mark.parametrize("dtype", [np.float16, object])
+@pytest.mark.parametrize("dtype", [np.float16, object, ">f8", ">f4"])
 def test_dense_blocks_of_other_dtypes_are_converted(dtype):
     # dense float16 (or numeric object) blocks, which an in-memory fit
-    # accepts, failed in a worker with scipy's "does not support dtype"
+    # accepts, failed in a worker with scipy's "does not support dtype";
+    # so did big-endian ones (an HDF5 or FITS file's, read as they are)
     W, _ = planted(300, 3, seed=2)
     D = W.toarray().astype(np.float16)
     ref = FalconNCut(3, affinity="precomputed", random_state=0).fit(
@@ -719,3 +720,22 @@ def test_falcon_batch_gathers_graphs_held_as_dask_arrays_of_sparse_blocks(backen
                            random_state=0)
         np.testing.assert_array_equal(res.labels[0], ref.labels[0])
         assert res.ncut[0] == pytest.approx(ref.ncut[0], rel=1e-12)
+
+
+def test_falcon_batch_takes_a_3d_dask_array():
+    """A ``(B, n, p)`` Dask array of features was refused with "graphs must
+    be ... or a 3-D array; got Array", where a NumPy one, a tensor and a
+    list of Dask arrays are taken; it is gathered as they are."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    centres = np.array([[5.0, 0.0], [0.0, 5.0]])
+    G = np.stack([centres[rng.integers(2, size=40)] + rng.normal(size=(40, 2))
+                  for _ in range(3)])
+    kw = dict(affinity="rbf", gamma=0.5, init="kmeans", random_state=0,
+              backend="numba")
+    ref = falcon_batch(G, 2, **kw)
+    res = falcon_batch(da.from_array(G, chunks=(2, 20, 2)), 2, **kw)
+    assert len(res.labels) == 3
+    for a, b in zip(res.labels, ref.labels):
+        np.testing.assert_array_equal(a, b)

@@ -172,6 +172,39 @@ def test_token_affinities_of_float64_features_beyond_float32(scale):
         cosine_power_affinity(np.full((3, 2), np.inf))
 
 
+@pytest.mark.parametrize("cls", [ColorTextureFeatures, ColorPositionFeatures])
+def test_offline_extractors_take_any_image_load_image_takes(cls):
+    """``extract(rgb)`` of the offline extractors, whose interface
+    ``TimmFeatures`` shares (it converts any image), raised "'Image' object
+    has no attribute 'shape'" for a PIL image and "'list' object has no
+    attribute 'shape'" for nested lists; they are converted by
+    ``load_image``, arrays kept as they are."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (32, 40, 3), dtype=np.uint8)
+    ext = cls()
+    ref = ext.extract(rgb)
+    for other in (Image.fromarray(rgb), rgb.tolist()):
+        np.testing.assert_array_equal(ext.extract(other), ref)
+    if cls is ColorTextureFeatures:
+        for a, b in zip(ext.word_maps(Image.fromarray(rgb)), ext.word_maps(rgb)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_token_affinities_of_no_token_or_no_feature_are_refused_by_name():
+    """A ``(gh, gw, 0)`` grid raised NumPy's "cannot reshape array of size
+    0 into shape (0)", ``(n, 0)`` features scikit-learn's "a minimum of 1
+    is required by check_pairwise_arrays" (the dense affinity) or gave a
+    flat ``W`` (the kNN one), and ``(0, 5)`` was said not to be 2-D."""
+    for affinity in (cosine_power_affinity, knn_cosine_power_affinity):
+        for shape in ((2, 3, 0), (5, 0), (0, 5), (0, 3, 4), ()):
+            with pytest.raises(ValueError, match=r"features must be 2-D .* with at "
+                               rf"least one token and one feature; got shape "
+                               rf"{re.escape(str(shape))}"):
+                affinity(np.zeros(shape))
+
+
 def test_rgb_to_lab_of_large_finite_floats_says_their_range():
     """Float64 colours past float32's range (1e300) were cast first, to
     inf, and refused as "rgb contains NaN or infinite values" (with NumPy's

@@ -156,6 +156,22 @@ def test_upsample_labels_errors():
         upsample_labels(np.zeros((4, 4), int), img[..., 0], img[:4, :4])
 
 
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_upsample_labels_of_greyscale_images(device):
+    """Greyscale ``(H, W)`` and ``(h, w)`` images were refused as not
+    matching ``labels``; they are the one-channel images."""
+    if device is not None:
+        pytest.importorskip("torch")
+    grey = np.zeros((8, 8), np.uint8)
+    grey[:, 5:] = 255
+    small = grey[::2, ::2]
+    lab = (small > 0).astype(int)
+    ref = upsample_labels(lab, grey[..., None], small[..., None], device=device)
+    got = upsample_labels(lab, grey, small, device=device)
+    np.testing.assert_array_equal(got, ref)
+    assert got[0].tolist() == [0] * 5 + [1] * 3
+
+
 
 @pytest.mark.parametrize("device", [None, "cpu"])
 @pytest.mark.parametrize("where", ["image", "small_image"])

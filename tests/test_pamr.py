@@ -72,6 +72,24 @@ def test_pamr_validation():
         pamr(np.zeros((8, 8, 0)), lab)
 
 
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_pamr_of_a_greyscale_image(device):
+    """A greyscale ``(H, W)`` image (as load_image takes) was refused with
+    "image of shape (8, 8) and labels of shape (8, 8) do not match"; it is
+    the ``(H, W, 1)`` image."""
+    if device is not None:
+        pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    grey = np.zeros((16, 16), np.uint8)
+    grey[:, 8:] = 200
+    grey += rng.integers(0, 20, grey.shape, dtype=np.uint8)
+    lab = np.zeros((16, 16), int)
+    lab[:, 6:] = 1
+    ref = pamr(grey[:, :, None], lab, device=device)
+    np.testing.assert_array_equal(pamr(grey, lab, device=device), ref)
+    assert ref[0].tolist() == [0] * 8 + [1] * 8
+
+
 def test_pamr_refuses_an_image_of_complex_or_text_values():
     """A complex image was reduced to its real part with NumPy's
     ComplexWarning, and an image of text parsed as numbers, silently;

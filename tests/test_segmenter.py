@@ -225,6 +225,47 @@ def test_auto_grid_threshold_in_segmenter():
             ImageSegmenter(n_segments="auto", auto_grid_threshold=bad).cluster_tokens(W)
 
 
+def test_cluster_tokens_names_w_in_its_refusals_and_warns_once():
+    """``cluster_tokens(W)`` passed ``W`` to the fit unchecked: a bool,
+    complex, negative or NaN ``W`` was refused as ``X`` (a name the caller
+    never gave), and an asymmetric one warned "The affinity X is not
+    symmetric" once per K of ``n_segments="auto"``.  It is checked as
+    ``W``, its symmetric part taken once; the labels are unchanged."""
+    W, half, _ = _stripe_case()
+    asym = np.triu(W) + 0.5 * np.tril(W, -1)
+    sym = (asym + asym.T) / 2
+    for n_segments in (2, "auto"):
+        seg = ImageSegmenter(n_segments=n_segments, auto_range=(2, 4), random_state=0)
+        for bad, err, match in ((W > 0.5, TypeError, "W has dtype=bool"),
+                                (W + 0j, ValueError, "W has dtype=complex"),
+                                (W - 1, ValueError, "the affinity W: it must be"),
+                                (np.where(W > 0.5, np.nan, W), ValueError,
+                                 "Input W contains NaN")):
+            with pytest.raises(err, match=match):
+                seg.cluster_tokens(bad)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            lab = seg.cluster_tokens(asym)
+        assert [str(w.message)[:35] for w in record] == [
+            "The affinity W is not symmetric (ma"]
+        np.testing.assert_array_equal(lab, seg.cluster_tokens(sym))
+
+
+def test_cluster_tokens_checks_grid_shape_by_name():
+    """``grid_shape`` of ``n_segments="auto"`` was checked only by its
+    product: ``(2, 4, 8)`` ran the grid test on a 3-D grid, silently, and
+    ``(64,)``, ``(8.0, 8.0)`` and ``(-8, -8)`` raised NumPy's IndexError,
+    TypeError and "can only specify one unknown dimension".  Each is
+    refused by name; integers of any type are taken."""
+    W, half, _ = _stripe_case()
+    seg = ImageSegmenter(n_segments="auto", auto_range=(2, 2))
+    for bad in ((2, 4, 8), (64,), 64, (8.0, 8.0), (-8, -8), (True, 64), "88"):
+        with pytest.raises(ValueError, match=r"grid_shape must be a pair of positive"):
+            seg.cluster_tokens(W, grid_shape=bad)
+    for good in (np.array([8, 8]), [np.int8(8), np.uint64(8)]):
+        assert miou(seg.cluster_tokens(W, grid_shape=good)[None], half[None]) == 1.0
+
+
 def test_auto_picks_true_k_on_coarse_stripes():
     """Image 3 of the synthetic benchmark (seed 0): 3 regions, one of coarse
     stripes.  The feature conductance alone splits the stripes (4 segments);
@@ -271,6 +312,37 @@ def test_select_n_segments_of_any_real_dtype():
         assert k == ref[0] and np.array_equal(merged, ref[1])
     with pytest.raises(ValueError, match="W must hold real numbers"):
         select_n_segments(np.full((20, 20), "a"), over)
+
+
+def test_select_n_segments_of_any_sparse_format():
+    """A DOK ``W`` (``scipy.sparse.dok_array``, which ``normalized_cut``
+    and ``FalconNCut`` take) raised "'dok_array' object has no attribute
+    'data'"; every SciPy format, of floats or integers, gives the dense
+    result."""
+    import scipy.sparse as sp
+
+    W = np.kron(np.eye(4), np.ones((5, 5))) + 1e-3
+    over = np.repeat(np.arange(8), [3, 2, 3, 2, 3, 2, 3, 2])
+    ref = select_n_segments(W, over, threshold=0.2)
+    for fmt in ("dok", "lil", "dia", "bsr", "coo", "csc", "csr"):
+        for other in (sp.dok_matrix(W).asformat(fmt), sp.dok_array(W).asformat(fmt),
+                      sp.dok_array((W * 1000).astype(np.int64)).asformat(fmt)):
+            k, merged, _ = select_n_segments(other, over, threshold=0.2)
+            assert k == ref[0] and np.array_equal(merged, ref[1]), fmt
+
+
+def test_select_n_segments_of_torch_tensors():
+    """``W`` and ``labels`` as torch tensors, which ``normalized_cut`` takes:
+    one that requires grad raised torch's "Can't call numpy() on Tensor
+    that requires grad", a sparse one scikit-learn's check_array error (and
+    a CUDA one "can't convert cuda:0 device type tensor")."""
+    torch = pytest.importorskip("torch")
+    W = np.kron(np.eye(3), np.ones((4, 4))) + 0.01
+    lab = np.repeat(np.arange(6), 2)
+    ref = select_n_segments(W, lab)
+    for tW in (torch.tensor(W, requires_grad=True), torch.tensor(W).to_sparse()):
+        k, merged, _ = select_n_segments(tW, torch.tensor(lab))
+        assert k == ref[0] and np.array_equal(merged, ref[1])
 
 
 def test_select_n_segments_validates_its_inputs_by_name():

@@ -4,10 +4,14 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import clean_csr, cosine_power, zero_norm
+from .._affinity import (check_affinity, check_dtype_kind, clean_csr, cosine_power,
+                         zero_norm)
 from .._affinity import cosine_power_affinity as _cosine_power_affinity
+from .._backends import host_array
+from .._sharded import is_dask_array
 from .._threads import fit_threads
 
 __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
@@ -41,11 +45,13 @@ def _token_matrix(features):
         real_float32(f)  # refused by name (NumPy would keep the real part)
     if f.dtype != np.float32:  # (integers of 1e19 as well)
         f = np.asarray(f, dtype=np.float64)
-    if f.ndim == 3:
-        f = f.reshape(-1, f.shape[-1])
-    if f.ndim != 2 or f.shape[0] == 0:
+    if f.ndim == 3:  # (not -1: a grid of no feature has no size to infer)
+        f = f.reshape(f.shape[0] * f.shape[1], f.shape[2])
+    if f.ndim != 2 or 0 in f.shape:  # (a scikit-learn or NumPy error)
         raise ValueError(
-            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
+            "features must be 2-D (n_tokens, n_features), or a (gh, gw, "
+            "n_features) grid, with at least one token and one feature; got "
+            f"shape {np.shape(features)}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
     top = np.abs(f).max(axis=1) if f.shape[1] else np.zeros(f.shape[0])
@@ -58,10 +64,18 @@ def _token_matrix(features):
 
 def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     """``W`` of :meth:`ImageSegmenter.cluster_tokens`: a square matrix (a
-    nested list as an array; sparse matrices and tensors as they are) with
-    at least ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), or a
+    nested list as an array; a tensor on the host) with at least
+    ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), or a
     ValueError in those terms (not "the image yields only ... patch
-    tokens" nor "'list' object has no attribute 'shape'")."""
+    tokens" nor "'list' object has no attribute 'shape'").
+
+    It is checked as an affinity named ``W`` (real, finite, nonnegative;
+    the symmetric part of an asymmetric one, with one warning): the fit's
+    checks named it ``X``, and with ``"auto"`` warned once per K tried.  A
+    Dask array is left to the fit on its blocks."""
+    dask = is_dask_array(W)
+    if not dask:
+        W = host_array(W)
     if not hasattr(W, "shape"):
         W = np.asarray(W)
     shape = tuple(W.shape)
@@ -72,7 +86,12 @@ def check_token_affinity(W, n_segments, auto_range=(1, 1)):
                else (n_segments, "n_segments"))
     if int(k) > shape[0]:
         raise ValueError(f"W holds only {shape[0]} tokens, fewer than {name}={k}.")
-    return W
+    if dask:
+        return W
+    check_dtype_kind(W, name="W")
+    W = check_array(W, accept_sparse=("csr", "csc", "coo"),
+                    dtype=(np.float64, np.float32), input_name="W")
+    return check_affinity(W, name="W", copy=False)
 
 
 @validate_params(

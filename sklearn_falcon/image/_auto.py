@@ -1,5 +1,6 @@
 """Eigen-free choice of the number of segments (``n_segments="auto"``)."""
 
+import operator
 from numbers import Integral, Real
 
 import numpy as np
@@ -8,6 +9,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
 from .._affinity import check_affinity, check_dtype_kind
+from .._backends import host_array
 from .._stats import cluster_pair_weights
 from ..metrics import check_label_values
 
@@ -40,11 +42,11 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
 
     Parameters
     ----------
-    W : {array-like, sparse matrix} of shape (n, n)
+    W : {array-like, sparse matrix, torch.Tensor} of shape (n, n)
         Symmetric, nonnegative affinity (an asymmetric one is replaced by
         its symmetric part, with a warning, as in
         :func:`~sklearn_falcon.metrics.normalized_cut`).
-    labels : array-like of shape (n,)
+    labels : array-like or torch.Tensor of shape (n,)
         Over-segmentation: integer (or string) ids.
     min_segments : int, default=2
         Smallest K considered (at least 1).
@@ -70,6 +72,7 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     >>> k, merged.tolist()
     (3, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
     """
+    W, labels = host_array(W), host_array(labels)  # tensors: on the host
     labels = np.asarray(labels)
     shape = tuple(np.shape(W))
     # the kernel reads labels[i] for every row i of W: a shorter or a 2-D
@@ -144,16 +147,35 @@ def _native_float(W):
     """``W`` (dense or sparse) with float32 or float64 values in the
     machine's byte order, as the kernels type them (a float16, big-endian or
     object array raised Numba's ``NotImplementedError`` or ``TypingError``);
-    a copy only where needed."""
+    a copy only where needed (a DOK matrix has no ``data``: its dtype)."""
     issparse = sp.issparse(W)
-    values = W.data if issparse else np.asarray(W)
+    values = W if issparse else np.asarray(W)
     if values.dtype in (np.float32, np.float64):  # == is False if big-endian
         return W
     try:
-        return W.astype(np.float64) if issparse else values.astype(np.float64)
+        return values.astype(np.float64)
     except (TypeError, ValueError):
         raise ValueError(
             f"W must hold real numbers; got dtype={values.dtype}.") from None
+
+
+def _grid_shape(grid_shape, n):
+    """``grid_shape`` as ``(gh, gw)`` ints with ``gh * gw == n``, or a
+    ValueError naming it (one or three entries were read as a grid, the
+    spatial test of three silently wrong; a float or a negative entry gave
+    NumPy's own errors)."""
+    try:
+        shape = tuple(operator.index(v) for v in grid_shape
+                      if not isinstance(v, (bool, np.bool_)))
+        size = len(grid_shape)
+    except TypeError:
+        shape, size = (), 0
+    if size != 2 or len(shape) != 2 or min(shape) < 1:
+        raise ValueError("grid_shape must be a pair of positive integers (gh, gw); "
+                         f"got grid_shape={grid_shape!r}.")
+    if shape[0] * shape[1] != n:
+        raise ValueError(f"grid_shape={shape!r} does not hold the {n} tokens.")
+    return shape
 
 
 def _conductance(cut, vol):
@@ -235,9 +257,8 @@ def conductance_sweep(fit, n, auto_range, threshold, *, grid_shape=None,
     -------
     labels : ndarray of shape (n,)
     """
-    if grid_shape is not None and int(np.prod(grid_shape)) != n:
-        raise ValueError(
-            f"grid_shape={tuple(grid_shape)!r} does not hold the {n} tokens.")
+    if grid_shape is not None:
+        grid_shape = _grid_shape(grid_shape, n)
     spatial = grid_shape is not None and grid_threshold is not None
     lo, hi = auto_range
     hi = min(hi, n)

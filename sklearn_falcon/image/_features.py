@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-from ._io import _to_uint8, check_image_size, range_text
+from ._io import _to_uint8, check_image_size, load_image, range_text
 from ._timm import TimmFeatures
 
 __all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
@@ -85,6 +85,14 @@ def rgb_to_lab(rgb):
     lab[..., 2] = 200.0 * (f[..., 1] - f[..., 2])
     lab[..., 0] = np.clip(lab[..., 0], 0.0, 100.0)
     return lab.astype(np.float32)
+
+
+def as_rgb(rgb):
+    """``rgb`` itself if it is a NumPy array, else the RGB array of
+    :func:`load_image` (a PIL image, a tensor, a path, nested lists), as
+    ``TimmFeatures`` converts it: the offline extractors, which share its
+    ``extract(rgb)``, raised "'Image' object has no attribute 'shape'"."""
+    return rgb if isinstance(rgb, np.ndarray) else load_image(rgb)
 
 
 def _cell_edges(size, n):
@@ -206,7 +214,9 @@ class ColorPositionFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
-            The image.
+            The image (or float in [0, 1], 16-bit); another image
+            :func:`load_image` takes (a PIL image, a tensor, a path) is
+            converted by it, as by :meth:`TimmFeatures.preprocess`.
 
         Returns
         -------
@@ -215,6 +225,7 @@ class ColorPositionFeatures:
             ``context > 0``), context std Lab (3), context gradient
             magnitude (1) and position (2).
         """
+        rgb = as_rgb(rgb)
         check_image_size(rgb, self.patch_size)
         h, w = rgb.shape[:2]
         gh, gw = h // self.patch_size[0], w // self.patch_size[1]
@@ -251,7 +262,9 @@ class ColorPositionFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
-            The image.
+            The image (or float in [0, 1], 16-bit); another image
+            :func:`load_image` takes (a PIL image, a tensor, a path) is
+            converted by it, as by :meth:`TimmFeatures.preprocess`.
 
         Returns
         -------

@@ -169,9 +169,10 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
 
     Parameters
     ----------
-    image : ndarray of shape (H, W, 3)
-        The image (``uint8`` or float); only colour differences relative to
-        the local spread matter, so the scale is irrelevant.
+    image : ndarray of shape (H, W, C) or (H, W)
+        The image (``uint8`` or float; RGB, or greyscale as ``(H, W)`` or
+        ``(H, W, 1)``); only colour differences relative to the local
+        spread matter, so the scale is irrelevant.
     labels : ndarray of shape (H, W), int
         Initial label map.
     n_iter : int, default=10
@@ -201,6 +202,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     """
     img = np.asarray(image)
     lab = np.asarray(labels)
+    if img.ndim == 2:  # greyscale (it said "(H, W) and (H, W) do not match")
+        img = img[:, :, None]
     # complex was cast to its real part (a ComplexWarning), text parsed
     img = _colours(img, "image")
     if img.ndim != 3 or img.shape[:2] != lab.shape:

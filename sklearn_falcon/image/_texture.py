@@ -28,7 +28,7 @@ import numbers
 import numpy as np
 
 from .._threads import fit_threads
-from ._features import _cell_edges, rgb_to_lab
+from ._features import _cell_edges, as_rgb, rgb_to_lab
 from ._io import check_image_size
 from ._position import (
     N_POSITION, check_position, fourier_basis, grid_positions, position_features,
@@ -229,7 +229,9 @@ class ColorTextureFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
-            The image.
+            The image (or float in [0, 1], 16-bit); another image
+            :func:`load_image` takes (a PIL image, a tensor, a path) is
+            converted by it, as by :meth:`TimmFeatures.preprocess`.
         n_words : (int, int), default=None
             Numbers of texture and colour words to learn, at most
             ``n_texture_words`` and ``n_color_words`` (those when None).
@@ -256,7 +258,7 @@ class ColorTextureFeatures:
                 f"n_words must be two integers in [1, {top[0]}] and [1, {top[1]}] "
                 f"(n_texture_words, n_color_words); got {n_words!r}.")
         with fit_threads(None, limit_blas=True):
-            return self._word_maps(rgb, *n_words)
+            return self._word_maps(as_rgb(rgb), *n_words)
 
     def _word_maps(self, rgb, n_tex, n_col):
         from scipy import ndimage as ndi
@@ -292,13 +294,16 @@ class ColorTextureFeatures:
         Parameters
         ----------
         rgb : ndarray of shape (H, W, 3), uint8
-            The image.
+            The image (or float in [0, 1], 16-bit); another image
+            :func:`load_image` takes (a PIL image, a tensor, a path) is
+            converted by it, as by :meth:`TimmFeatures.preprocess`.
 
         Returns
         -------
         features : ndarray of shape (H // patch, W // patch, n_features), float32
             Unit-norm histogram part plus the weighted position part.
         """
+        rgb = as_rgb(rgb)
         check_image_size(rgb, self.patch_size)
         h, w = rgb.shape[:2]
         gh, gw = h // self.patch_size[0], w // self.patch_size[1]

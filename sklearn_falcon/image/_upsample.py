@@ -261,11 +261,12 @@ def upsample_labels(labels, image, small_image, *, device=None):
     ----------
     labels : ndarray of shape (h, w), int
         Labels at the working resolution.
-    image : ndarray of shape (H, W, C)
+    image : ndarray of shape (H, W, C) or (H, W)
         The full-resolution image, in the same scale as ``small_image``:
         8-bit, 16-bit or boolean, or float in [0, 1] (float images of
-        larger values are read in 0..255 units).
-    small_image : ndarray of shape (h, w, C)
+        larger values are read in 0..255 units); greyscale as ``(H, W)``
+        or ``(H, W, 1)``.
+    small_image : ndarray of shape (h, w, C) or (h, w)
         The image at the working resolution.
     device : str or torch.device, default=None
         ``None``: the Numba kernel on the CPU; a torch device: its torch
@@ -287,8 +288,9 @@ def upsample_labels(labels, image, small_image, *, device=None):
     array([0, 0, 0, 0, 0, 1, 1, 1])
     """
     lab = np.asarray(labels)
-    img = np.asarray(image)
-    small = np.asarray(small_image)
+    # greyscale images as one channel (they were said not to match)
+    img, small = (a[:, :, None] if a.ndim == 2 else a
+                  for a in (np.asarray(image), np.asarray(small_image)))
     if lab.ndim != 2 or small.shape[:2] != lab.shape or img.ndim != 3 or \
             small.ndim != 3 or small.shape[2] != img.shape[2]:
         raise ValueError(

@@ -45,6 +45,8 @@ def as_csr(block):
     elif isinstance(block, np.ndarray) and block.ndim == 2:
         if block.dtype in (np.float16, object):  # dtypes scipy.sparse refuses
             block = block.astype(np.float64)
+        elif not block.dtype.isnative:  # as it refuses a big-endian one
+            block = block.astype(block.dtype.newbyteorder("="))
         W = sp.csr_matrix(block)
     else:
         raise TypeError(
