@@ -491,11 +491,11 @@ class ImageSegmenter(BaseEstimator):
         Each frame is segmented as by :meth:`segment`.  With an integer
         ``n_segments``, Falcon keeps one estimator with ``warm_start=True``:
         a frame whose token grid has the previous frame's shape starts from
-        the previous frame's token labels (a few iterations instead of a
-        fresh initialization).  The segments of each frame are then matched
-        to the previous frame's by maximal overlap (Hungarian algorithm): a
-        matched segment keeps its id, a new one gets an id never used
-        before.
+        the previous frame's token labels (a few iterations), and is fitted
+        afresh too, the lower NCut kept, after a cut, a blank frame or a jump
+        of the NCut (the user guide's "Video and warm starts").  Segments are
+        matched to the previous frame's by maximal overlap (Hungarian): a
+        matched one keeps its id, a new one gets an id never used before.
 
         Parameters
         ----------
