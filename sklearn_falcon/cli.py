@@ -347,27 +347,46 @@ def _output_paths(paths, out):
     return outputs
 
 
-# the ImageSegmenter parameters whose option has another name than --NAME
-_OPTIONS = {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
-            "random_state": "--seed"}
+# the options of each command that set an estimator's parameter (segment:
+# ImageSegmenter's, demo: FalconNCut's), by the parameter's name
+_OPTIONS = {
+    "segment": {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
+                "random_state": "--seed", **{name: "--" + name.replace("_", "-")
+                                             for name in (
+                    "model", "pretrained", "layer", "feature", "resolution",
+                    "patch_size", "max_tokens", "power", "position_weight",
+                    "smoothing", "refine", "device")}},
+    "demo": {"n_clusters": "--n-clusters", "n_neighbors": "--n-neighbors",
+             "random_state": "--random-state"},
+}
+
+
+def _in_options(msg, command):
+    """``msg`` with the parameters it names named by the options that set
+    them: ``device='cuda'`` -> ``--device 'cuda'``, ``max_tokens`` ->
+    ``--max-tokens`` (a parameter with no underscore is a word where no
+    ``=`` or ``must`` follows: "a larger resolution")."""
+    options = _OPTIONS.get(command, {})
+    if not options:
+        return msg
+    name = re.match(r"The '(\w+)' parameter of \w+ ", msg)
+    if name and name.group(1) in options:  # scikit-learn's validation
+        return f"{options[name.group(1)]}: {msg}"
+    names = "|".join(sorted(options, key=len, reverse=True))
+    bare = "|".join(n for n in options if "_" in n)
+    # not in a path, a quoted name or an option already
+    msg = re.sub(rf"(?<![\w'\"./\\-])({names})(=| must\b)", lambda m: options[
+        m.group(1)] + (" " if m.group(2) == "=" else m.group(2)), msg)
+    return re.sub(rf"(?<![\w'\"./\\-])({bare})(?![\w'\"=])",
+                  lambda m: options[m.group(1)], msg)
 
 
 def _check_segmenter(seg):
     """Check ``seg``'s parameters before ``--out`` is made and a model is
     built (``--max-tokens 0``, ``--seed -1``, ``--device cuda`` without
     CUDA were refused at the first image, after a ViT was loaded and
-    ``--out`` made), naming the option where the message names a parameter."""
-    from sklearn.utils._param_validation import InvalidParameterError
-
-    try:
-        seg._check_params()
-    except InvalidParameterError as exc:
-        name = re.match(r"The '(\w+)' parameter", str(exc))
-        if name is None:
-            raise
-        name = name.group(1)
-        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
-        raise ValueError(f"{option}: {exc}") from None
+    ``--out`` made); :func:`main` names the options in the message."""
+    seg._check_params()
 
 
 def _run_segment(args):
@@ -470,7 +489,8 @@ def main(argv=None, *, prog="sklearn-falcon"):
     def show_warning(message, category, *_args, **_kwargs):
         # a warning of a fit came as "<frozen runpy>:88: UserWarning: ...",
         # once per fit of the demo
-        line = f"sklearn-falcon: warning: {' '.join(str(message).split())}"
+        message = _in_options(" ".join(str(message).split()), args.command)
+        line = f"sklearn-falcon: warning: {message}"
         if line not in shown:
             shown.add(line)
             _say(line, file=sys.stderr)
@@ -486,7 +506,8 @@ def main(argv=None, *, prog="sklearn-falcon"):
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # every failure: one line and a non-zero exit
-        _say(f"sklearn-falcon: error: {_one_line(exc)}", file=sys.stderr)
+        msg = _in_options(_one_line(exc), args.command)
+        _say(f"sklearn-falcon: error: {msg}", file=sys.stderr)
         return 1
     return 0
 

@@ -551,6 +551,29 @@ def test_cli_checks_the_options_before_any_work(tmp_path, capsys, monkeypatch,
     assert option in line
 
 
+@pytest.mark.parametrize("args,said", [
+    (["segment", "IMG", "--device", "bogus"], "got --device 'bogus'"),
+    (["segment", "IMG", "--segments", "500"], "fewer than --segments 500"),
+    (["segment", "IMG", "--patch-size", "200"], "a smaller --patch-size"),
+    (["segment", "IMG", "--layer", "3"], "--layer 3 is a ViT parameter; "
+     "--model 'color'"),
+    (["segment", "IMG", "--max-tokens", "2"], "resized for --max-tokens 2"),
+    (["demo", "--n-clusters", "5000"], "--n-clusters 5000 must be <="),
+])
+def test_cli_messages_name_the_options(tmp_path, capsys, args, said):
+    """The messages named the estimator's parameters, which are no options
+    of the command: "got device='bogus'", "fewer than n_segments=500", "a
+    smaller patch_size", "n_clusters=5000 must be <= n_samples=1797"."""
+    path, _ = _write(tmp_path)
+    args = [str(path) if a == "IMG" else a for a in args]
+    rc = main([*args, "-o", str(tmp_path / "out")] if args[0] == "segment" else args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and said in line, line
+    for name in ("device=", "n_segments", "patch_size", "layer=", "model=",
+                 "max_tokens", "n_clusters"):
+        assert name not in line, line
+
+
 @pytest.mark.parametrize("sub", ["", "sub"])
 def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
                                                        monkeypatch, sub):
