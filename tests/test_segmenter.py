@@ -589,3 +589,29 @@ def test_fit_of_no_images_is_refused():
         ImageSegmenter(n_segments=2).fit([])
     with pytest.raises(ValueError, match="n_segments"):
         ImageSegmenter(n_segments=-3).fit([])
+
+
+def _square_on_halves():
+    img = np.empty((96, 96, 3))
+    img[:] = (60, 90, 200)
+    img[:, 48:] = (70, 180, 60)
+    img[20:48, 16:44] = (220, 200, 40)
+    img += np.random.default_rng(0).normal(0, 5, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_labels_do_not_depend_on_blas_threads():
+    """``segment_dataset(n_jobs=2)`` gave other maps than ``n_jobs=1`` with
+    ``random_state=0`` (against "identical whatever the backend and the
+    number of workers"): a joblib worker runs BLAS on ``cpu_count //
+    n_jobs`` threads, and FalconNCut formed the tokens' cosine ``W`` before
+    its one-BLAS-thread block, so its rounding (21 of 144 token labels here,
+    on 2 CPUs) followed the thread count.  The clustering runs on one BLAS
+    thread."""
+    from threadpoolctl import threadpool_limits
+
+    img = _square_on_halves()
+    seg = ImageSegmenter(n_segments=4, refine=None, random_state=0)
+    labels = seg.segment(img)
+    with threadpool_limits(limits=1, user_api="blas"):  # as in a worker
+        np.testing.assert_array_equal(seg.segment(img), labels)
