@@ -8,7 +8,32 @@ import numpy as np
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
-__all__ = ["segment_batch_on_device", "segment_dataset"]
+__all__ = ["image_seeds", "segment_batch_on_device", "segment_dataset",
+           "segment_each"]
+
+
+def image_seeds(random_state, n):
+    """The ``random_state`` of each of ``n`` images: ``random_state`` itself
+    (an int, None), or from a RandomState instance one seed per image, drawn
+    here, in order: the instance, pickled to each joblib worker, gave each
+    task its state, so the maps depended on ``n_jobs`` and ``batch_size``."""
+    if random_state is None or isinstance(random_state, Integral):
+        return [random_state] * n
+    return [int(s) for s in random_state.randint(np.iinfo(np.int32).max, size=n)]
+
+
+def segment_each(seg, images, seeds=None):
+    """``seg.segment`` of each image, image ``i`` with the random_state
+    ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is."""
+    seeds = image_seeds(seg.random_state, len(images)) if seeds is None else seeds
+    out = []
+    for im, seed in zip(images, seeds):
+        one = seg
+        if seed is not seg.random_state:  # a copy that shares the extractor
+            one = object.__new__(type(seg))  # (copy.copy drops it: __getstate__)
+            one.__dict__.update(vars(seg), random_state=seed)
+        out.append(one.segment(im))
+    return out
 
 
 def segment_dataset(seg, images, n_jobs, batch_size, progress):
@@ -31,9 +56,11 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
             out = (segment_batch_on_device(seg, batch, dev) for batch in batches)
         else:
             params = seg.get_params(deep=False)
+            seeds = image_seeds(seg.random_state, len(items))
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
-                delayed(_segment_batch)(type(seg), params, batch) for batch in batches
-            )
+                delayed(_segment_batch)(type(seg), params, batch,
+                                        seeds[i * batch_size: (i + 1) * batch_size])
+                for i, batch in enumerate(batches))
         for batch_labels in out:
             results.extend(batch_labels)
             if bar is not None:
@@ -73,8 +100,7 @@ def segment_batch_on_device(seg, batch, device):
     return out
 
 
-def _segment_batch(cls, params, batch):
+def _segment_batch(cls, params, batch, seeds):
     """A joblib task: a segmenter made from ``params`` (its extractor built
-    once) segments each image of ``batch``."""
-    seg = cls(**params)
-    return [seg.segment(im) for im in batch]
+    once) segments each image of ``batch``, with ``seeds``."""
+    return segment_each(cls(**params), batch, seeds)

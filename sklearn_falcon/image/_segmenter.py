@@ -15,7 +15,7 @@ from ._affinity import knn_cosine_power_affinity
 from ._auto import conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb, too_few_tokens
-from ._dataset import segment_dataset
+from ._dataset import segment_dataset, segment_each
 from ._extractors import checkpoint_key, make_extractor, model_key
 from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
@@ -136,9 +136,10 @@ class ImageSegmenter(BaseEstimator):
         row blocks by Falcon), the upsampling and PAMR run there too (torch
         kernels), and :meth:`segment_dataset` solves each batch of images in
         one batched Falcon call; on the CPU they run on NumPy and Numba.
-    random_state : int or None, default=0
-        Seed of Falcon's initialization; a fixed seed makes results
-        reproducible and identical across parallel backends.
+    random_state : int, RandomState instance or None, default=0
+        Seed of Falcon's initialization (a RandomState draws one per image in
+        fit and segment_dataset): results are reproducible and identical
+        across parallel backends.
 
     Attributes
     ----------
@@ -538,7 +539,7 @@ class ImageSegmenter(BaseEstimator):
         self._check_params()  # also without images
         if not (images := as_image_list(images)):  # a glob that matched nothing
             raise ValueError("images is empty: fit needs at least one image.")
-        self.labels_ = [self.segment(im) for im in images]
+        self.labels_ = segment_each(self, images)
         self.n_segments_ = [int(lab.max()) + 1 for lab in self.labels_]
         return self
 
