@@ -635,3 +635,16 @@ def test_a_random_state_instance_gives_maps_independent_of_n_jobs():
     for a, b, c in zip(one, two, fit):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
+
+
+def test_warnings_of_worker_processes_reach_the_caller():
+    """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
+    worker's stderr, attributed to ``multiprocessing/process.py``, past the
+    caller's filters and ``catch_warnings`` (none recorded); it is issued in
+    the caller's process, at the caller's line, as with ``n_jobs=1``."""
+    images = [np.zeros((64, 64, 3), np.uint8)] * 2  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    for n_jobs in (1, 2):
+        with pytest.warns(UserWarning, match="Every cosine similarity") as rec:
+            seg.segment_dataset(images, n_jobs=n_jobs, batch_size=1, progress=False)
+        assert {w.filename for w in rec} == {__file__}, n_jobs
