@@ -171,7 +171,8 @@ def build_parser(prog="sklearn-falcon"):
     )
     seg.add_argument("images", nargs="+", metavar="IMAGE",
                      help="input image files; a wildcard such as 'photos/*.jpg' "
-                          "is expanded where the shell does not (cmd, PowerShell)")
+                          "is expanded where the shell does not (cmd, PowerShell), "
+                          "leaving out hidden files (names starting with '.')")
     seg.add_argument("--segments", "-k", type=_segments_arg, default=6, metavar="K",
                      help="number of segments, or 'auto' to choose it per image "
                           "(default: %(default)s)")
@@ -399,6 +400,10 @@ def _run_segment(args):
     for p in paths:  # fail fast, before any model is built
         if not p.exists():
             raise FileNotFoundError(f"Image file not found: '{p}'.")
+        if p.is_dir():  # "Not a file" said what it is not, not what to pass
+            raise ValueError(
+                f"'{p}' is a directory; name its images, e.g. "
+                f"'{p / '*.jpg'}' (files whose name starts with '.' are left out).")
         if not p.is_file():
             raise ValueError(f"Not a file: '{p}'.")
         with opened_image(p):  # its header only: the pixels when its turn comes

@@ -513,6 +513,25 @@ def test_cli_expands_a_wildcard_the_shell_left(tmp_path, capsys):
     assert rc == 1 and "No image file matches" in err and "*.jpg" in err
 
 
+def test_cli_a_folder_is_refused_with_the_wildcard_to_pass(tmp_path, capsys):
+    """A folder said "Not a file: 'photos'"; it names the wildcard to pass,
+    whose expansion leaves out hidden files (macOS's ``._a.png`` and
+    ``.DS_Store``, a ``.thumbnails`` folder), as the shells' does."""
+    photos = tmp_path / "photos"
+    (photos / ".thumbnails").mkdir(parents=True)
+    _write(photos, "a.png")
+    _write(photos / ".thumbnails", "a.png")
+    (photos / "._a.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    (photos / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    out = tmp_path / "out"
+    rc = main(["segment", str(photos), "-o", str(out)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and f"'{photos}' is a directory" in line, line
+    assert str(photos / "*.jpg") in line, line
+    assert main(["segment", str(photos / "*"), "-k", "2", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a_labels.png", "a_overlay.png"]
+
+
 def test_cli_unreadable_checkpoint_does_not_advise_weights_only_false(tmp_path, capsys):
     # torch's message for a file it cannot read with weights_only=True
     # advised "Re-running torch.load with weights_only set to False", which
