@@ -366,7 +366,8 @@ def _in_options(msg, command):
     """``msg`` with the parameters it names named by the options that set
     them: ``device='cuda'`` -> ``--device 'cuda'``, ``max_tokens`` ->
     ``--max-tokens`` (a parameter with no underscore is a word where no
-    ``=`` or ``must`` follows: "a larger resolution")."""
+    ``=`` or ``must`` follows: "a larger resolution"); what is quoted (a
+    file's name, a value) is left as it is."""
     options = _OPTIONS.get(command, {})
     if not options:
         return msg
@@ -375,11 +376,16 @@ def _in_options(msg, command):
         return f"{options[name.group(1)]}: {msg}"
     names = "|".join(sorted(options, key=len, reverse=True))
     bare = "|".join(n for n in options if "_" in n)
-    # not in a path, a quoted name or an option already
-    msg = re.sub(rf"(?<![\w'\"./\\-])({names})(=| must\b)", lambda m: options[
-        m.group(1)] + (" " if m.group(2) == "=" else m.group(2)), msg)
-    return re.sub(rf"(?<![\w'\"./\\-])({bare})(?![\w'\"=])",
-                  lambda m: options[m.group(1)], msg)
+
+    def rename(text):  # (not in a path, a name or an option already)
+        text = re.sub(rf"(?<![\w./\\-])({names})(=| must\b)", lambda m: options[
+            m.group(1)] + (" " if m.group(2) == "=" else m.group(2)), text)
+        return re.sub(rf"(?<![\w./\\-])({bare})(?!\w)",
+                      lambda m: options[m.group(1)], text)
+
+    # what is quoted (a file's name, a value) is left as it is
+    parts = re.split(r"('[^']*')", msg)
+    return "".join(p if i % 2 else rename(p) for i, p in enumerate(parts))
 
 
 def _check_segmenter(seg):

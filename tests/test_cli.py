@@ -593,6 +593,13 @@ def test_cli_messages_name_the_options(tmp_path, capsys, args, said):
         assert name not in line, line
 
 
+def test_cli_messages_leave_a_file_name_as_it_is(tmp_path, capsys):
+    # "my max_tokens.png" is no parameter: it was shown as "my --max-tokens.png"
+    missing = tmp_path / "my max_tokens.png"
+    assert main(["segment", str(missing), "-o", str(tmp_path / "out")]) == 1
+    assert str(missing) in _one_error_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("sub", ["", "sub"])
 def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
                                                        monkeypatch, sub):
