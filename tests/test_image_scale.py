@@ -537,7 +537,7 @@ def test_cli_reports_memory_error(tmp_path, monkeypatch, capsys):
     Image.fromarray(img).save(path)
     monkeypatch.setattr(_budget, "available_memory", lambda: 1 << 20)
     assert main(["segment", str(path), "--out", str(tmp_path), "-k", "3"]) == 1
-    assert "Lower max_tokens" in capsys.readouterr().err
+    assert "Lower --max-tokens" in capsys.readouterr().err  # the option
     monkeypatch.undo()
     assert main(["segment", str(path), "--out", str(tmp_path), "-k", "3",
                  "--max-tokens", "16", "-q"]) == 0
