@@ -171,7 +171,8 @@ def build_parser(prog="sklearn-falcon"):
     )
     seg.add_argument("images", nargs="+", metavar="IMAGE",
                      help="input image files; a wildcard such as 'photos/*.jpg' "
-                          "is expanded where the shell does not (cmd, PowerShell)")
+                          "is expanded where the shell does not (cmd, PowerShell), "
+                          "leaving out hidden files (names starting with '.')")
     seg.add_argument("--segments", "-k", type=_segments_arg, default=6, metavar="K",
                      help="number of segments, or 'auto' to choose it per image "
                           "(default: %(default)s)")
@@ -347,27 +348,52 @@ def _output_paths(paths, out):
     return outputs
 
 
-# the ImageSegmenter parameters whose option has another name than --NAME
-_OPTIONS = {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
-            "random_state": "--seed"}
+# the options of each command that set an estimator's parameter (segment:
+# ImageSegmenter's, demo: FalconNCut's), by the parameter's name
+_OPTIONS = {
+    "segment": {"n_segments": "--segments", "checkpoint_path": "--checkpoint",
+                "random_state": "--seed", **{name: "--" + name.replace("_", "-")
+                                             for name in (
+                    "model", "pretrained", "layer", "feature", "resolution",
+                    "patch_size", "max_tokens", "power", "position_weight",
+                    "smoothing", "refine", "device")}},
+    "demo": {"n_clusters": "--n-clusters", "n_neighbors": "--n-neighbors",
+             "random_state": "--random-state"},
+}
+
+
+def _in_options(msg, command):
+    """``msg`` with the parameters it names named by the options that set
+    them: ``device='cuda'`` -> ``--device 'cuda'``, ``max_tokens`` ->
+    ``--max-tokens`` (a parameter with no underscore is a word where no
+    ``=`` or ``must`` follows: "a larger resolution"); what is quoted (a
+    file's name, a value) is left as it is."""
+    options = _OPTIONS.get(command, {})
+    if not options:
+        return msg
+    name = re.match(r"The '(\w+)' parameter of \w+ ", msg)
+    if name and name.group(1) in options:  # scikit-learn's validation
+        return f"{options[name.group(1)]}: {msg}"
+    names = "|".join(sorted(options, key=len, reverse=True))
+    bare = "|".join(n for n in options if "_" in n)
+
+    def rename(text):  # (not in a path, a name or an option already)
+        text = re.sub(rf"(?<![\w./\\-])({names})(=| must\b)", lambda m: options[
+            m.group(1)] + (" " if m.group(2) == "=" else m.group(2)), text)
+        return re.sub(rf"(?<![\w./\\-])({bare})(?!\w)",
+                      lambda m: options[m.group(1)], text)
+
+    # what is quoted (a file's name, a value) is left as it is
+    parts = re.split(r"('[^']*')", msg)
+    return "".join(p if i % 2 else rename(p) for i, p in enumerate(parts))
 
 
 def _check_segmenter(seg):
     """Check ``seg``'s parameters before ``--out`` is made and a model is
     built (``--max-tokens 0``, ``--seed -1``, ``--device cuda`` without
     CUDA were refused at the first image, after a ViT was loaded and
-    ``--out`` made), naming the option where the message names a parameter."""
-    from sklearn.utils._param_validation import InvalidParameterError
-
-    try:
-        seg._check_params()
-    except InvalidParameterError as exc:
-        name = re.match(r"The '(\w+)' parameter", str(exc))
-        if name is None:
-            raise
-        name = name.group(1)
-        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
-        raise ValueError(f"{option}: {exc}") from None
+    ``--out`` made); :func:`main` names the options in the message."""
+    seg._check_params()
 
 
 def _run_segment(args):
@@ -380,6 +406,10 @@ def _run_segment(args):
     for p in paths:  # fail fast, before any model is built
         if not p.exists():
             raise FileNotFoundError(f"Image file not found: '{p}'.")
+        if p.is_dir():  # "Not a file" said what it is not, not what to pass
+            raise ValueError(
+                f"'{p}' is a directory; name its images, e.g. "
+                f"'{p / '*.jpg'}' (files whose name starts with '.' are left out).")
         if not p.is_file():
             raise ValueError(f"Not a file: '{p}'.")
         with opened_image(p):  # its header only: the pixels when its turn comes
@@ -470,7 +500,8 @@ def main(argv=None, *, prog="sklearn-falcon"):
     def show_warning(message, category, *_args, **_kwargs):
         # a warning of a fit came as "<frozen runpy>:88: UserWarning: ...",
         # once per fit of the demo
-        line = f"sklearn-falcon: warning: {' '.join(str(message).split())}"
+        message = _in_options(" ".join(str(message).split()), args.command)
+        line = f"sklearn-falcon: warning: {message}"
         if line not in shown:
             shown.add(line)
             _say(line, file=sys.stderr)
@@ -486,7 +517,8 @@ def main(argv=None, *, prog="sklearn-falcon"):
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # every failure: one line and a non-zero exit
-        _say(f"sklearn-falcon: error: {_one_line(exc)}", file=sys.stderr)
+        msg = _in_options(_one_line(exc), args.command)
+        _say(f"sklearn-falcon: error: {msg}", file=sys.stderr)
         return 1
     return 0
 

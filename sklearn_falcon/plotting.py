@@ -71,7 +71,9 @@ def overlay(image, labels, *, alpha=0.5):
     ----------
     image : ndarray of shape (H, W, 3), uint8, or PIL image
         The image; greyscale ``(H, W)`` or ``(H, W, 1)`` is shown in grey and
-        an alpha channel ``(H, W, 4)`` is ignored; an 8-bit PIL image of any
+        an alpha channel (``(H, W, 2)`` grey and alpha, ``(H, W, 4)``) is
+        ignored, as :func:`~sklearn_falcon.image.load_image` reads them; an
+        8-bit PIL image of any
         mode (palette, CMYK, ...) is shown in its colours.  Other dtypes are
         refused: :func:`sklearn_falcon.image.load_image` converts any image
         to this form.
@@ -106,10 +108,10 @@ def overlay(image, labels, *, alpha=0.5):
     labels = np.asarray(labels)
     if image.ndim == 2:
         image = image[:, :, None]
-    if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
+    if image.ndim != 3 or image.shape[2] not in (1, 2, 3, 4):
         raise ValueError(
-            "image must have shape (H, W), (H, W, 1), (H, W, 3) or (H, W, 4); got "
-            f"shape {image.shape}.")
+            "image must have shape (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or "
+            f"(H, W, 4); got shape {image.shape}.")
     if labels.shape != image.shape[:2]:
         raise ValueError(
             f"labels must have the image's shape {image.shape[:2]}; got "
@@ -122,7 +124,9 @@ def overlay(image, labels, *, alpha=0.5):
     if not (isinstance(alpha, Real) and 0.0 <= alpha <= 1.0):
         raise ValueError(f"alpha must be in [0, 1]; got {alpha!r}.")
     if image.shape[2] != 3:  # grey to three channels, alpha dropped
-        image = np.repeat(image, 3, axis=2) if image.shape[2] == 1 else image[:, :, :3]
+        # (grey and alpha, (H, W, 2), as load_image and ImageSegmenter take it)
+        image = (np.repeat(image[:, :, :1], 3, axis=2) if image.shape[2] <= 2
+                 else image[:, :, :3])
     if not labels.size:
         return image.copy()
     if (np.issubdtype(labels.dtype, np.integer) and labels.min() >= 0

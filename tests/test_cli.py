@@ -513,6 +513,25 @@ def test_cli_expands_a_wildcard_the_shell_left(tmp_path, capsys):
     assert rc == 1 and "No image file matches" in err and "*.jpg" in err
 
 
+def test_cli_a_folder_is_refused_with_the_wildcard_to_pass(tmp_path, capsys):
+    """A folder said "Not a file: 'photos'"; it names the wildcard to pass,
+    whose expansion leaves out hidden files (macOS's ``._a.png`` and
+    ``.DS_Store``, a ``.thumbnails`` folder), as the shells' does."""
+    photos = tmp_path / "photos"
+    (photos / ".thumbnails").mkdir(parents=True)
+    _write(photos, "a.png")
+    _write(photos / ".thumbnails", "a.png")
+    (photos / "._a.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    (photos / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    out = tmp_path / "out"
+    rc = main(["segment", str(photos), "-o", str(out)])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and f"'{photos}' is a directory" in line, line
+    assert str(photos / "*.jpg") in line, line
+    assert main(["segment", str(photos / "*"), "-k", "2", "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a_labels.png", "a_overlay.png"]
+
+
 def test_cli_unreadable_checkpoint_does_not_advise_weights_only_false(tmp_path, capsys):
     # torch's message for a file it cannot read with weights_only=True
     # advised "Re-running torch.load with weights_only set to False", which
@@ -549,6 +568,36 @@ def test_cli_checks_the_options_before_any_work(tmp_path, capsys, monkeypatch,
     line = _one_error_line(capsys.readouterr().err)
     assert rc == 1 and built == [] and not (tmp_path / "out").exists()
     assert option in line
+
+
+@pytest.mark.parametrize("args,said", [
+    (["segment", "IMG", "--device", "bogus"], "got --device 'bogus'"),
+    (["segment", "IMG", "--segments", "500"], "fewer than --segments 500"),
+    (["segment", "IMG", "--patch-size", "200"], "a smaller --patch-size"),
+    (["segment", "IMG", "--layer", "3"], "--layer 3 is a ViT parameter; "
+     "--model 'color'"),
+    (["segment", "IMG", "--max-tokens", "2"], "resized for --max-tokens 2"),
+    (["demo", "--n-clusters", "5000"], "--n-clusters 5000 must be <="),
+])
+def test_cli_messages_name_the_options(tmp_path, capsys, args, said):
+    """The messages named the estimator's parameters, which are no options
+    of the command: "got device='bogus'", "fewer than n_segments=500", "a
+    smaller patch_size", "n_clusters=5000 must be <= n_samples=1797"."""
+    path, _ = _write(tmp_path)
+    args = [str(path) if a == "IMG" else a for a in args]
+    rc = main([*args, "-o", str(tmp_path / "out")] if args[0] == "segment" else args)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and said in line, line
+    for name in ("device=", "n_segments", "patch_size", "layer=", "model=",
+                 "max_tokens", "n_clusters"):
+        assert name not in line, line
+
+
+def test_cli_messages_leave_a_file_name_as_it_is(tmp_path, capsys):
+    # "my max_tokens.png" is no parameter: it was shown as "my --max-tokens.png"
+    missing = tmp_path / "my max_tokens.png"
+    assert main(["segment", str(missing), "-o", str(tmp_path / "out")]) == 1
+    assert str(missing) in _one_error_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("sub", ["", "sub"])

@@ -35,6 +35,11 @@ def test_overlay_takes_grey_and_rgba_images():
                                   overlay(rgb_of_grey, labels))
     rgba = np.concatenate([image, np.full((6, 8, 1), 7, np.uint8)], axis=2)
     np.testing.assert_array_equal(overlay(rgba, labels), overlay(image, labels))
+    # grey and alpha, (H, W, 2), which load_image and ImageSegmenter take
+    # (np.asarray of an "LA" PNG), was refused: "image must have shape ..."
+    grey_alpha = np.stack([grey, np.full_like(grey, 7)], axis=2)
+    np.testing.assert_array_equal(overlay(grey_alpha, labels),
+                                  overlay(rgb_of_grey, labels))
     assert overlay(np.zeros((0, 0, 3), np.uint8), np.zeros((0, 0), int)).shape == (
         0, 0, 3)
 
@@ -45,8 +50,8 @@ def test_overlay_names_what_is_wrong():
                        r"\(6, 8\); got \(5, 8\)"):
         overlay(image, labels[:5])
     with pytest.raises(ValueError, match=r"image must have shape .*got shape "
-                       r"\(6, 8, 2\)"):
-        overlay(image[:, :, :2], labels)
+                       r"\(6, 8, 5\)"):
+        overlay(np.concatenate([image, image[:, :, :2]], axis=2), labels)
     with pytest.raises(TypeError, match="image must be uint8 RGB; got "
                        "dtype=float64.*load_image"):
         overlay(image / 255.0, labels)

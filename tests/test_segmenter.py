@@ -661,3 +661,55 @@ def test_fit_of_no_images_is_refused():
         ImageSegmenter(n_segments=2).fit([])
     with pytest.raises(ValueError, match="n_segments"):
         ImageSegmenter(n_segments=-3).fit([])
+
+
+def _square_on_halves(t=0):
+    img = np.empty((96, 96, 3))
+    img[:] = (60, 90, 200)
+    img[:, 48:] = (70, 180, 60)
+    img[20 + 3 * t:48 + 3 * t, 16 + 4 * t:44 + 4 * t] = (220, 200, 40)
+    img += np.random.default_rng(0).normal(0, 5, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_a_random_state_instance_gives_maps_independent_of_n_jobs():
+    """A RandomState instance (accepted, as scikit-learn's estimators
+    accept one) was pickled to each joblib worker, so each task started
+    from its state: ``segment_dataset`` gave other maps with ``n_jobs=2``
+    than with ``n_jobs=1``.  One seed per image is drawn from it, in the
+    images' order, by ``segment_dataset`` and ``fit`` alike."""
+    from joblib import parallel_config
+    from threadpoolctl import threadpool_limits
+
+    images = [_square_on_halves(t) for t in range(4)]
+
+    def segmenter():
+        return ImageSegmenter(n_segments=4, refine=None,
+                              random_state=np.random.RandomState(0))
+
+    # BLAS on one thread here and in the workers, whatever the seeds:
+    # FalconNCut forms a cosine W before its one-BLAS-thread block, so its
+    # rounding follows BLAS's thread count (cpu_count // n_jobs in a worker)
+    with threadpool_limits(limits=1, user_api="blas"):
+        one = segmenter().segment_dataset(images, n_jobs=1, batch_size=1,
+                                          progress=False)
+        fit = segmenter().fit_predict(images)
+    with parallel_config(backend="loky", inner_max_num_threads=1):
+        two = segmenter().segment_dataset(images, n_jobs=2, batch_size=1,
+                                          progress=False)
+    for a, b, c in zip(one, two, fit):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_warnings_of_worker_processes_reach_the_caller():
+    """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
+    worker's stderr, attributed to ``multiprocessing/process.py``, past the
+    caller's filters and ``catch_warnings`` (none recorded); it is issued in
+    the caller's process, at the caller's line, as with ``n_jobs=1``."""
+    images = [np.zeros((64, 64, 3), np.uint8)] * 2  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    for n_jobs in (1, 2):
+        with pytest.warns(UserWarning, match="Every cosine similarity") as rec:
+            seg.segment_dataset(images, n_jobs=n_jobs, batch_size=1, progress=False)
+        assert {w.filename for w in rec} == {__file__}, n_jobs

@@ -1,14 +1,43 @@
 """Many images at once (ImageSegmenter.segment_dataset): joblib tasks on the
 CPU, one batched Falcon call per group of images on a CUDA device."""
 
+import os
+import threading
+import warnings
 from numbers import Integral
 
 import numpy as np
 
+from .._log import warn_user
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
-__all__ = ["segment_batch_on_device", "segment_dataset"]
+__all__ = ["image_seeds", "segment_batch_on_device", "segment_dataset",
+           "segment_each"]
+
+
+def image_seeds(random_state, n):
+    """The ``random_state`` of each of ``n`` images: ``random_state`` itself
+    (an int, None), or from a RandomState instance one seed per image, drawn
+    here, in order: the instance, pickled to each joblib worker, gave each
+    task its state, so the maps depended on ``n_jobs`` and ``batch_size``."""
+    if random_state is None or isinstance(random_state, Integral):
+        return [random_state] * n
+    return [int(s) for s in random_state.randint(np.iinfo(np.int32).max, size=n)]
+
+
+def segment_each(seg, images, seeds=None):
+    """``seg.segment`` of each image, image ``i`` with the random_state
+    ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is."""
+    seeds = image_seeds(seg.random_state, len(images)) if seeds is None else seeds
+    out = []
+    for im, seed in zip(images, seeds):
+        one = seg
+        if seed is not seg.random_state:  # a copy that shares the extractor
+            one = object.__new__(type(seg))  # (copy.copy drops it: __getstate__)
+            one.__dict__.update(vars(seg), random_state=seed)
+        out.append(one.segment(im))
+    return out
 
 
 def segment_dataset(seg, images, n_jobs, batch_size, progress):
@@ -28,13 +57,19 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
         # the batched solve makes one start per graph: n_init > 1 (as "auto")
         # goes image by image, or it was ignored without a word
         if dev is not None and seg.n_segments != "auto" and seg.n_init == 1:
-            out = (segment_batch_on_device(seg, batch, dev) for batch in batches)
+            out = ((segment_batch_on_device(seg, batch, dev), [])
+                   for batch in batches)
         else:
             params = seg.get_params(deep=False)
+            seeds = image_seeds(seg.random_state, len(items))
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
-                delayed(_segment_batch)(type(seg), params, batch) for batch in batches
-            )
-        for batch_labels in out:
+                delayed(_segment_batch)(type(seg), params, batch,
+                                        seeds[i * batch_size: (i + 1) * batch_size],
+                                        os.getpid())
+                for i, batch in enumerate(batches))
+        for batch_labels, caught in out:
+            for category, message in caught:  # a worker process's, here
+                warn_user(message, category)
             results.extend(batch_labels)
             if bar is not None:
                 bar.update(len(batch_labels))
@@ -73,8 +108,18 @@ def segment_batch_on_device(seg, batch, device):
     return out
 
 
-def _segment_batch(cls, params, batch):
+def _segment_batch(cls, params, batch, seeds, caller):
     """A joblib task: a segmenter made from ``params`` (its extractor built
-    once) segments each image of ``batch``."""
+    once) segments each image of ``batch``, with ``seeds``; returns the
+    label maps and the ``(category, message)`` of the warnings raised in a
+    process other than ``caller``'s (a loky worker's main thread), which
+    the caller issues: the worker printed them on its stderr, attributed to
+    ``multiprocessing/process.py``, past the caller's warning filters."""
     seg = cls(**params)
-    return [seg.segment(im) for im in batch]
+    if os.getpid() == caller or threading.current_thread() is not (
+            threading.main_thread()):  # (catch_warnings: one thread at a time)
+        return segment_each(seg, batch, seeds), []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        labels = segment_each(seg, batch, seeds)
+    return labels, [(w.category, str(w.message)) for w in caught]

@@ -14,7 +14,7 @@ from ._affinity import knn_cosine_power_affinity
 from ._auto import conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb
-from ._dataset import segment_dataset
+from ._dataset import segment_dataset, segment_each
 from ._extractors import checkpoint_key, make_extractor, model_key
 from ._io import as_image_list, check_image_size, load_image
 from ._pamr import pamr
@@ -135,9 +135,9 @@ class ImageSegmenter(BaseEstimator):
         row blocks by Falcon), the upsampling and PAMR run there too (torch
         kernels), and :meth:`segment_dataset` solves each batch of images in
         one batched Falcon call; on the CPU they run on NumPy and Numba.
-    random_state : int or None, default=0
-        Seed of Falcon's initialization; a fixed seed makes results
-        reproducible and identical across parallel backends.
+    random_state : int, RandomState instance or None, default=0
+        Seed of Falcon's initialization (a RandomState: one drawn per image by
+        fit and segment_dataset); reproducible and backend-independent results.
 
     Attributes
     ----------
@@ -491,11 +491,11 @@ class ImageSegmenter(BaseEstimator):
         Each frame is segmented as by :meth:`segment`.  With an integer
         ``n_segments``, Falcon keeps one estimator with ``warm_start=True``:
         a frame whose token grid has the previous frame's shape starts from
-        the previous frame's token labels (a few iterations instead of a
-        fresh initialization).  The segments of each frame are then matched
-        to the previous frame's by maximal overlap (Hungarian algorithm): a
-        matched segment keeps its id, a new one gets an id never used
-        before.
+        the previous frame's token labels (a few iterations), and is fitted
+        afresh too, the lower NCut kept, after a cut, a blank frame or a jump
+        of the NCut (the user guide's "Video and warm starts").  Segments are
+        matched to the previous frame's by maximal overlap (Hungarian): a
+        matched one keeps its id, a new one gets an id never used before.
 
         Parameters
         ----------
@@ -546,7 +546,7 @@ class ImageSegmenter(BaseEstimator):
         self._check_params()  # also without images
         if not (images := as_image_list(images)):  # a glob that matched nothing
             raise ValueError("images is empty: fit needs at least one image.")
-        self.labels_ = [self.segment(im) for im in images]
+        self.labels_ = segment_each(self, images)
         self.n_segments_ = [int(lab.max()) + 1 for lab in self.labels_]
         return self
 
