@@ -16,7 +16,8 @@ import numpy as np
 
 from .. import _memory
 
-__all__ = ["Plan", "available_memory", "check_memory", "make_plan", "resize_rgb"]
+__all__ = ["Plan", "available_memory", "check_memory", "make_plan", "resize_rgb",
+           "too_few_tokens"]
 
 #: Above this many tokens the token graph is a sparse kNN graph instead of a
 #: dense ``W`` (1 GiB in float32), unless Falcon runs matrix-free on a device.
@@ -235,3 +236,20 @@ def check_memory(plan, max_tokens, *, available=None, margin=0.9):
         f"still allocate. {advice}"
     )
 
+
+def too_few_tokens(n, k, name, max_tokens, resolution, vit, resized):
+    """The ValueError of an image of ``n`` tokens, fewer than ``name=k``
+    segments: what to change (``vit``: a ViT's tokens; ``resized``: the
+    image was resized for ``max_tokens``)."""
+    # a budget under K caps the tokens too (a ViT's, in whole patches: 2 K)
+    hint = (f"a larger max_tokens (now {max_tokens}), "
+            if max_tokens < (2 * k if vit else k) else "")
+    size, what = ("a larger image, ", "a smaller patch_size "), "The image"
+    if vit:  # its input size is its resolution, and its patch its model's
+        size = (f"a larger resolution (now {resolution}), ", "")
+    elif resized:  # max_tokens alone sets its tokens: not its size or patch
+        size, what = ("", ""), f"The image, resized for max_tokens={max_tokens},"
+        hint = f"a larger max_tokens (now {max_tokens}) "
+    return ValueError(
+        f"{what} yields only {n} patch tokens, fewer than {name}={k}. "
+        f"Use {size[0]}{hint}{size[1]}or fewer segments.")

@@ -9,11 +9,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .._backends import DEVICE_CONSTRAINT, resolve_backend
 from .._inits import INITS
+from .._threads import fit_threads
 from ._affinity import check_token_affinity, cosine_power_affinity
 from ._affinity import knn_cosine_power_affinity
 from ._auto import conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
-from ._budget import resize_rgb
+from ._budget import resize_rgb, too_few_tokens
 from ._dataset import segment_dataset, segment_each
 from ._extractors import checkpoint_key, make_extractor, model_key
 from ._io import as_image_list, check_image_size, load_image
@@ -336,28 +337,19 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            # a budget under K caps the tokens too (a ViT's, in whole patches: 2 K)
             vit = hasattr(self._get_extractor(), "input_size")
-            hint = (f"a larger max_tokens (now {self.max_tokens}), "
-                    if self.max_tokens < (2 * k if vit else k) else "")
-            size, what = ("a larger image, ", "a smaller patch_size "), "The image"
-            if vit:  # its input size is its resolution, and its patch its model's
-                size = (f"a larger resolution (now {self.resolution}), ", "")
-            elif resized:  # max_tokens alone sets its tokens: not its size or patch
-                mt = self.max_tokens
-                size, what = ("", ""), f"The image, resized for max_tokens={mt},"
-                hint = f"a larger max_tokens (now {mt}) "
-            raise ValueError(
-                f"{what} yields only {n} patch tokens, fewer than {name}={k}. "
-                f"Use {size[0]}{hint}{size[1]}or fewer segments."
-            )
-        if auto:
-            return self._cluster_auto(X, affinity, grid_shape)
-        if k == 1:
-            return np.zeros(n, dtype=np.int64)
-        if est is None:
-            est = self._falcon(k, affinity)
-        return est.fit(X).labels_
+            raise too_few_tokens(n, k, name, self.max_tokens, self.resolution,
+                                 vit, resized)
+        # W on one BLAS thread, whatever the process's (a joblib worker's is
+        # cpu_count // n_jobs): the labels followed its rounding
+        with fit_threads(None, limit_blas=self._torch_device() is None):
+            if auto:
+                return self._cluster_auto(X, affinity, grid_shape)
+            if k == 1:
+                return np.zeros(n, dtype=np.int64)
+            if est is None:
+                est = self._falcon(k, affinity)
+            return est.fit(X).labels_
 
     def _cluster_auto(self, X, affinity, grid_shape):
         """``n_segments="auto"``: :func:`._auto.conductance_sweep`."""
