@@ -94,10 +94,16 @@ def _check_graphs(graphs, affinity):
     if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
         graphs = list(graphs)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
+        # (it said "got list" of an empty list, "got ndarray" of one graph)
+        if isinstance(graphs, (list, tuple)):
+            got = f"an empty {type(graphs).__name__}"
+        elif hasattr(graphs, "shape"):
+            got = f"an array of shape {tuple(graphs.shape)} (one graph? pass [graph])"
+        else:
+            got = type(graphs).__name__
         raise ValueError(
             "graphs must be a non-empty list of feature matrices (or of affinity "
-            "matrices for a precomputed affinity), or a 3-D array; got "
-            f"{type(graphs).__name__}."
+            f"matrices for a precomputed affinity), or a 3-D array; got {got}."
         )
     out = []
     for b, G in enumerate(graphs):

@@ -529,6 +529,22 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
         falcon_batch([X, bad], 2, backend="numba")
 
 
+def test_falcon_batch_says_why_it_refuses_graphs():
+    """An empty list was refused as "must be a non-empty list ...; got
+    list", and one graph (a 2-D array) as "...; got ndarray": neither said
+    what was wrong."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"non-empty list .*; got an empty list\."):
+        falcon_batch([], 2, backend="numba")
+    with pytest.raises(ValueError, match=r"; got an empty tuple\."):
+        falcon_batch((), 2, backend="numba")
+    with pytest.raises(ValueError, match=r"got an array of shape \(20, 2\) "
+                       r"\(one graph\? pass \[graph\]\)"):
+        falcon_batch(X, 2, backend="numba")
+
+
 def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
     """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
     labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,
