@@ -172,6 +172,21 @@ def test_token_affinities_of_float64_features_beyond_float32(scale):
         cosine_power_affinity(np.full((3, 2), np.inf))
 
 
+def test_token_affinities_refuse_tokens_of_no_feature_alike():
+    """Tokens of no feature: the dense affinity was refused in scikit-learn's
+    words ("... is required by check_pairwise_arrays", naming no input) and
+    the kNN one returned a flat W; both refuse them by name, as
+    ``FalconNCut(affinity="cosine")`` does."""
+    from sklearn_falcon.image import knn_cosine_power_affinity
+
+    for F, shape in ((np.ones((3, 0)), (3, 0)), (np.ones((2, 2, 0)), (4, 0)),
+                     (np.ones((0, 4)), (0, 4))):
+        for affinity in (cosine_power_affinity, knn_cosine_power_affinity):
+            with pytest.raises(ValueError, match=r"features must be 2-D .*one "
+                               rf"feature; got shape {re.escape(str(shape))}"):
+                affinity(F)
+
+
 def test_rgb_to_lab_of_large_finite_floats_says_their_range():
     """Float64 colours past float32's range (1e300) were cast first, to
     inf, and refused as "rgb contains NaN or infinite values" (with NumPy's

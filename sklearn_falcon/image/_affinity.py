@@ -41,14 +41,17 @@ def _token_matrix(features):
         real_float32(f)  # refused by name (NumPy would keep the real part)
     if f.dtype != np.float32:  # (integers of 1e19 as well)
         f = np.asarray(f, dtype=np.float64)
-    if f.ndim == 3:
-        f = f.reshape(-1, f.shape[-1])
-    if f.ndim != 2 or f.shape[0] == 0:
+    if f.ndim == 3:  # (-1: "cannot reshape array of size 0" of no feature)
+        f = f.reshape(f.shape[0] * f.shape[1], f.shape[2])
+    # (no feature: the dense version said "... is required by
+    # check_pairwise_arrays", the kNN one gave a flat W)
+    if f.ndim != 2 or 0 in f.shape:
         raise ValueError(
-            f"features must be 2-D (n_tokens, n_features); got shape {f.shape}.")
+            "features must be 2-D (n_tokens, n_features), of at least one token "
+            f"and one feature; got shape {f.shape}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
-    top = np.abs(f).max(axis=1) if f.shape[1] else np.zeros(f.shape[0])
+    top = np.abs(f).max(axis=1)
     big = top * np.sqrt(f.shape[1]) > 2.0**60
     if big.any():
         f = np.array(f)  # (not the caller's array)
