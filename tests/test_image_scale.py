@@ -224,6 +224,20 @@ def test_prototype_upsample_of_no_token_or_no_channel():
 
 
 
+def test_prototype_upsample_return_scores_must_be_a_bool():
+    """``return_scores="no"`` (or any truthy non-bool) returned a
+    ``(labels, scores)`` pair where a label map was expected, silently."""
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 1], [0, 1]])
+    for bad in ("no", "False", 1, None):
+        with pytest.raises(ValueError, match="return_scores must be True or "
+                           f"False; got {bad!r}"):
+            prototype_upsample(F, tok, (2, 4), return_scores=bad)
+    assert prototype_upsample(F, tok, (2, 4), return_scores=np.bool_(False)).shape \
+        == (2, 4)
+
+
 def test_prototype_upsample_and_bilinear_matrix_refuse_bad_sizes():
     """An ``out_shape`` of 0 raised "ZeroDivisionError: division by zero"
     (torch: "Input and output sizes should be greater than 0"), a negative

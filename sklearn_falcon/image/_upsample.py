@@ -141,6 +141,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
            [0, 0, 1, 1]])
     """
     out_shape = _out_shape(out_shape)
+    if not isinstance(return_scores, (bool, np.bool_)):  # "no" returned a pair
+        raise ValueError(f"return_scores must be True or False; got {return_scores!r}.")
     f = real_float32(features)
     lab = np.asarray(token_labels)
     # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
