@@ -374,10 +374,11 @@ def falcon_batch(
             f"{tau_arr.shape}."
         )
     sizes = [G.shape[0] for G in graphs]
-    if min(sizes) < n_clusters:
+    if min(sizes) < n_clusters:  # which graph: in a batch of many, left to guess
+        b = int(np.argmin(sizes))
         raise ValueError(
-            f"n_clusters={n_clusters} must be <= the size of every graph; the "
-            f"smallest has {min(sizes)} nodes."
+            f"n_clusters={n_clusters} must be <= the size of every graph; "
+            f"graphs[{b}] has n_samples={sizes[b]}."
         )
     if isinstance(init, str):
         if INITS[init].needs_features and affinity in PRECOMPUTED:

@@ -545,6 +545,18 @@ def test_falcon_batch_says_why_it_refuses_graphs():
         falcon_batch(X, 2, backend="numba")
 
 
+def test_falcon_batch_names_the_graph_smaller_than_n_clusters():
+    """A graph of fewer nodes than ``n_clusters`` was refused with "the
+    smallest has 1 nodes": which one, in a batch of many, was left to
+    guess."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"n_clusters=3 must be <= the size of "
+                       r"every graph; graphs\[2\] has n_samples=2\."):
+        falcon_batch([X, X[:5], X[:2], X[:4]], 3, backend="numba")
+
+
 def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
     """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
     labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,
