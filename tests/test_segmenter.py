@@ -273,6 +273,22 @@ def test_select_n_segments_of_any_real_dtype():
         select_n_segments(np.full((20, 20), "a"), over)
 
 
+def test_select_n_segments_of_torch_tensors():
+    """A sparse ``W`` tensor said "can't convert Sparse layout tensor to
+    numpy" (a CUDA one "can't convert cuda:0 device type tensor"), where
+    ``normalized_cut``, whose input conventions the docstring names, reads
+    both on the host."""
+    torch = pytest.importorskip("torch")
+    W = np.kron(np.eye(4), np.ones((5, 5))) + 1e-3
+    over = np.repeat(np.arange(8), [3, 2, 3, 2, 3, 2, 3, 2])
+    ref = select_n_segments(W, over, threshold=0.2)
+    Wt = torch.from_numpy(W)
+    for Wx in (Wt, Wt.to_sparse(), Wt.float().to_sparse()):
+        k, merged, rho = select_n_segments(Wx, torch.from_numpy(over), threshold=0.2)
+        assert k == ref[0] and np.array_equal(merged, ref[1])
+        assert rho == pytest.approx(ref[2])
+
+
 def test_select_n_segments_validates_its_inputs_by_name():
     """``select_n_segments`` trusted ``W`` and its parameters: a negative,
     NaN or infinite weight, a bool or complex ``W``, NaN or fractional labels,

@@ -8,6 +8,7 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
 from .._affinity import check_affinity, check_dtype_kind
+from .._backends._boundary import host_array
 from .._stats import cluster_pair_weights
 from ..metrics import check_label_values
 
@@ -40,11 +41,12 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
 
     Parameters
     ----------
-    W : {array-like, sparse matrix} of shape (n, n)
+    W : {array-like, sparse matrix, torch.Tensor} of shape (n, n)
         Symmetric, nonnegative affinity (an asymmetric one is replaced by
         its symmetric part, with a warning, as in
-        :func:`~sklearn_falcon.metrics.normalized_cut`).
-    labels : array-like of shape (n,)
+        :func:`~sklearn_falcon.metrics.normalized_cut`); a tensor, dense or
+        sparse, on any device, is read on the host.
+    labels : array-like or torch.Tensor of shape (n,)
         Over-segmentation: integer (or string) ids.
     min_segments : int, default=2
         Smallest K considered (at least 1).
@@ -70,7 +72,9 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     >>> k, merged.tolist()
     (3, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2])
     """
-    labels = np.asarray(labels)
+    # torch tensors on the host, as normalized_cut reads them (a sparse or a
+    # CUDA one: "can't convert ... to numpy")
+    W, labels = host_array(W), np.asarray(host_array(labels))
     shape = tuple(np.shape(W))
     # the kernel reads labels[i] for every row i of W: a shorter or a 2-D
     # label array read past its end (a segmentation fault)
