@@ -91,14 +91,17 @@ class BatchResult:
 def _check_graphs(graphs, affinity):
     if is_tensor(graphs) and graphs.dim() == 3:  # dense or sparse: by graph
         graphs = list(graphs.unbind(0))
-    if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
-        graphs = list(graphs)
+    if isinstance(graphs, np.ndarray) and (graphs.ndim == 3 or (
+            graphs.ndim == 1 and graphs.dtype == object)):
+        graphs = list(graphs)  # (an object array: graphs of several sizes)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
         # (it said "got list" of an empty list, "got ndarray" of one graph)
         if isinstance(graphs, (list, tuple)):
             got = f"an empty {type(graphs).__name__}"
-        elif hasattr(graphs, "shape"):
+        elif getattr(graphs, "ndim", None) == 2:
             got = f"an array of shape {tuple(graphs.shape)} (one graph? pass [graph])"
+        elif hasattr(graphs, "shape"):
+            got = f"an array of shape {tuple(graphs.shape)}"
         else:
             got = type(graphs).__name__
         raise ValueError(
@@ -280,8 +283,9 @@ def falcon_batch(
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
-        precomputed affinity.  Torch tensors (on any device) are read on the
-        host, Dask arrays gathered.  Nodes of zero degree (with the cosine affinity: rows of zero
+        precomputed affinity (a 1-D object array of them as a list).  Torch
+        tensors (on any device) are read on the host, Dask arrays gathered.
+        Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other

@@ -543,6 +543,15 @@ def test_falcon_batch_says_why_it_refuses_graphs():
     with pytest.raises(ValueError, match=r"got an array of shape \(20, 2\) "
                        r"\(one graph\? pass \[graph\]\)"):
         falcon_batch(X, 2, backend="numba")
+    with pytest.raises(ValueError, match=r"got an array of shape \(2, 20, 2, 1\)\.$"):
+        falcon_batch(np.stack([X, X])[..., None], 2, backend="numba")
+    # an object array of graphs of several sizes (np.array(graphs, dtype=object))
+    # is a sequence of graphs, as a list is
+    ragged = np.empty(2, dtype=object)
+    ragged[0], ragged[1] = X, X[:10]
+    got = falcon_batch(ragged, 2, backend="numba", random_state=0)
+    want = falcon_batch([X, X[:10]], 2, backend="numba", random_state=0)
+    assert all(np.array_equal(a, b) for a, b in zip(got.labels, want.labels))
 
 
 def test_falcon_batch_names_the_graph_smaller_than_n_clusters():
