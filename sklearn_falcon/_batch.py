@@ -94,13 +94,22 @@ def _check_graphs(graphs, affinity):
         graphs = list(graphs.unbind(0))
     if is_dask_array(graphs) and graphs.ndim == 3:  # gathered, as each graph is
         graphs = graphs.compute()
-    if isinstance(graphs, np.ndarray) and graphs.ndim == 3:
-        graphs = list(graphs)
+    if isinstance(graphs, np.ndarray) and (graphs.ndim == 3 or (
+            graphs.ndim == 1 and graphs.dtype == object)):
+        graphs = list(graphs)  # (an object array: graphs of several sizes)
     if not isinstance(graphs, (list, tuple)) or len(graphs) == 0:
+        # (it said "got list" of an empty list, "got ndarray" of one graph)
+        if isinstance(graphs, (list, tuple)):
+            got = f"an empty {type(graphs).__name__}"
+        elif getattr(graphs, "ndim", None) == 2:
+            got = f"an array of shape {tuple(graphs.shape)} (one graph? pass [graph])"
+        elif hasattr(graphs, "shape"):
+            got = f"an array of shape {tuple(graphs.shape)}"
+        else:
+            got = type(graphs).__name__
         raise ValueError(
             "graphs must be a non-empty list of feature matrices (or of affinity "
-            "matrices for a precomputed affinity), or a 3-D array; got "
-            f"{type(graphs).__name__}."
+            f"matrices for a precomputed affinity), or a 3-D array; got {got}."
         )
     out = []
     for b, G in enumerate(graphs):
@@ -308,8 +317,9 @@ def falcon_batch(
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
-        precomputed affinity.  Torch tensors (on any device) are read on the
-        host, Dask arrays gathered.  Nodes of zero degree (with the cosine affinity: rows of zero
+        precomputed affinity (a 1-D object array of them as a list).  Torch
+        tensors (on any device) are read on the host, Dask arrays gathered.
+        Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other
@@ -404,10 +414,11 @@ def falcon_batch(
             f"{tau_arr.shape}."
         )
     sizes = [G.shape[0] for G in graphs]
-    if min(sizes) < n_clusters:
+    if min(sizes) < n_clusters:  # which graph: in a batch of many, left to guess
+        b = int(np.argmin(sizes))
         raise ValueError(
-            f"n_clusters={n_clusters} must be <= the size of every graph; the "
-            f"smallest has {min(sizes)} nodes."
+            f"n_clusters={n_clusters} must be <= the size of every graph; "
+            f"graphs[{b}] has n_samples={sizes[b]}."
         )
     if isinstance(init, str):
         if INITS[init].needs_features and affinity in PRECOMPUTED:

@@ -208,6 +208,9 @@ def miou(
     if not isinstance(background_index, numbers.Integral):  # None matched no class
         raise ValueError(
             f"background_index must be an integer; got {background_index!r}.")
+    if not isinstance(return_per_class, (bool, np.bool_)):  # "no" returned a pair
+        raise ValueError(
+            f"return_per_class must be True or False; got {return_per_class!r}.")
     preds, gts = _as_list(pred, "pred"), _as_list(gt, "gt")
     if len(preds) != len(gts):
         raise ValueError(f"Got {len(preds)} predicted maps but {len(gts)} ground-truth maps.")

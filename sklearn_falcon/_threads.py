@@ -23,8 +23,8 @@ from sklearn.utils._param_validation import Interval
 from . import _jit
 from ._jit import requested
 
-__all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads", "num_threads",
-           "requested_threads"]
+__all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads",
+           "imported_module", "num_threads", "requested_threads"]
 
 def _numba():
     """Numba, imported under the lock its kernels are built under: a first
@@ -112,10 +112,23 @@ def _one_blas_thread():
             _blas_owner["thread"] = None
 
 
+def imported_module(name):
+    """The module ``name`` where it has been imported, else None: not
+    imported, blocked (None in ``sys.modules``), or being imported by
+    another thread (partially initialized, as importlib itself tells it: a
+    fit that ran while another thread's first torch fit imported torch
+    failed with "partially initialized module 'torch' has no attribute
+    'get_num_threads'")."""
+    module = sys.modules.get(name)
+    if getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
 def _keep_torch_threads(count):
     """Set torch's thread count back to ``count`` (None: torch was not
     imported) if something changed it."""
-    torch = sys.modules.get("torch")
+    torch = imported_module("torch")
     if count is not None and torch is not None and torch.get_num_threads() != count:
         torch.set_num_threads(count)
 
@@ -127,7 +140,7 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
     does, unless ``NUMBA_NUM_THREADS`` sets the count), and BLAS on one
     thread when ``limit_blas``; torch's thread count is the caller's in the
     block and after it."""
-    torch = sys.modules.get("torch")  # None: not imported (or blocked)
+    torch = imported_module("torch")  # None: not imported (or blocked, or being)
     torch_threads = torch.get_num_threads() if torch is not None else None
     with contextlib.ExitStack() as stack:
         # the first launch of Numba's OpenMP pool sets OpenMP's thread count,

@@ -133,7 +133,9 @@ def normalized_association(W, labels):
 
         f = \sum_{k} \frac{\mathrm{assoc}_k}{\mathrm{vol}_k} = K - \mathrm{NCut}
 
-    (see :func:`normalized_cut` for the terms).
+    (see :func:`normalized_cut` for the terms), with :math:`K` the clusters
+    of nonzero volume: a cluster of only isolated nodes counts in neither
+    sum.
 
     Parameters
     ----------

@@ -246,3 +246,34 @@ def test_first_fits_of_a_process_in_several_threads():
                              text=True, timeout=300)
         assert out.returncode == 0 and "Error" not in out.stderr, out.stderr[-2000:]
         assert out.stdout.split("\n")[-2] == "[True, True, True, True]", out.stdout
+
+
+def test_fits_while_another_thread_imports_torch_or_dask(monkeypatch):
+    """A fit (``falcon_batch``, ``pamr``, ``FalconNCut``) that ran while
+    another thread's first torch fit imported torch took the partially
+    initialized module from ``sys.modules``: "partially initialized module
+    'torch' has no attribute 'get_num_threads'" (and ``dask.array``'s, no
+    attribute ``Array``).  A module being imported counts as not imported,
+    as importlib itself tells it (``__spec__._initializing``)."""
+    import importlib.machinery
+    import types
+
+    import numpy as np
+
+    from sklearn_falcon import falcon_batch
+    from sklearn_falcon.image import pamr
+
+    for name in ("torch", "dask.array"):
+        half = types.ModuleType(name)  # what another thread's import holds
+        half.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        half.__spec__._initializing = True
+        monkeypatch.setitem(sys.modules, name, half)
+    X = make_blobs(60, centers=3, random_state=0)[0]
+    assert falcon_batch([X], 3, affinity="rbf", backend="numba",
+                        random_state=0).labels[0].shape == (60,)
+    FalconNCut(3, backend="numba", random_state=0).fit(X)
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 4:] = 255
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    assert pamr(img, lab, dilations=(1, 2))[0].tolist() == [0] * 4 + [1] * 4

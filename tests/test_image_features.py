@@ -110,6 +110,27 @@ def test_color_features_validation():
         make_extractor("color", checkpoint_path="x.pt")
 
 
+def test_a_misspelt_offline_model_is_refused_by_the_name_meant(monkeypatch):
+    """``model="colour"`` (or ``"Color"``, ``"color_position"``) was taken
+    for a timm model name: "Unknown timm model name 'colour'", and without
+    torch an ImportError that asked to install it."""
+    import sklearn_falcon.image._extractors as ex
+
+    def no_vit(*args, **kwargs):
+        raise ImportError("TimmFeatures needs torch and timm")
+
+    monkeypatch.setattr(ex, "TimmFeatures", no_vit)  # as without torch
+    for model, meant in (("colour", "color"), ("Color", "color"), (" color", "color"),
+                         ("color_position", "color-position"),
+                         ("Colour-Position", "color-position")):
+        with pytest.raises(ValueError, match=rf"Unknown model={re.escape(repr(model))}"
+                           rf"; did you mean model='{meant}'\?"):
+            make_extractor(model)
+    assert make_extractor("color").patch_size == (8, 8)
+    with pytest.raises(ImportError, match="needs torch"):  # a timm name
+        make_extractor("colorful")
+
+
 @pytest.mark.parametrize("model", ["color", "color-position"])
 def test_offline_models_refuse_the_vit_parameters(model):
     """``ImageSegmenter(resolution=1024)`` (``--resolution 1024`` on the

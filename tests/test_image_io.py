@@ -1,4 +1,5 @@
 import os
+import re
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -214,6 +215,25 @@ def test_tiny_image_rejected():
         check_image_size(np.zeros((5, 30, 3), np.uint8), 8)
     with pytest.raises(ValueError, match="smaller than one 14x14 patch"):
         check_image_size(np.zeros((30, 13, 3), np.uint8), (14, 14))
+
+
+def test_check_image_size_refuses_a_bad_patch_size_by_name():
+    """A 1-tuple said "not enough values to unpack", a string "'<' not
+    supported between instances", None "cannot unpack", and a patch of 0,
+    -3 or 8.5 pixels was accepted; a nested list said "'list' object has
+    no attribute 'shape'"."""
+    img = np.zeros((16, 16, 3), np.uint8)
+    for bad in (0, -3, 8.5, (8,), (8, 8, 8), "8", None, (8, 0)):
+        with pytest.raises(ValueError, match=r"patch_size must be a positive "
+                           rf"integer .*got patch_size={re.escape(repr(bad))}\."):
+            check_image_size(img, bad)
+    for good in (8, np.int64(16), (16, 8), [8, 16], np.array([16, 16])):
+        check_image_size(img, good)
+    check_image_size(img.tolist(), 8)
+    with pytest.raises(ValueError, match="smaller than one 32x8 patch"):
+        check_image_size(img.tolist(), (32, 8))
+    with pytest.raises(ValueError, match=r"rgb must be an image .*shape \(16,\)"):
+        check_image_size(np.zeros(16), 8)
 
 
 def test_torch_tensor():

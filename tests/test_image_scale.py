@@ -148,6 +148,23 @@ def test_upsample_labels_of_float_and_16_bit_images_are_guided_alike():
         assert np.mean(got == ref) > 0.999
 
 
+def test_upsample_labels_of_images_in_different_scales_are_guided_alike():
+    """An 8-bit image and a float resize of it in [0, 1] (scikit-image's
+    ``resize`` returns one) had their colours compared in different units:
+    every difference was large, the guidance off, the edge placed by
+    distance alone (1 pixel in 30 moved), silently; a 16-bit image and an
+    8-bit working image likewise."""
+    img, mask = _blocks(90, 120, seed=1)
+    small = img[2::6, 2::6]
+    lab = mask[2::6, 2::6]
+    ref = upsample_labels(lab, img, small)
+    img16, small16 = img.astype(np.uint16) * 257, small.astype(np.uint16) * 257
+    for a, b in ((img, small / 255.0), (img / 255.0, small),
+                 (img16, small), (img, small16), (img16, small / 255.0)):
+        got = upsample_labels(lab, a, b)
+        assert np.mean(got == ref) > 0.999
+
+
 def test_upsample_labels_errors():
     img = np.zeros((8, 8, 3), np.uint8)
     with pytest.raises(ValueError, match="do not match"):
@@ -221,6 +238,20 @@ def test_prototype_upsample_of_no_token_or_no_channel():
         with pytest.raises(ValueError, match="hold no token or no channel"):
             prototype_upsample(F, tok, (2, 4))
 
+
+
+def test_prototype_upsample_return_scores_must_be_a_bool():
+    """``return_scores="no"`` (or any truthy non-bool) returned a
+    ``(labels, scores)`` pair where a label map was expected, silently."""
+    F = np.zeros((2, 2, 2))
+    F[:, 0, 0] = F[:, 1, 1] = 1
+    tok = np.array([[0, 1], [0, 1]])
+    for bad in ("no", "False", 1, None):
+        with pytest.raises(ValueError, match="return_scores must be True or "
+                           f"False; got {bad!r}"):
+            prototype_upsample(F, tok, (2, 4), return_scores=bad)
+    assert prototype_upsample(F, tok, (2, 4), return_scores=np.bool_(False)).shape \
+        == (2, 4)
 
 
 def test_prototype_upsample_and_bilinear_matrix_refuse_bad_sizes():

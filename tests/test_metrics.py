@@ -72,6 +72,22 @@ def test_normalized_cut_bounds_and_isolated():
     assert normalized_cut(W, [0, 1, 2, 2]) == pytest.approx(2.0)
 
 
+def test_normalized_association_is_k_minus_ncut_over_clusters_of_volume():
+    """``f = K - NCut`` holds with ``K`` the clusters of nonzero volume (a
+    cluster of only isolated nodes counts in neither sum): the docstring
+    said ``K - NCut`` of every cluster, 1 more than ``f`` here."""
+    import inspect
+
+    W = np.zeros((5, 5))
+    W[:2, :2] = W[2:4, 2:4] = 1.0
+    W[1, 2] = W[2, 1] = 0.1
+    labels = [0, 0, 1, 1, 2]  # node 4 isolated, alone in cluster 2
+    f, ncut = normalized_association(W, labels), normalized_cut(W, labels)
+    assert f + ncut == pytest.approx(2.0)
+    doc = " ".join(inspect.getdoc(normalized_association).split())
+    assert "with :math:`K` the clusters of nonzero volume" in doc
+
+
 def test_normalized_cut_errors():
     with pytest.raises(ValueError, match="square"):
         normalized_cut(np.ones((3, 4)), [0, 1, 0])

@@ -203,3 +203,15 @@ def test_the_sparse_matching_gives_the_dense_one(monkeypatch, background):
     for (s1, c1), (s2, c2) in zip(got, want):
         assert s1 == pytest.approx(s2, rel=1e-12) and c1.keys() == c2.keys()
         assert all(c1[k] == pytest.approx(c2[k], rel=1e-12) for k in c1)
+
+
+def test_return_per_class_must_be_a_bool():
+    """``return_per_class="no"`` (or any truthy non-bool) returned a
+    ``(score, per_class)`` pair where a float was expected, silently."""
+    gt = np.array([[0, 0, 1, 1]])
+    pred = np.array([[5, 5, 7, 7]])
+    for bad in ("no", "False", 1, None):
+        with pytest.raises(ValueError, match="return_per_class must be True or "
+                           f"False; got {bad!r}"):
+            miou(pred, gt, return_per_class=bad)
+    assert miou(pred, gt, return_per_class=np.bool_(False)) == 1.0

@@ -287,6 +287,28 @@ def test_pamr_on_a_torch_device_with_a_dilation_past_the_image():
         np.testing.assert_array_equal(pamr(img, lab, dilations=dil, device="cpu"),
                                       pamr(img, lab, dilations=dil))
 
+def test_pamr_of_a_dilation_past_int64_or_infinite():
+    """``dilations=(np.inf,)`` (or 1e20, 2**63) overflowed the cast to
+    int64: "Python int too large to convert to C long", with NumPy's
+    RuntimeWarning.  An infinite one is refused by name; a finite shift
+    past the image reads its border, as one of its size does."""
+    import warnings
+
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 4:] = 255
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bad in ((np.inf,), (1, -np.inf)):
+            with pytest.raises(ValueError, match="dilations must be positive "
+                               "integers"):
+                pamr(img, lab, dilations=bad)
+        ref = pamr(img, lab, dilations=(1, 8))
+        for dil in ((1, 1e20), (1, 2**63), (1, np.uint64(2**64 - 1))):
+            np.testing.assert_array_equal(pamr(img, lab, dilations=dil), ref)
+
+
 def test_pamr_device_without_torch_is_a_clear_error(monkeypatch):
     import sys
 

@@ -529,6 +529,43 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
         falcon_batch([X, bad], 2, backend="numba")
 
 
+def test_falcon_batch_says_why_it_refuses_graphs():
+    """An empty list was refused as "must be a non-empty list ...; got
+    list", and one graph (a 2-D array) as "...; got ndarray": neither said
+    what was wrong."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"non-empty list .*; got an empty list\."):
+        falcon_batch([], 2, backend="numba")
+    with pytest.raises(ValueError, match=r"; got an empty tuple\."):
+        falcon_batch((), 2, backend="numba")
+    with pytest.raises(ValueError, match=r"got an array of shape \(20, 2\) "
+                       r"\(one graph\? pass \[graph\]\)"):
+        falcon_batch(X, 2, backend="numba")
+    with pytest.raises(ValueError, match=r"got an array of shape \(2, 20, 2, 1\)\.$"):
+        falcon_batch(np.stack([X, X])[..., None], 2, backend="numba")
+    # an object array of graphs of several sizes (np.array(graphs, dtype=object))
+    # is a sequence of graphs, as a list is
+    ragged = np.empty(2, dtype=object)
+    ragged[0], ragged[1] = X, X[:10]
+    got = falcon_batch(ragged, 2, backend="numba", random_state=0)
+    want = falcon_batch([X, X[:10]], 2, backend="numba", random_state=0)
+    assert all(np.array_equal(a, b) for a, b in zip(got.labels, want.labels))
+
+
+def test_falcon_batch_names_the_graph_smaller_than_n_clusters():
+    """A graph of fewer nodes than ``n_clusters`` was refused with "the
+    smallest has 1 nodes": which one, in a batch of many, was left to
+    guess."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"n_clusters=3 must be <= the size of "
+                       r"every graph; graphs\[2\] has n_samples=2\."):
+        falcon_batch([X, X[:5], X[:2], X[:4]], 3, backend="numba")
+
+
 def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
     """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
     labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,

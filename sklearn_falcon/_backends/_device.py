@@ -8,6 +8,8 @@ import sys
 
 from sklearn.utils._param_validation import HasMethods
 
+from .._threads import imported_module
+
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -81,8 +83,8 @@ def may_have_cuda():
     torch decide.  Importing torch costs seconds, and finding it 0.3 ms a
     fit: both are skipped where no GPU can exist.
     """
-    torch = sys.modules.get("torch")
-    if torch is not None:  # None: an import of torch was blocked
+    torch = imported_module("torch")
+    if torch is not None:  # None: not imported, blocked, or being imported
         return bool(torch.cuda.is_available())
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False

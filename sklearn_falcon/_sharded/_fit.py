@@ -1,6 +1,5 @@
 """``FalconNCut.fit`` for an affinity held by Dask in row blocks."""
 
-import sys
 import time
 
 import numpy as np
@@ -16,13 +15,14 @@ from .._backends import BACKENDS, host_array, normalize_device
 from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
+from .._threads import imported_module
 
 __all__ = ["fit_sharded", "is_dask_array"]
 
 
 def is_dask_array(X):
     """Whether ``X`` is a ``dask.array.Array`` (without importing Dask)."""
-    module = sys.modules.get("dask.array")
+    module = imported_module("dask.array")  # (None while being imported)
     return module is not None and isinstance(X, module.Array)
 
 

@@ -54,7 +54,7 @@ def _token_matrix(features):
             f"shape {np.shape(features)}.")
     if not np.all(np.isfinite(f)):
         raise ValueError("features contain NaN or infinite values.")
-    top = np.abs(f).max(axis=1) if f.shape[1] else np.zeros(f.shape[0])
+    top = np.abs(f).max(axis=1)
     big = top * np.sqrt(f.shape[1]) > 2.0**60
     if big.any():
         f = np.array(f)  # (not the caller's array)

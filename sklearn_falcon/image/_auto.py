@@ -45,7 +45,8 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     W : {array-like, sparse matrix, torch.Tensor} of shape (n, n)
         Symmetric, nonnegative affinity (an asymmetric one is replaced by
         its symmetric part, with a warning, as in
-        :func:`~sklearn_falcon.metrics.normalized_cut`).
+        :func:`~sklearn_falcon.metrics.normalized_cut`); a tensor, dense or
+        sparse, on any device, is read on the host.
     labels : array-like or torch.Tensor of shape (n,)
         Over-segmentation: integer (or string) ids.
     min_segments : int, default=2

@@ -39,6 +39,21 @@ def checkpoint_key(path):
     return str(path), st.st_mtime_ns, st.st_size
 
 
+def _refuse_misspelt_offline_name(model):
+    """Refuse a spelling of an offline model (``"colour"``, ``"Color"``,
+    ``"color_position"``) by the name meant: it was taken for a timm model
+    name, "Unknown timm model name 'colour'", or without torch an
+    ImportError that asked to install it."""
+    if not isinstance(model, str):
+        return
+    key = "-".join(model.strip().lower().replace("colour", "color")
+                   .replace("_", " ").replace("-", " ").split())
+    if key in OFFLINE_MODELS:
+        raise ValueError(
+            f"Unknown model={model!r}; did you mean model={key!r}? The offline "
+            f"extractors are {' and '.join(map(repr, OFFLINE_MODELS))}.")
+
+
 def make_extractor(
     model="color",
     *,
@@ -139,6 +154,7 @@ def make_extractor(
         if position_weight is None:
             return ColorTextureFeatures(ps)
         return ColorTextureFeatures(ps, position_weight=position_weight)
+    _refuse_misspelt_offline_name(model)
     if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
         if patch_size is not None:
             raise ValueError(

@@ -5,6 +5,7 @@ brought to the host, by the boundary module, without importing torch.
 """
 
 import contextlib
+import operator
 import os
 import re
 from pathlib import Path
@@ -343,7 +344,7 @@ def check_image_size(rgb, patch_size, *, advice=None):
     rgb : ndarray of shape (H, W, 3)
         The image.
     patch_size : int or tuple of int
-        Patch height and width.
+        Patch height and width (each >= 1; one integer for both).
     advice : str, default=None
         The sentence that ends the message (``None``: a larger image or a
         smaller ``patch_size``; a ViT, whose patch size is its model's,
@@ -359,13 +360,33 @@ def check_image_size(rgb, patch_size, *, advice=None):
     ...
     ValueError: Image of size 4x16 (HxW) is smaller than one 8x8 patch...
     """
-    ph, pw = (patch_size, patch_size) if np.isscalar(patch_size) else patch_size
-    h, w = rgb.shape[:2]
+    ph, pw = _patch_pair(patch_size)
+    shape = tuple(rgb.shape) if hasattr(rgb, "shape") else np.shape(rgb)
+    if len(shape) < 2:
+        raise ValueError(
+            f"rgb must be an image of shape (H, W, C) or (H, W); got shape {shape}.")
+    h, w = shape[:2]
     if h < ph or w < pw:
         raise ValueError(
             f"Image of size {h}x{w} (HxW) is smaller than one {ph}x{pw} patch; "
             "it cannot be segmented. "
             + (advice or "Use a larger image or a smaller patch_size."))
+
+
+def _patch_pair(patch_size):
+    """``patch_size`` (an integer or a pair of them, each >= 1) as ``(ph,
+    pw)``, or a ValueError naming it (a 1-tuple said "not enough values to
+    unpack", a string "'<' not supported", and 0 or 8.5 were accepted)."""
+    pair = [patch_size] * 2 if np.ndim(patch_size) == 0 else patch_size
+    try:
+        ph, pw = (operator.index(v) for v in pair)
+    except (TypeError, ValueError):
+        ph = pw = 0
+    if ph < 1 or pw < 1:
+        raise ValueError(
+            "patch_size must be a positive integer or a pair of them (height, "
+            f"width); got patch_size={patch_size!r}.")
+    return ph, pw
 
 
 def as_image_list(images):

@@ -216,9 +216,11 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     raw = np.asarray(dilations).reshape(-1)
     # (1.5,) was truncated to 1, silently, and "a" gave int()'s own message
     if raw.dtype.kind not in "iuf" or raw.size == 0 or not np.all(
-            (raw >= 1) & (raw == np.floor(raw))):
+            (raw >= 1) & (raw == np.floor(raw)) & np.isfinite(raw)):
         raise ValueError(f"dilations must be positive integers; got {dilations!r}.")
-    dil = raw.astype(np.int64)
+    # a shift past the image reads its border, as one of its size does (1e20
+    # and 2**63 overflowed int64: "Python int too large to convert to C long")
+    dil = np.minimum(raw, max(lab.shape + (1,))).astype(np.int64)
     uniq, inv = np.unique(lab, return_inverse=True)
     if len(uniq) <= 1 or n_iter == 0:
         return lab.copy()

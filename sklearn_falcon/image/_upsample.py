@@ -141,6 +141,8 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
            [0, 0, 1, 1]])
     """
     out_shape = _out_shape(out_shape)
+    if not isinstance(return_scores, (bool, np.bool_)):  # "no" returned a pair
+        raise ValueError(f"return_scores must be True or False; got {return_scores!r}.")
     f = real_float32(features)
     lab = np.asarray(token_labels)
     # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
@@ -262,12 +264,14 @@ def upsample_labels(labels, image, small_image, *, device=None):
     labels : ndarray of shape (h, w), int
         Labels at the working resolution.
     image : ndarray of shape (H, W, C) or (H, W)
-        The full-resolution image, in the same scale as ``small_image``:
-        8-bit, 16-bit or boolean, or float in [0, 1] (float images of
-        larger values are read in 0..255 units); greyscale as ``(H, W)``
-        or ``(H, W, 1)``.
+        The full-resolution image: 8-bit, 16-bit or boolean, or float in
+        [0, 1] (float images of larger values are read in 0..255 units);
+        greyscale as ``(H, W)`` or ``(H, W, 1)``.
     small_image : ndarray of shape (h, w, C) or (h, w)
-        The image at the working resolution.
+        The image at the working resolution, in the same scale or another
+        of these (an 8-bit image and a float resize of it in [0, 1]
+        compare alike); two float images of larger values are read in
+        0..255 units together.
     device : str or torch.device, default=None
         ``None``: the Numba kernel on the CPU; a torch device: its torch
         twin there, in strips of rows.
@@ -308,15 +312,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
     for a, name in ((img, "image"), (small, "small_image")):
         if a.dtype.kind == "f" and not np.all(np.isfinite(a)):  # NaN weights
             raise ValueError(f"{name} contains NaN or infinite values.")
-    # colours are compared in 0..255 units (_JBU_SIGMA_C): floats in [0, 1]
-    # (load_image's convention) and 16-bit images are brought there (on
-    # floats in [0, 1] colour differences of at most 1.7 turned the
-    # guidance off)
-    if img.dtype.kind == "f" and max(np.max(img, initial=0.0),
-                                     np.max(small, initial=0.0)) <= 1.0:
-        img, small = img * np.float32(255.0), small * np.float32(255.0)
-    elif all(a.dtype.kind == "u" and a.dtype.itemsize == 2 for a in (img, small)):
-        img, small = img / np.float32(257.0), small / np.float32(257.0)
+    img, small = _in_255_units(img, small)
     uniq, inv = np.unique(lab, return_inverse=True)
     inv = inv.reshape(lab.shape).astype(np.int64)
     uniq = _label_ids(uniq, "labels")
@@ -335,6 +331,31 @@ def upsample_labels(labels, image, small_image, *, device=None):
     with fit_threads(None, limit_blas=False):  # (torch's thread count kept)
         return _joint_bilateral_labels(img, small, inv, uniq, _JBU_RADIUS,
                                        _JBU_SIGMA_S, _JBU_SIGMA_C, _JBU_FLOOR, out)
+
+
+def _in_255_units(img, small):
+    """The two images with colours in 0..255 units, as ``_JBU_SIGMA_C``
+    compares them: floats in [0, 1] (load_image's convention) times 255,
+    16-bit images over 257 (on floats in [0, 1], colour differences of at
+    most 1.7 turned the guidance off).  Each image by its own dtype, so that
+    an 8-bit image and a float resize of it in [0, 1] (scikit-image's
+    ``resize``) are compared in the same units (they were not: the guidance
+    was off); two float images by their joint maximum (a dark one in 0..255
+    units stays so)."""
+    floats = [a.dtype.kind == "f" for a in (img, small)]
+    if all(floats):
+        top = max(np.max(img, initial=0.0), np.max(small, initial=0.0))
+        if top <= 1.0:
+            return img * np.float32(255.0), small * np.float32(255.0)
+        return img, small
+    out = []
+    for a, is_float in zip((img, small), floats):
+        if is_float and np.max(a, initial=0.0) <= 1.0:
+            a = a * np.float32(255.0)
+        elif a.dtype.kind == "u" and a.dtype.itemsize == 2:
+            a = a / np.float32(257.0)
+        out.append(a)
+    return out
 
 
 def _colours(a, name):
