@@ -33,7 +33,7 @@ from ._affinity import (
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
-from ._log import logs_progress
+from ._log import logs_progress, warns_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -238,6 +238,7 @@ _BATCH_CONSTRAINTS = {
 
 @validate_params(_BATCH_CONSTRAINTS, prefer_skip_nested_validation=True)
 @logs_progress
+@warns_once
 def falcon_batch(
     graphs,
     n_clusters,

@@ -44,7 +44,7 @@ import warnings
 from contextlib import contextmanager
 
 __all__ = ["STAGES", "ignoring", "log_stage", "logger", "logs_progress",
-           "verbose_logging", "warn_user"]
+           "verbose_logging", "warn_user", "warns_once"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -134,13 +134,43 @@ def _library_dirs():
                  for m in (sys.modules[__package__], sklearn, joblib))
 
 
+# the warnings given so far in this thread's call of a @warns_once function
+_given = threading.local()
+
+
+def warns_once(func):
+    """Give each warning of :func:`warn_user` (its category and text) once
+    per call of ``func``: a batch of graphs that all share a condition
+    warned once per graph (scikit-learn's ``check_array`` resets the
+    registry of Python's "default" filter between them)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        outer = getattr(_given, "seen", None)
+        if outer is None:
+            _given.seen = set()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if outer is None:
+                _given.seen = None
+
+    return wrapper
+
+
 def warn_user(message, category=UserWarning):
     """``warnings.warn(message, category)`` attributed to the first frame
     outside this package, scikit-learn and joblib: the user's line that called
     ``fit``, ``fit_predict``, a grid search or a metric, however deep the
     package's own calls (a fixed ``stacklevel`` points at a different frame
     for each path).  Without such a frame (a command of the package), the
-    caller's."""
+    caller's.  Within a call of a :func:`warns_once` function, a warning
+    already given is not repeated."""
+    seen = getattr(_given, "seen", None)
+    if seen is not None:
+        if (category, str(message)) in seen:
+            return
+        seen.add((category, str(message)))
     skip = _library_dirs()
     frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(skip):
