@@ -589,3 +589,16 @@ def test_fit_of_no_images_is_refused():
         ImageSegmenter(n_segments=2).fit([])
     with pytest.raises(ValueError, match="n_segments"):
         ImageSegmenter(n_segments=-3).fit([])
+
+
+@pytest.mark.parametrize("n_jobs", [0, 1.5, "2"])
+def test_segment_dataset_refuses_a_bad_n_jobs_by_its_name(n_jobs):
+    """``n_jobs=0`` said "n_jobs == 0 in Parallel has no meaning" (joblib's,
+    naming a class the user never called), ``n_jobs="2"`` ran on 2 workers
+    and ``1.5`` on 1; on a CUDA device ``n_jobs`` was not read at all."""
+    img, _ = _quadrants(16, 16)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    with pytest.raises(ValueError, match=r"The 'n_jobs' parameter of "
+                       r"ImageSegmenter.segment_dataset must be .*Got "
+                       + repr(n_jobs).replace(".", r"\.") + " instead"):
+        seg.segment_dataset([img], n_jobs=n_jobs, progress=False)

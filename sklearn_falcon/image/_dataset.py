@@ -15,7 +15,17 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     """:meth:`ImageSegmenter.segment_dataset` of the (checked) segmenter
     ``seg``: the label maps of ``images``, in order."""
     from joblib import Parallel, delayed
+    from sklearn.utils._param_validation import (
+        Interval,
+        validate_parameter_constraints,
+    )
 
+    # joblib's own refusal named its Parallel; "2" and 1.5 ran; on a CUDA
+    # device n_jobs is not read
+    validate_parameter_constraints(
+        {"n_jobs": [Interval(Integral, None, -1, closed="right"),
+                    Interval(Integral, 1, None, closed="left"), None]},
+        {"n_jobs": n_jobs}, caller_name="ImageSegmenter.segment_dataset")
     if not isinstance(batch_size, Integral) or batch_size < 1:
         raise ValueError(
             f"batch_size must be a positive integer; got {batch_size!r}.")
