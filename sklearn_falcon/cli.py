@@ -230,11 +230,14 @@ def _run_demo(args):
 
     from . import FalconNCut, normalized_cut
 
+    est = FalconNCut(n_clusters=args.n_clusters, n_neighbors=args.n_neighbors,
+                     random_state=args.random_state)
+    # named by the option (it said "The 'random_state' parameter of
+    # FalconNCut"), before the digits' line
+    _naming_options(est._validate_params, {})
     X, y = load_digits(return_X_y=True)
     print(f"sklearn-falcon {__version__}: digits, n={X.shape[0]}, "
           f"K={args.n_clusters}, kNN graph with k={args.n_neighbors}")
-    est = FalconNCut(n_clusters=args.n_clusters, n_neighbors=args.n_neighbors,
-                     random_state=args.random_state)
     t0 = time.perf_counter()
     est.fit(X)
     t_first = time.perf_counter() - t0
@@ -357,16 +360,23 @@ def _check_segmenter(seg):
     built (``--max-tokens 0``, ``--seed -1``, ``--device cuda`` without
     CUDA were refused at the first image, after a ViT was loaded and
     ``--out`` made), naming the option where the message names a parameter."""
+    _naming_options(seg._check_params, _OPTIONS)
+
+
+def _naming_options(check, options):
+    """Call ``check``; a scikit-learn refusal of a parameter is raised again
+    with the command's option for it first (``options[name]``, else
+    ``--name``)."""
     from sklearn.utils._param_validation import InvalidParameterError
 
     try:
-        seg._check_params()
+        check()
     except InvalidParameterError as exc:
         name = re.match(r"The '(\w+)' parameter", str(exc))
         if name is None:
             raise
         name = name.group(1)
-        option = _OPTIONS.get(name, "--" + name.replace("_", "-"))
+        option = options.get(name, "--" + name.replace("_", "-"))
         raise ValueError(f"{option}: {exc}") from None
 
 
