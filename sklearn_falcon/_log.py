@@ -44,7 +44,7 @@ import warnings
 from contextlib import contextmanager
 
 __all__ = ["STAGES", "ignoring", "log_stage", "logger", "logs_progress",
-           "verbose_logging", "warn_user", "warns_once"]
+           "unwarned", "verbose_logging", "warn_user", "warns_once"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -158,6 +158,19 @@ def warns_once(func):
     return wrapper
 
 
+@contextmanager
+def unwarned(text):
+    """Drop the warnings of :func:`warn_user` that contain ``text`` within
+    the block, in this thread only (``warnings.catch_warnings`` changes the
+    filters of every thread, and :func:`ignoring` makes threads take turns)."""
+    outer = getattr(_given, "drop", ())
+    _given.drop = (*outer, text)
+    try:
+        yield
+    finally:
+        _given.drop = outer
+
+
 def warn_user(message, category=UserWarning):
     """``warnings.warn(message, category)`` attributed to the first frame
     outside this package, scikit-learn and joblib: the user's line that called
@@ -165,7 +178,10 @@ def warn_user(message, category=UserWarning):
     package's own calls (a fixed ``stacklevel`` points at a different frame
     for each path).  Without such a frame (a command of the package), the
     caller's.  Within a call of a :func:`warns_once` function, a warning
-    already given is not repeated."""
+    already given is not repeated; within :func:`unwarned`, one that
+    contains its text is dropped."""
+    if any(text in str(message) for text in getattr(_given, "drop", ())):
+        return
     seen = getattr(_given, "seen", None)
     if seen is not None:
         if (category, str(message)) in seen:
