@@ -378,7 +378,8 @@ def falcon_batch(
         if INITS[init].needs_features and affinity in PRECOMPUTED:
             raise ValueError(
                 f"init={init!r} needs features, but affinity={affinity!r}; use "
-                "init='random' or pass initial labels."
+                "init='multilevel', init='spectral' or init='random', or pass "
+                "initial labels."
             )
     else:
         init = _check_init_arrays(init, sizes, n_clusters)

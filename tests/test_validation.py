@@ -447,6 +447,23 @@ def test_init_array_errors():
         _fit_pre(_W(), init="kmeans")
 
 
+def test_falcon_batch_advises_the_inits_a_precomputed_batch_takes():
+    """falcon_batch refused init='kmeans' on affinities with "use
+    init='random' or pass initial labels": the graph starts ('multilevel',
+    the estimator's default, and 'spectral') run on a precomputed batch
+    too, and start closer to the optimum than random labels."""
+    from sklearn_falcon import falcon_batch
+
+    W = _W()
+    with pytest.raises(ValueError, match="init='kmeans' needs features") as exc:
+        falcon_batch([W], 2, affinity="precomputed", init="kmeans",
+                     backend="numba")
+    advised = re.findall(r"init='(\w+)'", str(exc.value).split(";")[1])
+    assert {"multilevel", "spectral", "random"} <= set(advised), str(exc.value)
+    for init in advised:
+        falcon_batch([W], 2, affinity="precomputed", init=init, backend="numba")
+
+
 @pytest.mark.parametrize("init", [
     np.array(["0", "1"] * 15),  # labels read from a text file
     np.array([0, 1] * 14 + [None, 1], dtype=object),
