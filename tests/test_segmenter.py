@@ -602,3 +602,30 @@ def test_segment_dataset_refuses_a_bad_n_jobs_by_its_name(n_jobs):
                        r"ImageSegmenter.segment_dataset must be .*Got "
                        + repr(n_jobs).replace(".", r"\.") + " instead"):
         seg.segment_dataset([img], n_jobs=n_jobs, progress=False)
+
+
+@pytest.mark.parametrize("n_segments", [3, "auto"])
+def test_cluster_tokens_names_w_and_warns_once(n_segments):
+    """cluster_tokens(W) refused a bad W in the terms of the FalconNCut it
+    fits ("Negative values in data passed as the affinity X", "Input X
+    contains NaN. FalconNCut does not accept missing values ... consider
+    HistGradientBoostingClassifier"), and with n_segments="auto" warned
+    that "The affinity X is not symmetric" once per K of auto_range."""
+    rng = np.random.default_rng(0)
+    A = rng.random((12, 12))
+    W = (A + A.T) / 2
+    seg = ImageSegmenter(n_segments=n_segments, auto_range=(2, 4))
+    for bad, what in ((-W, "Negative values in data passed as the affinity W"),
+                      (np.where(W > 0.9, np.nan, W), "Input W contains NaN"),
+                      (W > 0.5, "W has dtype=bool")):
+        with pytest.raises((ValueError, TypeError)) as exc:
+            seg.cluster_tokens(bad)
+        assert str(exc.value).startswith(what), str(exc.value)
+        assert "FalconNCut" not in str(exc.value)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        labels = seg.cluster_tokens(A)
+    assert [str(w.message)[:36] for w in rec] == [
+        "The affinity W is not symmetric (max"], [str(w.message) for w in rec]
+    assert rec[0].filename == __file__
+    assert np.array_equal(labels, seg.cluster_tokens((A + A.T) / 2))

@@ -4,10 +4,20 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import clean_csr, cosine_power, zero_norm
+from .._affinity import (
+    canonical_sparse,
+    check_affinity,
+    check_dtype_kind,
+    check_sparse_structure,
+    clean_csr,
+    cosine_power,
+    zero_norm,
+)
 from .._affinity import cosine_power_affinity as _cosine_power_affinity
+from .._backends import host_array
 from .._threads import fit_threads
 
 __all__ = ["cosine_power_affinity", "knn_cosine_power_affinity"]
@@ -58,10 +68,12 @@ def _token_matrix(features):
 
 def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     """``W`` of :meth:`ImageSegmenter.cluster_tokens`: a square matrix (a
-    nested list as an array; sparse matrices and tensors as they are) with
-    at least ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), or a
-    ValueError in those terms (not "the image yields only ... patch
-    tokens" nor "'list' object has no attribute 'shape'")."""
+    nested list as an array; a tensor on the host) with at least
+    ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), finite and
+    nonnegative, its symmetric part taken with a warning (as by
+    :func:`~sklearn_falcon._affinity.check_affinity`), or an error in those
+    terms, naming ``W`` (not "the image yields only ... patch tokens" nor
+    "'list' object has no attribute 'shape'")."""
     if not hasattr(W, "shape"):
         W = np.asarray(W)
     shape = tuple(W.shape)
@@ -72,7 +84,14 @@ def check_token_affinity(W, n_segments, auto_range=(1, 1)):
                else (n_segments, "n_segments"))
     if int(k) > shape[0]:
         raise ValueError(f"W holds only {shape[0]} tokens, fewer than {name}={k}.")
-    return W
+    # checked here, by its name: the fits said "the affinity X", "FalconNCut
+    # does not accept missing values", and "X is not symmetric" once per K
+    W = host_array(W)
+    check_dtype_kind(W, name="W")
+    W = check_array(W, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
+                    input_name="W")
+    check_sparse_structure(W, "W")
+    return check_affinity(canonical_sparse(W), name="W", copy=False)
 
 
 @validate_params(
