@@ -629,3 +629,20 @@ def test_cluster_tokens_names_w_and_warns_once(n_segments):
         "The affinity W is not symmetric (max"], [str(w.message) for w in rec]
     assert rec[0].filename == __file__
     assert np.array_equal(labels, seg.cluster_tokens((A + A.T) / 2))
+
+
+def test_auto_n_segments_warns_once_of_its_graph():
+    """n_segments="auto" fits one token graph for each K of auto_range: a
+    disconnected graph warned "The affinity graph is not fully connected"
+    once per K (three lines for one image, three per frame of a video)."""
+    rng = np.random.default_rng(0)
+    B = rng.random((10, 10)) + 0.5
+    W = np.kron(np.eye(2), (B + B.T) / 2)  # two components
+    seg = ImageSegmenter(n_segments="auto", auto_range=(2, 4))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        labels = seg.cluster_tokens(W)
+    msgs = [str(w.message) for w in rec]
+    assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs
+    assert rec[0].filename == __file__
+    assert np.unique(labels).size == 2
