@@ -33,7 +33,7 @@ from ._affinity import (
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
-from ._log import logs_progress, warns_once
+from ._log import log_stage, logs_progress, warns_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -441,11 +441,12 @@ def falcon_batch(
             degrees = [P.degrees for P in problems]
             y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,
                          options)
-            results = [
-                solve(P, y0[b], options.replace(
-                    tau=float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b])))
-                for b, P in enumerate(problems)
-            ]
+            results = []
+            for b, P in enumerate(problems):
+                if verbose:  # as FalconNCut's "start 2 of 3"
+                    log_stage("solve", "graph %d of %d", b + 1, B)
+                results.append(solve(P, y0[b], options.replace(
+                    tau=float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b]))))
             labels = [r.labels[0] for r in results]
             f = np.array([r.objective[0] for r in results])
             paths = [r.objective_path[0] for r in results]

@@ -122,6 +122,26 @@ def test_falcon_batch_verbose_logs_through_the_logger(caplog):
     assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
 
 
+def test_falcon_batch_verbose_says_which_graph_it_solves(caplog):
+    """On the backends that solve a batch graph by graph (Numba, Dask), the
+    iterations of every graph were logged one block after another with no
+    word of which graph they were ("solve: iter 1 ..." twice for two
+    graphs), where FalconNCut says "start 2 of 3" for its restarts."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 2)) + 5 * (np.arange(30) % 2)[:, None]
+              for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", verbose=1,
+                     random_state=0)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sklearn_falcon"]
+    heads = [i for i, m in enumerate(msgs) if m.startswith("solve: graph")]
+    assert [msgs[i] for i in heads] == ["solve: graph 1 of 2", "solve: graph 2 of 2"]
+    assert heads[0] == 0 and msgs[heads[1] - 1].startswith(("solve: iter",
+                                                             "polish:")), msgs
+
+
 def test_verbose_blocks_overlapping_in_threads_restore_the_logger(monkeypatch):
     # fit A starts, fit B starts, A ends, B ends: A took its stderr handler
     # away from B, and B restored the INFO level it had found (A's)
