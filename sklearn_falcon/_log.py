@@ -201,14 +201,19 @@ _ignoring_lock = threading.RLock()
 
 
 @contextmanager
-def ignoring(category, message=""):
+def ignoring(category, message="", module=""):
     """Ignore warnings of ``category`` (whose text starts with the regular
-    expression ``message``) within the block, as ``warnings.catch_warnings``
-    does; the blocks of several threads take turns, so that concurrent fits
-    do not leave an "ignore" filter in the process's warning filters.
+    expression ``message``, attributed to a module whose name starts with
+    ``module``) within the block, as ``warnings.catch_warnings`` does; the
+    blocks of several threads take turns, so that concurrent fits do not
+    leave an "ignore" filter in the process's warning filters.  The filter
+    is the process's: it silences other threads' warnings too while the
+    block runs, so that ``message`` and ``module`` should name only those
+    meant.
     """
     with _ignoring_lock, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=message, category=category)
+        warnings.filterwarnings("ignore", message=message, category=category,
+                                module=module)
         yield
 
 
