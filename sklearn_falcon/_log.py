@@ -43,7 +43,7 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-__all__ = ["STAGES", "ignoring", "log_stage", "logger", "logs_progress",
+__all__ = ["STAGES", "given_once", "ignoring", "log_stage", "logger", "logs_progress",
            "unwarned", "verbose_logging", "warn_user", "warns_once"]
 
 logger = logging.getLogger("sklearn_falcon")
@@ -134,8 +134,23 @@ def _library_dirs():
                  for m in (sys.modules[__package__], sklearn, joblib))
 
 
-# the warnings given so far in this thread's call of a @warns_once function
+# per thread: .seen, the warnings given so far in a given_once block; .drop,
+# the texts of the unwarned blocks
 _given = threading.local()
+
+
+@contextmanager
+def given_once(seen):
+    """Within the block, in this thread, a warning of :func:`warn_user`
+    whose category and text are in the set ``seen`` is not given again, and
+    one given is added to it (a caller keeps ``seen`` across blocks: the
+    frames of a video).  Nested in another such block, the outer set holds."""
+    outer = getattr(_given, "seen", None)
+    _given.seen = seen if outer is None else outer
+    try:
+        yield
+    finally:
+        _given.seen = outer
 
 
 def warns_once(func):
@@ -146,14 +161,8 @@ def warns_once(func):
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        outer = getattr(_given, "seen", None)
-        if outer is None:
-            _given.seen = set()
-        try:
+        with given_once(set()):
             return func(*args, **kwargs)
-        finally:
-            if outer is None:
-                _given.seen = None
 
     return wrapper
 

@@ -646,3 +646,34 @@ def test_auto_n_segments_warns_once_of_its_graph():
     assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs
     assert rec[0].filename == __file__
     assert np.unique(labels).size == 2
+
+
+def test_a_warning_every_frame_shares_is_given_once(monkeypatch):
+    """Every frame of a video (every image of segment_dataset) is one fit:
+    a warning that they all share ("The affinity graph is not fully
+    connected" of a kNN token graph) was printed once per frame, even
+    under Python's "default" filter: 1000 identical lines for 1000
+    frames."""
+    import scipy.sparse as sp
+
+    from sklearn_falcon.image import _budget, _segmenter
+
+    real = _segmenter.knn_cosine_power_affinity
+
+    def split(X, *args, **kwargs):  # the token graph in two components
+        W = sp.csr_matrix(real(X, *args, **kwargs))
+        half = np.arange(W.shape[0]) < W.shape[0] // 2
+        return sp.csr_matrix(W.multiply(half[:, None] == half[None, :]))
+
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 20)  # the kNN graph
+    monkeypatch.setattr(_segmenter, "knn_cosine_power_affinity", split)
+    img, _ = _quadrants()  # 48 tokens
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for run in (lambda: list(seg.segment_video([img] * 3)),
+                lambda: seg.segment_dataset([img] * 3, batch_size=1,
+                                            progress=False)):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("default")
+            assert len(run()) == 3
+        msgs = [str(w.message) for w in rec]
+        assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs

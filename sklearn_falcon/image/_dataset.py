@@ -5,12 +5,14 @@ from numbers import Integral
 
 import numpy as np
 
+from .._log import warns_once
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
 __all__ = ["segment_batch_on_device", "segment_dataset"]
 
 
+@warns_once  # a warning that the images share (in this process): once
 def segment_dataset(seg, images, n_jobs, batch_size, progress):
     """:meth:`ImageSegmenter.segment_dataset` of the (checked) segmenter
     ``seg``: the label maps of ``images``, in order."""

@@ -6,6 +6,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .._backends._boundary import is_tensor
+from .._log import given_once
 from ._io import _is_pil_image, load_image
 
 __all__ = ["match_ids", "progress_bar", "resize_labels", "segment_frames"]
@@ -125,18 +126,22 @@ def _token_grid(seg, work_shape):
 
 def _segment_frames(seg, frames):
     est, grid, prev, next_id = None, None, None, 0
+    seen = set()  # a warning that the frames share is given once per video
     for frame in frames:
         rgb = load_image(frame)
-        plan, work = seg._prepare(rgb)
-        if seg.n_segments != "auto" and int(seg.n_segments) > 1:
-            affinity = "precomputed" if plan.graph == "knn" else "cosine"
-            # the previous labels start a frame of the same token grid only:
-            # on a 6 x 16 grid, those of an 8 x 12 one (as many tokens) are
-            # a scrambled start (mIoU 0.36 where a fresh start gives 0.99)
-            last, grid = grid, _token_grid(seg, plan.work_shape)
-            if est is None or est.affinity != affinity or grid != last:
-                est = seg._falcon(int(seg.n_segments), affinity, warm_start=True)
-        labels = seg._segment_work(work, plan, est=est)
+        with given_once(seen):
+            plan, work = seg._prepare(rgb)
+            if seg.n_segments != "auto" and int(seg.n_segments) > 1:
+                affinity = "precomputed" if plan.graph == "knn" else "cosine"
+                # the previous labels start a frame of the same token grid
+                # only: on a 6 x 16 grid, those of an 8 x 12 one (as many
+                # tokens) are a scrambled start (mIoU 0.36 where a fresh
+                # start gives 0.99)
+                last, grid = grid, _token_grid(seg, plan.work_shape)
+                if est is None or est.affinity != affinity or grid != last:
+                    est = seg._falcon(int(seg.n_segments), affinity,
+                                      warm_start=True)
+            labels = seg._segment_work(work, plan, est=est)
         if prev is None:
             ids = np.arange(int(labels.max()) + 1)
             next_id = len(ids)
