@@ -18,7 +18,9 @@ and in the record's ``stage`` attribute:
     one sweep of exact single moves.
 
 Messages are emitted only when the estimator's ``verbose`` is positive, so
-``verbose=0`` is silent whatever the logging configuration.  During a call
+``verbose=0`` logs no progress whatever the logging configuration (the
+one-time WARNING that kernels are compiling, of :mod:`._jit`, does not
+depend on ``verbose``).  During a call
 with ``verbose > 0``, :func:`verbose_logging` makes sure they are seen: if
 neither the logger nor any of its ancestors has a handler (logging was not
 configured), it prints them to ``sys.stderr`` for the duration of the call;

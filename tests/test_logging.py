@@ -170,3 +170,30 @@ def test_verbose_blocks_overlapping_in_threads_restore_the_logger(monkeypatch):
     b.join(10)
     assert seen == {"handlers": 1, "level": logging.INFO}  # B's still shown
     assert logger.handlers == handlers and logger.level == level
+
+
+def test_the_progress_guide_names_the_record_that_verbose_zero_logs(monkeypatch,
+                                                                    caplog):
+    """The guide said that ``verbose=0`` "logs nothing, whatever the
+    configuration", but a first fit logs a WARNING that kernels are being
+    compiled (printed to stderr without any logging configuration), and no
+    page said how to silence it.  The guide names it, and its recipe works."""
+    import time
+    from pathlib import Path
+
+    from sklearn_falcon import _jit
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "user_guide.rst")
+    section = guide.read_text(encoding="utf-8").split(".. _progress:")[1]
+    section = section.split("\n.. _")[0]
+    assert "logs nothing, whatever" not in section
+    assert "compiling kernels" in section
+    assert 'getLogger("sklearn_falcon").setLevel(logging.ERROR)' in section
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.0)
+    monkeypatch.setattr(logger, "level", logging.ERROR)  # the recipe
+    with caplog.at_level(logging.DEBUG):  # the root logger's
+        notice = _jit._CompileNotice()
+        notice.on_start()
+        time.sleep(0.2)
+        notice.on_end()
+    assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
