@@ -34,7 +34,7 @@ from ._affinity import (
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
-from ._log import logs_progress, warn_user
+from ._log import log_stage, logs_progress, warn_user, warns_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -281,6 +281,7 @@ _BATCH_CONSTRAINTS = {
 
 @validate_params(_BATCH_CONSTRAINTS, prefer_skip_nested_validation=True)
 @logs_progress
+@warns_once
 def falcon_batch(
     graphs,
     n_clusters,
@@ -424,7 +425,8 @@ def falcon_batch(
         if INITS[init].needs_features and affinity in PRECOMPUTED:
             raise ValueError(
                 f"init={init!r} needs features, but affinity={affinity!r}; use "
-                "init='random' or pass initial labels."
+                "init='multilevel', init='spectral' or init='random', or pass "
+                "initial labels."
             )
     else:
         init = _check_init_arrays(init, sizes, n_clusters)
@@ -489,11 +491,12 @@ def falcon_batch(
             degrees = [P.degrees for P in problems]
             y0 = _starts(init, graphs, Ws, degrees, n_clusters, n_neighbors, rng,
                          options)
-            results = [
-                solve(P, y0[b], options.replace(
-                    tau=float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b])))
-                for b, P in enumerate(problems)
-            ]
+            results = []
+            for b, P in enumerate(problems):
+                if verbose:  # as FalconNCut's "start 2 of 3"
+                    log_stage("solve", "graph %d of %d", b + 1, B)
+                results.append(solve(P, y0[b], options.replace(
+                    tau=float(tau_arr) if tau_arr.ndim == 0 else float(tau_arr[b]))))
             labels = [r.labels[0] for r in results]
             f = np.array([r.objective[0] for r in results])
             paths = [r.objective_path[0] for r in results]

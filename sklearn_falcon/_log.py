@@ -18,7 +18,9 @@ and in the record's ``stage`` attribute:
     one sweep of exact single moves.
 
 Messages are emitted only when the estimator's ``verbose`` is positive, so
-``verbose=0`` is silent whatever the logging configuration.  During a call
+``verbose=0`` logs no progress whatever the logging configuration (the
+one-time WARNING that kernels are compiling, of :mod:`._jit`, does not
+depend on ``verbose``).  During a call
 with ``verbose > 0``, :func:`verbose_logging` makes sure they are seen: if
 neither the logger nor any of its ancestors has a handler (logging was not
 configured), it prints them to ``sys.stderr`` for the duration of the call;
@@ -43,8 +45,8 @@ import threading
 import warnings
 from contextlib import contextmanager
 
-__all__ = ["STAGES", "ignoring", "log_stage", "logger", "logs_progress",
-           "verbose_logging", "warn_user"]
+__all__ = ["STAGES", "given_once", "ignoring", "log_stage", "logger", "logs_progress",
+           "unwarned", "verbose_logging", "warn_user", "warns_once"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -134,13 +136,68 @@ def _library_dirs():
                  for m in (sys.modules[__package__], sklearn, joblib))
 
 
+# per thread: .seen, the warnings given so far in a given_once block; .drop,
+# the texts of the unwarned blocks
+_given = threading.local()
+
+
+@contextmanager
+def given_once(seen):
+    """Within the block, in this thread, a warning of :func:`warn_user`
+    whose category and text are in the set ``seen`` is not given again, and
+    one given is added to it (a caller keeps ``seen`` across blocks: the
+    frames of a video).  Nested in another such block, the outer set holds."""
+    outer = getattr(_given, "seen", None)
+    _given.seen = seen if outer is None else outer
+    try:
+        yield
+    finally:
+        _given.seen = outer
+
+
+def warns_once(func):
+    """Give each warning of :func:`warn_user` (its category and text) once
+    per call of ``func``: a batch of graphs that all share a condition
+    warned once per graph (scikit-learn's ``check_array`` resets the
+    registry of Python's "default" filter between them)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with given_once(set()):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def unwarned(text):
+    """Drop the warnings of :func:`warn_user` that contain ``text`` within
+    the block, in this thread only (``warnings.catch_warnings`` changes the
+    filters of every thread, and :func:`ignoring` makes threads take turns)."""
+    outer = getattr(_given, "drop", ())
+    _given.drop = (*outer, text)
+    try:
+        yield
+    finally:
+        _given.drop = outer
+
+
 def warn_user(message, category=UserWarning):
     """``warnings.warn(message, category)`` attributed to the first frame
     outside this package, scikit-learn and joblib: the user's line that called
     ``fit``, ``fit_predict``, a grid search or a metric, however deep the
     package's own calls (a fixed ``stacklevel`` points at a different frame
     for each path).  Without such a frame (a command of the package), the
-    caller's."""
+    caller's.  Within a call of a :func:`warns_once` function, a warning
+    already given is not repeated; within :func:`unwarned`, one that
+    contains its text is dropped."""
+    if any(text in str(message) for text in getattr(_given, "drop", ())):
+        return
+    seen = getattr(_given, "seen", None)
+    if seen is not None:
+        if (category, str(message)) in seen:
+            return
+        seen.add((category, str(message)))
     skip = _library_dirs()
     frame, level = sys._getframe(1), 2
     while frame is not None and frame.f_code.co_filename.startswith(skip):
@@ -155,14 +212,19 @@ _ignoring_lock = threading.RLock()
 
 
 @contextmanager
-def ignoring(category, message=""):
+def ignoring(category, message="", module=""):
     """Ignore warnings of ``category`` (whose text starts with the regular
-    expression ``message``) within the block, as ``warnings.catch_warnings``
-    does; the blocks of several threads take turns, so that concurrent fits
-    do not leave an "ignore" filter in the process's warning filters.
+    expression ``message``, attributed to a module whose name starts with
+    ``module``) within the block, as ``warnings.catch_warnings`` does; the
+    blocks of several threads take turns, so that concurrent fits do not
+    leave an "ignore" filter in the process's warning filters.  The filter
+    is the process's: it silences other threads' warnings too while the
+    block runs, so that ``message`` and ``module`` should name only those
+    meant.
     """
     with _ignoring_lock, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=message, category=category)
+        warnings.filterwarnings("ignore", message=message, category=category,
+                                module=module)
         yield
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._backends import _numba as nb
+from ._log import unwarned, warn_user
 
 __all__ = ["affinity_statistics", "best_result", "bipartite_ncut",
            "cluster_pair_weights", "cluster_statistics", "cluster_weight_summary",
@@ -39,13 +40,36 @@ def affinity_statistics(affinity, X, labels, n_clusters, backend="numba",
     spec = BACKENDS[backend]
     if not (affinity.matrix_free and spec.make_problem_from_features is not None
             and spec.is_available()):
-        return cluster_statistics(affinity.fit(X), labels, n_clusters)
+        # fit's warning of a complete graph said "the labels are arbitrary"
+        with unwarned("every partition has the same NCut"):
+            W = affinity.fit(X)
+        _warn_if_complete(affinity, degrees_of(W))
+        return cluster_statistics(W, labels, n_clusters)
     affinity.check_features(X)
     P = spec.make_problem_from_features(
         X, n_clusters, affinity=affinity.name, power=affinity.power,
         gamma=affinity.gamma, device=spec.resolve_device(normalize_device(device)))
+    _warn_if_complete(affinity, P.degrees_numpy()[0])
     vol, assoc = P.cluster_statistics(labels)
     return vol[0], assoc[0]
+
+
+def _warn_if_complete(affinity, degrees):
+    """Warn that ``score``'s graph (of affinities at most 1) is complete
+    with equal weights, where every labelling into m clusters has NCut
+    m - 1."""
+    n = degrees.size
+    if affinity.name not in ("nearest_neighbors", "rbf", "cosine") or n < 2 or \
+            not np.all(degrees == n):  # degree n: every affinity 1
+        return
+    k = getattr(affinity, "n_neighbors", None)
+    why, advice = ((f"n_neighbors={k} >= n_samples={n}", "more samples than "
+                    "n_neighbors") if affinity.name == "nearest_neighbors" else
+                   (f"every {affinity.name} affinity is 1", "samples that differ"))
+    warn_user(
+        f"The graph of the {n} samples passed to score is complete with equal "
+        f"weights ({why}): every labelling into m clusters has NCut m - 1, so "
+        f"the score does not measure the clustering. Score {advice}.")
 
 
 def cluster_statistics(W, labels, n_clusters, degrees=None):

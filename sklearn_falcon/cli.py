@@ -231,11 +231,13 @@ def _run_demo(args):
 
     from . import FalconNCut, normalized_cut
 
+    est = FalconNCut(n_clusters=args.n_clusters, n_neighbors=args.n_neighbors,
+                     random_state=args.random_state)
+    # before the digits' line (main names the option in the message)
+    est._validate_params()
     X, y = load_digits(return_X_y=True)
     print(f"sklearn-falcon {__version__}: digits, n={X.shape[0]}, "
           f"K={args.n_clusters}, kNN graph with k={args.n_neighbors}")
-    est = FalconNCut(n_clusters=args.n_clusters, n_neighbors=args.n_neighbors,
-                     random_state=args.random_state)
     t0 = time.perf_counter()
     est.fit(X)
     t_first = time.perf_counter() - t0

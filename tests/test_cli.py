@@ -600,6 +600,25 @@ def test_cli_messages_leave_a_file_name_as_it_is(tmp_path, capsys):
     assert str(missing) in _one_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize("args,option", [
+    (["--n-clusters", "0"], "--n-clusters"), (["--n-neighbors", "0"], "--n-neighbors"),
+    (["--random-state", "-1"], "--random-state"),
+])
+def test_cli_demo_names_the_option_it_refuses(capsys, monkeypatch, args, option):
+    # `demo --random-state -1` printed the digits' line, then "The
+    # 'random_state' parameter of FalconNCut must be ...": a parameter of no
+    # option of the command, as segment's messages did before
+    from sklearn_falcon import FalconNCut
+
+    fits = []
+    monkeypatch.setattr(FalconNCut, "fit", lambda self, X: fits.append(1))
+    rc = main(["demo", "--no-spectral", *args])
+    captured = capsys.readouterr()
+    line = _one_error_line(captured.err)
+    assert rc == 1 and fits == [] and captured.out == ""
+    assert line.startswith(f"sklearn-falcon: error: {option}: "), line
+
+
 @pytest.mark.parametrize("sub", ["", "sub"])
 def test_cli_unwritable_out_is_refused_before_any_work(tmp_path, capsys,
                                                        monkeypatch, sub):

@@ -66,6 +66,41 @@ def test_ignoring_silences_its_category_within_the_block():
     assert [str(w.message) for w in caught] == ["other", "loud"]
 
 
+def test_a_warning_of_another_threads_fit_is_not_lost_during_lobpcg(monkeypatch):
+    # the spectral start silenced LOBPCG's notices with an "ignore every
+    # UserWarning" filter, which is process-wide: a fit in another thread
+    # warning meanwhile (a disconnected graph, an asymmetric W) was silenced
+    import numpy as np
+
+    from sklearn_falcon._inits import _spectral
+
+    inside, done = threading.Event(), threading.Event()
+    real = _spectral.lobpcg
+
+    def slow_lobpcg(*args, **kwargs):
+        inside.set()
+        done.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_spectral, "lobpcg", slow_lobpcg)
+    rng = np.random.default_rng(0)
+    M = np.diag(np.linspace(0.1, 1.0, 30))
+    X = np.r_[rng.normal(size=(20, 2)), rng.normal(size=(20, 2)) + 100]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        t = threading.Thread(target=_spectral._lobpcg,
+                             args=(M, rng.normal(size=(30, 2)), 5))
+        t.start()
+        assert inside.wait(30)
+        try:  # (init="random": no spectral start, which would wait for t)
+            FalconNCut(2, init="random", random_state=0).fit(X)
+        finally:
+            done.set()
+            t.join(60)
+    assert any("not fully connected" in str(w.message) for w in rec), [
+        str(w.message) for w in rec]
+
+
 def _fit_in_child(queue):
     import numpy as np
     import scipy.sparse as sp

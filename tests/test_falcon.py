@@ -304,6 +304,34 @@ def test_score_uses_the_parameters_of_fit(blobs, change):
     assert est.set_params(**change).score(X[:100]) == want
 
 
+@pytest.mark.parametrize("affinity, rows", [
+    ("nearest_neighbors", slice(0, 5)),  # n_neighbors=10 >= 5 samples
+    ("rbf", [0] * 5), ("cosine", [0] * 5),  # identical samples: W all ones
+])
+def test_score_on_a_complete_graph_says_the_score_is_meaningless(blobs, affinity,
+                                                                 rows):
+    """On samples whose graph is complete with equal weights (fewer than
+    ``n_neighbors``: a grid search's small test folds), every labelling into
+    m clusters scores -(m - 1).  ``score`` warned with fit's text, "every
+    partition has the same NCut (n_clusters - 1); the labels are
+    arbitrary. Use fewer neighbours than samples": predict's labels are not
+    arbitrary, m may be below n_clusters, and the advice was to refit.  It
+    says that the score does not measure the clustering, once."""
+    X, _ = blobs
+    est = FalconNCut(3, affinity=affinity, random_state=0).fit(X)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        s = est.score(X[rows])
+    msgs = [str(w.message) for w in rec]
+    assert len(msgs) == 1, msgs
+    assert "does not measure the clustering" in msgs[0], msgs
+    assert "arbitrary" not in msgs[0] and rec[0].filename == __file__
+    assert s == -(np.unique(est.predict(X[rows])).size - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.score(X[:50])  # a graph that is not complete: no warning
+
+
 def test_score_reads_its_input_once(blobs, monkeypatch):
     """``score`` validated ``X`` twice (in ``predict``, then for the graph):
     a Dask array of new samples was computed twice, and a warning of the

@@ -122,6 +122,26 @@ def test_falcon_batch_verbose_logs_through_the_logger(caplog):
     assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
 
 
+def test_falcon_batch_verbose_says_which_graph_it_solves(caplog):
+    """On the backends that solve a batch graph by graph (Numba, Dask), the
+    iterations of every graph were logged one block after another with no
+    word of which graph they were ("solve: iter 1 ..." twice for two
+    graphs), where FalconNCut says "start 2 of 3" for its restarts."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = [rng.normal(size=(30, 2)) + 5 * (np.arange(30) % 2)[:, None]
+              for _ in range(2)]
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        falcon_batch(graphs, 2, affinity="rbf", backend="numba", verbose=1,
+                     random_state=0)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sklearn_falcon"]
+    heads = [i for i, m in enumerate(msgs) if m.startswith("solve: graph")]
+    assert [msgs[i] for i in heads] == ["solve: graph 1 of 2", "solve: graph 2 of 2"]
+    assert heads[0] == 0 and msgs[heads[1] - 1].startswith(("solve: iter",
+                                                             "polish:")), msgs
+
+
 def test_verbose_blocks_overlapping_in_threads_restore_the_logger(monkeypatch):
     # fit A starts, fit B starts, A ends, B ends: A took its stderr handler
     # away from B, and B restored the INFO level it had found (A's)
@@ -150,3 +170,30 @@ def test_verbose_blocks_overlapping_in_threads_restore_the_logger(monkeypatch):
     b.join(10)
     assert seen == {"handlers": 1, "level": logging.INFO}  # B's still shown
     assert logger.handlers == handlers and logger.level == level
+
+
+def test_the_progress_guide_names_the_record_that_verbose_zero_logs(monkeypatch,
+                                                                    caplog):
+    """The guide said that ``verbose=0`` "logs nothing, whatever the
+    configuration", but a first fit logs a WARNING that kernels are being
+    compiled (printed to stderr without any logging configuration), and no
+    page said how to silence it.  The guide names it, and its recipe works."""
+    import time
+    from pathlib import Path
+
+    from sklearn_falcon import _jit
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "user_guide.rst")
+    section = guide.read_text(encoding="utf-8").split(".. _progress:")[1]
+    section = section.split("\n.. _")[0]
+    assert "logs nothing, whatever" not in section
+    assert "compiling kernels" in section
+    assert 'getLogger("sklearn_falcon").setLevel(logging.ERROR)' in section
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.0)
+    monkeypatch.setattr(logger, "level", logging.ERROR)  # the recipe
+    with caplog.at_level(logging.DEBUG):  # the root logger's
+        notice = _jit._CompileNotice()
+        notice.on_start()
+        time.sleep(0.2)
+        notice.on_end()
+    assert not [r for r in caplog.records if r.name == "sklearn_falcon"]

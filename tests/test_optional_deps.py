@@ -140,6 +140,45 @@ def test_backend_dask_without_dask_raises_clear_importerror():
     assert out.strip() == "raised"
 
 
+# torch and dask installed, but their import fails (a CUDA library missing)
+BROKEN = """
+import importlib.abc, importlib.machinery, sys
+class _Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name in ("torch", "dask"):
+            return importlib.machinery.ModuleSpec(name, self)
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise ImportError("libcudnn.so.9: cannot open shared object file",
+                          name=module.__name__ + "._C")
+sys.meta_path.insert(0, _Broken())
+"""
+
+
+def test_a_broken_torch_or_dask_is_not_said_to_be_missing():
+    """An installed torch whose import fails (a CUDA library missing) was
+    reported as "requires PyTorch, which is not installed. Install it with
+    pip install ...", without the import's error (the command line prints
+    the message alone); Dask likewise."""
+    out = _run("""
+        import numpy as np
+        from sklearn_falcon import FalconNCut
+        X = np.random.default_rng(0).random((20, 2))
+        for backend, X in (("torch", X), ("dask", np.ones((20, 20)))):
+            try:
+                FalconNCut(2, affinity="precomputed", backend=backend).fit(X)
+            except ImportError as exc:
+                msg = str(exc)
+                assert "not installed" not in msg, msg
+                assert "installed but cannot be imported" in msg, msg
+                assert "libcudnn.so.9" in msg, msg
+                print("raised")
+    """, block=BROKEN)
+    assert out.split() == ["raised", "raised"]
+
+
 def test_dir_lists_the_lazily_imported_image_segmenter():
     """``ImageSegmenter`` is imported on first use (a module ``__getattr__``)
     but was missing from ``dir(sklearn_falcon)``, so IPython's completion

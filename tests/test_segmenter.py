@@ -248,6 +248,7 @@ def test_cluster_tokens_names_w_in_its_refusals_and_warns_once():
             lab = seg.cluster_tokens(asym)
         assert [str(w.message)[:35] for w in record] == [
             "The affinity W is not symmetric (ma"]
+        assert record[0].filename == __file__
         np.testing.assert_array_equal(lab, seg.cluster_tokens(sym))
 
 
@@ -725,3 +726,64 @@ def test_labels_do_not_depend_on_blas_threads():
     labels = seg.segment(img)
     with threadpool_limits(limits=1, user_api="blas"):  # as in a worker
         np.testing.assert_array_equal(seg.segment(img), labels)
+
+
+@pytest.mark.parametrize("n_jobs", [0, 1.5, "2"])
+def test_segment_dataset_refuses_a_bad_n_jobs_by_its_name(n_jobs):
+    """``n_jobs=0`` said "n_jobs == 0 in Parallel has no meaning" (joblib's,
+    naming a class the user never called), ``n_jobs="2"`` ran on 2 workers
+    and ``1.5`` on 1; on a CUDA device ``n_jobs`` was not read at all."""
+    img, _ = _quadrants(16, 16)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    with pytest.raises(ValueError, match=r"The 'n_jobs' parameter of "
+                       r"ImageSegmenter.segment_dataset must be .*Got "
+                       + repr(n_jobs).replace(".", r"\.") + " instead"):
+        seg.segment_dataset([img], n_jobs=n_jobs, progress=False)
+
+
+def test_auto_n_segments_warns_once_of_its_graph():
+    """n_segments="auto" fits one token graph for each K of auto_range: a
+    disconnected graph warned "The affinity graph is not fully connected"
+    once per K (three lines for one image, three per frame of a video)."""
+    rng = np.random.default_rng(0)
+    B = rng.random((10, 10)) + 0.5
+    W = np.kron(np.eye(2), (B + B.T) / 2)  # two components
+    seg = ImageSegmenter(n_segments="auto", auto_range=(2, 4))
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        labels = seg.cluster_tokens(W)
+    msgs = [str(w.message) for w in rec]
+    assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs
+    assert rec[0].filename == __file__
+    assert np.unique(labels).size == 2
+
+
+def test_a_warning_every_frame_shares_is_given_once(monkeypatch):
+    """Every frame of a video (every image of segment_dataset) is one fit:
+    a warning that they all share ("The affinity graph is not fully
+    connected" of a kNN token graph) was printed once per frame, even
+    under Python's "default" filter: 1000 identical lines for 1000
+    frames."""
+    import scipy.sparse as sp
+
+    from sklearn_falcon.image import _budget, _segmenter
+
+    real = _segmenter.knn_cosine_power_affinity
+
+    def split(X, *args, **kwargs):  # the token graph in two components
+        W = sp.csr_matrix(real(X, *args, **kwargs))
+        half = np.arange(W.shape[0]) < W.shape[0] // 2
+        return sp.csr_matrix(W.multiply(half[:, None] == half[None, :]))
+
+    monkeypatch.setattr(_budget, "DENSE_MAX_TOKENS", 20)  # the kNN graph
+    monkeypatch.setattr(_segmenter, "knn_cosine_power_affinity", split)
+    img, _ = _quadrants()  # 48 tokens
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for run in (lambda: list(seg.segment_video([img] * 3)),
+                lambda: seg.segment_dataset([img] * 3, batch_size=1,
+                                            progress=False)):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("default")
+            assert len(run()) == 3
+        msgs = [str(w.message) for w in rec]
+        assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs

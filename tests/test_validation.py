@@ -447,6 +447,23 @@ def test_init_array_errors():
         _fit_pre(_W(), init="kmeans")
 
 
+def test_falcon_batch_advises_the_inits_a_precomputed_batch_takes():
+    """falcon_batch refused init='kmeans' on affinities with "use
+    init='random' or pass initial labels": the graph starts ('multilevel',
+    the estimator's default, and 'spectral') run on a precomputed batch
+    too, and start closer to the optimum than random labels."""
+    from sklearn_falcon import falcon_batch
+
+    W = _W()
+    with pytest.raises(ValueError, match="init='kmeans' needs features") as exc:
+        falcon_batch([W], 2, affinity="precomputed", init="kmeans",
+                     backend="numba")
+    advised = re.findall(r"init='(\w+)'", str(exc.value).split(";")[1])
+    assert {"multilevel", "spectral", "random"} <= set(advised), str(exc.value)
+    for init in advised:
+        falcon_batch([W], 2, affinity="precomputed", init=init, backend="numba")
+
+
 @pytest.mark.parametrize("init", [
     np.array(["0", "1"] * 15),  # labels read from a text file
     np.array([0, 1] * 14 + [None, 1], dtype=object),
@@ -514,6 +531,31 @@ def test_warnings_of_a_grid_search_point_at_the_users_call():
     user = [w for w in rec if issubclass(w.category, UserWarning)]
     assert len(user) >= 3 and all(w.filename == __file__ for w in user), [
         (w.filename, str(w.message)[:40]) for w in rec]
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("affinity, graph, kw", [
+    ("rbf", np.arange(60.0).reshape(30, 2), {"gamma": 0}),  # every entry 1
+    ("cosine", np.ones((30, 2)), {}),  # parallel rows: W all ones
+    ("nearest_neighbors", np.arange(16.0).reshape(8, 2), {"n_neighbors": 10}),
+])
+def test_falcon_batch_warns_once_of_what_every_graph_shares(backend, affinity,
+                                                           graph, kw):
+    """A warning shared by the graphs of a batch is given once per call: the
+    Numba backend gave one identical line per graph (scikit-learn's
+    check_array resets the registry of the "default" filter between them),
+    1000 lines for 1000 graphs, where the torch backend gave one."""
+    from sklearn_falcon import falcon_batch
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        falcon_batch([graph] * 4, 2, affinity=affinity, backend=backend,
+                     device="cpu", max_iter=2, random_state=0, **kw)
+    user = [str(w.message) for w in rec if issubclass(w.category, UserWarning)]
+    assert len(user) == 1, user
+    assert all(w.filename == __file__ for w in rec)
 
 
 @pytest.mark.parametrize("bad", [np.zeros((0, 2)), np.zeros(2), np.zeros((5, 0)),

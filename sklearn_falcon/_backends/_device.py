@@ -66,12 +66,23 @@ def import_torch(what="backend='torch'", instead="backend='numba'"):
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - exercised by simulation
-        raise ImportError(
-            f"{what} requires PyTorch, which is not installed. Install it with "
-            "`pip install 'sklearn-falcon[torch]'` (or `pip install torch`), or "
-            f"use {instead}."
-        ) from exc
+        raise ImportError(missing_library(
+            exc, f"{what} requires PyTorch", torch_available(),
+            "`pip install 'sklearn-falcon[torch]'` (or `pip install torch`)",
+            instead)) from exc
     return torch
+
+
+def missing_library(exc, requires, installed, install, instead):
+    """The message of an ImportError ``exc`` of a library that ``requires``
+    (a clause) names: not installed, or (``installed``) its import failed,
+    which was reported as "not installed" without the import's error."""
+    if installed:
+        return (f"{requires}, which is installed but cannot be imported "
+                f"({type(exc).__name__}: {exc}). Repair or reinstall it, or use "
+                f"{instead}.")
+    return f"{requires}, which is not installed. Install it with {install}, or use " \
+        f"{instead}."
 
 
 def may_have_cuda():

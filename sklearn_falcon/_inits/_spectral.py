@@ -2,6 +2,7 @@
 discretized."""
 
 import inspect
+import re
 
 import numpy as np
 import scipy.sparse as sp
@@ -77,8 +78,10 @@ def _normalized(W, inv):
 
 
 def _lobpcg(M, X, maxiter):
-    # capped on purpose: its "not reaching the requested tolerance" is noise
-    with ignoring(UserWarning):
+    # capped on purpose: its "not reaching the requested tolerance" is noise.
+    # Only SciPy's (attributed to SciPy or to this call): the filter is the
+    # process's, and a fit in another thread warned meanwhile was silenced
+    with ignoring(UserWarning, module=rf"({re.escape(__name__)}$|scipy\.)"):
         return lobpcg(M, X, largest=True, tol=1e-6, maxiter=maxiter)
 
 

@@ -7,8 +7,15 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import (check_affinity, check_dtype_kind, clean_csr, cosine_power,
-                         zero_norm)
+from .._affinity import (
+    canonical_sparse,
+    check_affinity,
+    check_dtype_kind,
+    check_sparse_structure,
+    clean_csr,
+    cosine_power,
+    zero_norm,
+)
 from .._affinity import cosine_power_affinity as _cosine_power_affinity
 from .._backends import host_array
 from .._sharded import is_dask_array
@@ -65,14 +72,13 @@ def _token_matrix(features):
 def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     """``W`` of :meth:`ImageSegmenter.cluster_tokens`: a square matrix (a
     nested list as an array; a tensor on the host) with at least
-    ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), or a
-    ValueError in those terms (not "the image yields only ... patch
-    tokens" nor "'list' object has no attribute 'shape'").
-
-    It is checked as an affinity named ``W`` (real, finite, nonnegative;
-    the symmetric part of an asymmetric one, with one warning): the fit's
-    checks named it ``X``, and with ``"auto"`` warned once per K tried.  A
-    Dask array is left to the fit on its blocks."""
+    ``n_segments`` tokens (``auto_range[0]`` for ``"auto"``), finite and
+    nonnegative, its symmetric part taken with a warning (as by
+    :func:`~sklearn_falcon._affinity.check_affinity`), or an error in those
+    terms, naming ``W`` (not "the image yields only ... patch tokens" nor
+    "'list' object has no attribute 'shape'"): the fit's checks named it
+    ``X``, and with ``"auto"`` warned once per K tried.  A Dask array is
+    left to the fit on its blocks."""
     dask = is_dask_array(W)
     if not dask:
         W = host_array(W)
@@ -91,7 +97,8 @@ def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     check_dtype_kind(W, name="W")
     W = check_array(W, accept_sparse=("csr", "csc", "coo"),
                     dtype=(np.float64, np.float32), input_name="W")
-    return check_affinity(W, name="W", copy=False)
+    check_sparse_structure(W, "W")
+    return check_affinity(canonical_sparse(W), name="W", copy=False)
 
 
 @validate_params(

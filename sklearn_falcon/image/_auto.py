@@ -1,6 +1,7 @@
 """Eigen-free choice of the number of segments (``n_segments="auto"``)."""
 
 import operator
+from contextlib import nullcontext
 from numbers import Integral, Real
 
 import numpy as np
@@ -10,6 +11,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 
 from .._affinity import check_affinity, check_dtype_kind
 from .._backends import host_array
+from .._log import unwarned
 from .._stats import cluster_pair_weights
 from ..metrics import check_label_values
 
@@ -236,7 +238,8 @@ def conductance_sweep(fit, n, auto_range, threshold, *, grid_shape=None,
     ``cut_k / vol_k <= threshold`` on the affinity and, when ``grid_shape``
     and ``grid_threshold`` are given, a :func:`grid_conductance` of at most
     ``grid_threshold`` (each segment a spatially coherent region) is kept
-    (``low`` if none).
+    (``low`` if none).  The warnings of the fits after the first (of the
+    same graph) are not repeated.
 
     Parameters
     ----------
@@ -267,7 +270,9 @@ def conductance_sweep(fit, n, auto_range, threshold, *, grid_shape=None,
     for k in range(hi, lo - 1, -1):
         if k <= 1:
             return np.zeros(n, dtype=np.int64)
-        est = fit(k)
+        # one graph for every K: what its first fit warns of is not repeated
+        with unwarned("") if k < hi else nullcontext():
+            est = fit(k)
         vol = est.cluster_volumes_
         cond = _conductance(vol - est.cluster_associations_, vol)
         if cond.max() > threshold:

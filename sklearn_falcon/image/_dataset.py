@@ -8,7 +8,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._log import warn_user
+from .._log import warn_user, warns_once
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
@@ -40,11 +40,22 @@ def segment_each(seg, images, seeds=None):
     return out
 
 
+@warns_once  # a warning that the images share (in this process): once
 def segment_dataset(seg, images, n_jobs, batch_size, progress):
     """:meth:`ImageSegmenter.segment_dataset` of the (checked) segmenter
     ``seg``: the label maps of ``images``, in order."""
     from joblib import Parallel, delayed
+    from sklearn.utils._param_validation import (
+        Interval,
+        validate_parameter_constraints,
+    )
 
+    # joblib's own refusal named its Parallel; "2" and 1.5 ran; on a CUDA
+    # device n_jobs is not read
+    validate_parameter_constraints(
+        {"n_jobs": [Interval(Integral, None, -1, closed="right"),
+                    Interval(Integral, 1, None, closed="left"), None]},
+        {"n_jobs": n_jobs}, caller_name="ImageSegmenter.segment_dataset")
     if not isinstance(batch_size, Integral) or batch_size < 1:
         raise ValueError(
             f"batch_size must be a positive integer; got {batch_size!r}.")

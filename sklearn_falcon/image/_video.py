@@ -6,6 +6,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .._backends._boundary import is_tensor
+from .._log import given_once
 from ._io import _is_pil_image, load_image
 
 __all__ = ["colour_histogram", "is_blank", "match_ids", "progress_bar",
@@ -172,22 +173,25 @@ class _VideoFalcon:
 
 def _segment_frames(seg, frames):
     est, grid, prev, next_id, hist, blank = None, None, None, 0, None, False
+    seen = set()  # a warning that the frames share is given once per video
     for frame in frames:
         rgb = load_image(frame)
-        plan, work = seg._prepare(rgb)
-        if seg.n_segments != "auto" and int(seg.n_segments) > 1:
-            affinity = "precomputed" if plan.graph == "knn" else "cosine"
-            # the previous labels start a frame of the same token grid only:
-            # on a 6 x 16 grid, those of an 8 x 12 one (as many tokens) are
-            # a scrambled start (mIoU 0.36 where a fresh start gives 0.99)
-            last, grid = grid, _token_grid(seg, plan.work_shape)
-            if est is None or est.affinity != affinity or grid != last:
-                est = _VideoFalcon(seg, int(seg.n_segments), affinity)
-            before, hist = hist, colour_histogram(work)  # a cut, a fade-in
-            est.recheck = blank or bool(before is not None and 0.5 * np.abs(
-                hist - before).sum() > SHOT_CHANGE)
-            blank = is_blank(work)
-        labels = seg._segment_work(work, plan, est=est)
+        with given_once(seen):
+            plan, work = seg._prepare(rgb)
+            if seg.n_segments != "auto" and int(seg.n_segments) > 1:
+                affinity = "precomputed" if plan.graph == "knn" else "cosine"
+                # the previous labels start a frame of the same token grid
+                # only: on a 6 x 16 grid, those of an 8 x 12 one (as many
+                # tokens) are a scrambled start (mIoU 0.36 where a fresh
+                # start gives 0.99)
+                last, grid = grid, _token_grid(seg, plan.work_shape)
+                if est is None or est.affinity != affinity or grid != last:
+                    est = _VideoFalcon(seg, int(seg.n_segments), affinity)
+                before, hist = hist, colour_histogram(work)  # a cut, a fade-in
+                est.recheck = blank or bool(before is not None and 0.5 * np.abs(
+                    hist - before).sum() > SHOT_CHANGE)
+                blank = is_blank(work)
+            labels = seg._segment_work(work, plan, est=est)
         if prev is None:
             ids = np.arange(int(labels.max()) + 1)
             next_id = len(ids)

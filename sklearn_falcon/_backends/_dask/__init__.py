@@ -18,6 +18,8 @@ an ImportError that says what to install when Dask is missing.
 
 import importlib.util
 
+from .._device import missing_library
+
 __all__ = ["compute_scope", "dask_available", "import_dask", "make_problem",
            "resolve_device"]
 
@@ -36,12 +38,10 @@ def import_dask():
         import dask
         import dask.array  # noqa: F401
     except ImportError as exc:
-        raise ImportError(
-            "backend='dask' requires Dask, which is not installed. Install it with "
+        raise ImportError(missing_library(
+            exc, "backend='dask' requires Dask", dask_available(),
             "`pip install 'sklearn-falcon[dask]'` (or "
-            "`pip install \"dask[distributed]\"`"
-            "), or use backend='numba'."
-        ) from exc
+            "`pip install \"dask[distributed]\"`)", "backend='numba'")) from exc
     return dask
 
 
