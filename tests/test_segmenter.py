@@ -398,6 +398,115 @@ def test_select_n_segments_with_an_isolated_cluster_ignores_the_ids():
             assert miou(merged[None, 1:], np.repeat(np.arange(3), 4)[None, 1:]) == 1.0
 
 
+def _select_n_segments_reference(W, labels, min_segments, threshold):
+    """The merging of ``select_n_segments`` before it was made fast: a scan
+    of every pair per merge, O(K^3) in Python (200 segments 2.8 s)."""
+    from sklearn_falcon._stats import cluster_pair_weights
+
+    uniq, lab = np.unique(labels, return_inverse=True)
+    k = len(uniq)
+    C = cluster_pair_weights(W, lab, k)
+    vol = C.sum(axis=1).copy()
+    groups = [[i] for i in range(k)]
+    alive = list(range(k))
+
+    def rho_now():
+        return max((vol[a] - C[a, a]) / vol[a] if vol[a] > 0 else 0.0 for a in alive)
+
+    def labels_now():
+        out = np.empty(len(lab), dtype=np.int64)
+        for new, a in enumerate(alive):
+            out[np.isin(lab, groups[a])] = new
+        return out
+
+    history = {len(alive): rho_now()}
+    best_k = None
+    if history[len(alive)] <= threshold:
+        best_k, best_labels = len(alive), labels_now()
+    while len(alive) > max(min_segments, 1):
+        best = None
+        for i, a in enumerate(alive):
+            for b in alive[i + 1:]:
+                va, vb = vol[a], vol[b]
+                if not (va > 0 and vb > 0):
+                    gain = np.inf
+                else:
+                    old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
+                    v = va + vb
+                    new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
+                    gain = old - new
+                if best is None or gain > best[0]:
+                    best = (gain, a, b)
+        _, a, b = best
+        C[a, :] += C[b, :]
+        C[:, a] += C[:, b]
+        vol[a] += vol[b]
+        groups[a] += groups[b]
+        alive.remove(b)
+        history[len(alive)] = rho_now()
+        if best_k is None and history[len(alive)] <= threshold:
+            best_k, best_labels = len(alive), labels_now()
+    if best_k is None:
+        best_k, best_labels = len(alive), labels_now()
+    return best_k, best_labels, history
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_select_n_segments_merges_as_the_pair_scan(seed):
+    """The merging scanned every pair of clusters at each merge in Python,
+    O(K^3): 200 input segments took 2.8 s, a superpixel over-segmentation
+    of 1,000 minutes.  It now updates the gains of the merged cluster only,
+    and gives the scan's hierarchy exactly: the same merge order (ties: the
+    first pair), K, labels and rho, on graphs of integer weights (many
+    ties), isolated tokens (clusters of no volume) and block structure."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 61))
+    n = k + int(rng.integers(0, 2 * k))
+    lab = np.r_[np.arange(k), rng.integers(0, k, n - k)]
+    if seed % 3 == 0:  # integer weights: ties everywhere
+        W = rng.integers(0, 3 if seed % 2 else 2, (n, n)).astype(float)
+    elif seed % 3 == 1:  # blocks of segments, weak links between them
+        blocks = rng.integers(0, max(1, k // 5), k)[lab]
+        W = (blocks[:, None] == blocks[None, :]) * rng.random((n, n))
+        W += 0.01 * rng.integers(0, 2, (n, n))
+    else:
+        W = rng.random((n, n)) ** 4
+    W = np.triu(W) + np.triu(W, 1).T
+    if seed % 4 == 0:  # isolated tokens: some clusters of no volume
+        iso = rng.choice(n, size=min(n, 1 + seed % 5), replace=False)
+        W[iso, :] = W[:, iso] = 0
+    min_segments = int(rng.integers(1, k + 1))
+    threshold = float(rng.choice([0.05, 0.3, 0.6, 0.95]))
+    ids = rng.permutation(k) * 7 - 3  # ids that are not 0..K-1
+    got = select_n_segments(W, ids[lab], min_segments=min_segments,
+                            threshold=threshold)
+    ref = _select_n_segments_reference(W, ids[lab], min_segments, threshold)
+    assert got[0] == ref[0]
+    assert np.array_equal(got[1], ref[1]) and got[1].dtype == np.int64
+    assert got[2] == ref[2]
+
+
+def test_select_n_segments_of_a_superpixel_over_segmentation_is_fast():
+    """625 input segments (a SLIC-like over-segmentation) took about 25 s,
+    the pairs of clusters scanned in Python at every merge; 0.1 s now."""
+    import time
+
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    side = 50  # a 50 x 50 token grid in 625 segments of 2 x 2 tokens
+    idx = np.arange(side * side).reshape(side, side)
+    rows = np.r_[idx[:, :-1].ravel(), idx[:-1].ravel()]
+    cols = np.r_[idx[:, 1:].ravel(), idx[1:].ravel()]
+    W = sp.coo_matrix((rng.random(rows.size), (rows, cols)), shape=(side**2,) * 2)
+    W = (W + W.T).tocsr()
+    lab = (idx // side // 2 * 25 + idx % side // 2).ravel()
+    t0 = time.perf_counter()
+    k, merged, rho = select_n_segments(W, lab)
+    assert time.perf_counter() - t0 < 5.0
+    assert len(rho) == 624 and len(np.unique(merged)) == k
+
+
 def test_errors():
     img = np.zeros((32, 32, 3), np.uint8)
     with pytest.raises(ValueError, match="n_segments"):

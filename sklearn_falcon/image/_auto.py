@@ -94,56 +94,108 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     uniq, lab = np.unique(labels, return_inverse=True)
     k = len(uniq)
     C = cluster_pair_weights(W, lab, k)
-    vol = C.sum(axis=1)
-    groups = [[i] for i in range(k)]
-    alive = list(range(k))
-    vol = vol.copy()
-    history = {}
-
-    def rho_now():
-        return max((vol[a] - C[a, a]) / vol[a] if vol[a] > 0 else 0.0 for a in alive)
+    vol = C.sum(axis=1).copy()
+    cond = _cluster_conductances(C, vol)
+    G = _pair_gains(C, vol)
+    # fast: no gain is NaN or -inf, and each row's first largest gain
+    # (best, at column arg) finds the first best pair in (a, b) order
+    G[np.tril_indices(k)] = -np.inf  # read above the diagonal only
+    fast = not np.isnan(G).any() and np.isneginf(G).sum() == k * (k + 1) // 2
+    arg = np.argmax(G, axis=1)
+    best = G[np.arange(k), arg]
+    alive = np.ones(k, dtype=bool)
+    owner = np.arange(k)  # the cluster that each input segment is in
 
     def labels_now():
-        out = np.empty(len(lab), dtype=np.int64)
-        for new, a in enumerate(alive):
-            out[np.isin(lab, groups[a])] = new
-        return out
+        rank = np.cumsum(alive) - 1  # ids 0..K-1 by the clusters' first ids
+        return rank[owner][lab].astype(np.int64)
 
-    history[len(alive)] = rho_now()
+    history = {k: _max_in_order(cond[alive])}
     best_k = None
-    if history[len(alive)] <= threshold:
-        best_k = len(alive)
-        best_labels = labels_now()
-    while len(alive) > max(min_segments, 1):
-        best = None
-        for i, a in enumerate(alive):
-            for b in alive[i + 1:]:
-                va, vb = vol[a], vol[b]
-                if not (va > 0 and vb > 0):
-                    # a cluster of no volume (isolated tokens) merges at no
-                    # cost, first: its 0 / 0 gain was NaN, never the best
-                    # after another pair, so the result followed the ids
-                    gain = np.inf
-                else:
-                    old = (va - C[a, a]) / va + (vb - C[b, b]) / vb
-                    v = va + vb
-                    new = (v - C[a, a] - C[b, b] - 2 * C[a, b]) / v
-                    gain = old - new
-                if best is None or gain > best[0]:
-                    best = (gain, a, b)
-        _, a, b = best
+    if history[k] <= threshold:
+        best_k, best_labels = k, labels_now()
+    m = k
+    while m > max(min_segments, 1):
+        if fast:
+            a = int(np.argmax(best))
+            b = int(arg[a])
+        else:
+            a, b = _first_best_pair(G, np.flatnonzero(alive))
         C[a, :] += C[b, :]
         C[:, a] += C[:, b]
         vol[a] += vol[b]
-        groups[a] += groups[b]
-        alive.remove(b)
-        history[len(alive)] = rho_now()
-        if best_k is None and history[len(alive)] <= threshold:
-            best_k = len(alive)
-            best_labels = labels_now()
+        alive[b] = False
+        owner[owner == b] = a
+        m -= 1
+        cond[a] = _cluster_conductances(C[a:a + 1, a:a + 1], vol[a:a + 1])[0]
+        # the gains of the pairs with a change; those with b are gone
+        G[b, :] = G[:, b] = -np.inf
+        best[b] = -np.inf
+        rest = np.flatnonzero(alive)
+        lo, hi = rest[rest < a], rest[rest > a]
+        G[lo, a] = _pair_gains(C, vol, lo, np.full(lo.size, a))
+        G[a, hi] = _pair_gains(C, vol, np.full(hi.size, a), hi)
+        changed = np.r_[G[lo, a], G[a, hi]]
+        fast = fast and not np.any(np.isnan(changed) | np.isneginf(changed))
+        if fast:
+            redo = rest[(arg[rest] == a) | (arg[rest] == b) | (rest == a)]
+            up = lo[(arg[lo] != a) & (arg[lo] != b)]
+            new = G[up, a]
+            take = (new > best[up]) | ((new == best[up]) & (a < arg[up]))
+            best[up[take]], arg[up[take]] = new[take], a
+            arg[redo] = np.argmax(G[redo], axis=1)
+            best[redo] = G[redo, arg[redo]]
+        history[m] = _max_in_order(cond[alive])
+        if best_k is None and history[m] <= threshold:
+            best_k, best_labels = m, labels_now()
     if best_k is None:
-        best_k, best_labels = len(alive), labels_now()
+        best_k, best_labels = m, labels_now()
     return best_k, best_labels, history
+
+
+def _cluster_conductances(C, vol):
+    """``(vol_a - C_aa) / vol_a`` of each cluster (0 where ``vol_a`` is 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(vol > 0, (vol - np.diagonal(C)) / vol, 0.0)
+
+
+def _pair_gains(C, vol, x=None, y=None):
+    """The NCut decrease of merging clusters ``x[i] < y[i]`` (all pairs: a
+    ``(K, K)`` matrix, read above its diagonal), each rounded as one pair's
+    scalar formula; ``inf`` where one has no volume (it merges at no cost,
+    first: its 0 / 0 gain was NaN, never the best after another pair, so
+    the result followed the ids)."""
+    d = np.diagonal(C)
+    if x is None:
+        va, vb, caa, cbb, cab = vol[:, None], vol[None, :], d[:, None], d[None, :], C
+    else:
+        va, vb, caa, cbb, cab = vol[x], vol[y], d[x], d[y], C[x, y]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        old = (va - caa) / va + (vb - cbb) / vb
+        v = va + vb
+        gain = old - (v - caa - cbb - 2 * cab) / v
+    return np.where((va > 0) & (vb > 0), gain, np.inf)
+
+
+def _first_best_pair(G, rest):
+    """The pair ``(a, b)`` of ``rest`` that a scan of the pairs in order
+    keeps, with ``>``, from the gains ``G[a, b]`` (``a < b``): the first
+    largest, NaN skipped unless first."""
+    g = G[np.ix_(rest, rest)][np.triu_indices(rest.size, 1)]
+    if np.isnan(g[0]):
+        i = 0
+    else:
+        ok = ~np.isnan(g)
+        i = int(np.flatnonzero(ok & (g == g[ok].max()))[0])
+    a, b = np.triu_indices(rest.size, 1)
+    return int(rest[a[i]]), int(rest[b[i]])
+
+
+def _max_in_order(values):
+    """``max(values)`` as Python's ``max`` takes it (the first largest; NaN
+    kept only where it comes first)."""
+    top = values.max()
+    return top if not np.isnan(top) else max(values)
 
 
 def _native_float(W):
