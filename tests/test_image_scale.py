@@ -463,6 +463,22 @@ def test_knn_affinity_takes_rows_below_the_zero_norm_for_zero_rows():
     assert Wt.nnz >= 18 and (Wt.data == 1.0).all()
 
 
+def test_knn_affinity_keeps_each_token_among_its_neighbours():
+    """"Neighbours kept per token (itself included)": with duplicated tokens
+    (a flat region, or one token scaled) a duplicate, of similarity 1 as
+    well (or 1 plus rounding), took the token's place, so ``W_ii`` was 0
+    for about a third of them, where the dense affinity has ``W_ii = 1``."""
+    rng = np.random.default_rng(0)
+    F = np.repeat(rng.random((30, 16)), 3, axis=0) * rng.uniform(0.5, 2, (90, 1))
+    for k in (1, 2, 5):
+        W = knn_cosine_power_affinity(F, 2.0, n_neighbors=k)
+        np.testing.assert_allclose(W.diagonal(), 1.0, rtol=1e-5)
+        assert abs(W - W.T).max() == 0
+    W = knn_cosine_power_affinity(np.repeat(rng.random((4, 6)), 5, axis=0), 2.0,
+                                  n_neighbors=3, n_range_rows=3)
+    assert (W.diagonal() > 0.99).all() and (np.diff(W.indptr) >= 3).all()
+
+
 # ------------------------------------------------------- budget and memory
 def test_work_shape_and_plan():
     assert _budget.work_shape(512, 512, 512 * 512) == (512, 512)

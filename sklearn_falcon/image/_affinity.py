@@ -216,7 +216,13 @@ def knn_cosine_power_affinity(features, power=10.0, *, n_neighbors=30,
         data = np.empty(n * k, dtype=np.float32)
         for s in range(0, n, rows):
             S = fn[s:s + rows] @ fn.T
+            # each token among its own neighbours: a duplicate (of similarity
+            # 1 as well, or 1 + rounding) took its place, leaving W_ii = 0
+            r = np.arange(S.shape[0])
+            own = S[r, s + r]
+            S[r, s + r] = np.inf
             idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+            S[r, s + r] = own
             sims = np.take_along_axis(S, idx, axis=1)
             indices[s * k:(s + S.shape[0]) * k] = idx.ravel()
             data[s * k:(s + S.shape[0]) * k] = cosine_power(sims, lo, hi, power).ravel()
