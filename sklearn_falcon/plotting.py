@@ -78,8 +78,9 @@ def overlay(image, labels, *, alpha=0.5):
         refused: :func:`sklearn_falcon.image.load_image` converts any image
         to this form.
     labels : ndarray of shape (H, W), int
-        Segment ids.  Ids in ``0..65535`` take colour ``label_colors(id)``,
-        so an id has the same colour in every map (the frames of
+        Segment ids (NaN is refused).  Ids in ``0..65535`` take colour
+        ``label_colors(id)``, so an id has the same colour in every map (the
+        frames of
         :meth:`~sklearn_falcon.ImageSegmenter.segment_video`); other
         ids are coloured in the order of their values.
     alpha : float in [0, 1], default=0.5
@@ -116,6 +117,11 @@ def overlay(image, labels, *, alpha=0.5):
         raise ValueError(
             f"labels must have the image's shape {image.shape[:2]}; got "
             f"{labels.shape}.")
+    if labels.dtype.kind == "f" and np.isnan(labels).any():
+        # NaN != NaN: every NaN pixel was drawn as a boundary, in white
+        raise ValueError(
+            "labels must be integers or strings; got the value nan of "
+            f"dtype={labels.dtype} ({int(np.isnan(labels).sum())} pixels).")
     if image.dtype != np.uint8:
         raise TypeError(
             f"image must be uint8 RGB; got dtype={image.dtype}. "

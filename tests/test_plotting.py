@@ -64,6 +64,21 @@ def test_overlay_names_what_is_wrong():
             overlay(image, labels, alpha=alpha)
 
 
+def test_overlay_refuses_nan_labels_by_name():
+    """Float labels with NaN (a mask with missing values) were drawn with
+    every NaN pixel a boundary (NaN != NaN): a white area, no error.  NaN is
+    refused, as ``check_label_values`` refuses it; whole floats still work."""
+    image, labels = _scene()
+    for dtype in (np.float64, np.float32, np.float16):
+        bad = labels.astype(dtype)
+        bad[:2, :3] = np.nan
+        with pytest.raises(ValueError, match="labels must be integers or strings; "
+                           r"got the value nan of dtype=float.*\(6 pixels\)"):
+            overlay(image, bad)
+    np.testing.assert_array_equal(overlay(image, labels.astype(float)),
+                                  overlay(image, labels))
+
+
 def test_label_colors_refuses_a_negative_or_fractional_count():
     """``label_colors(-1)`` returned 19 colours (a slice ``[:-1]`` of the
     palette) and ``label_colors(2.5)`` two; both are refused by name.
