@@ -487,8 +487,10 @@ def test_select_n_segments_merges_as_the_pair_scan(seed):
 
 
 def test_select_n_segments_of_a_superpixel_over_segmentation_is_fast():
-    """625 input segments (a SLIC-like over-segmentation) took about 25 s,
-    the pairs of clusters scanned in Python at every merge; 0.1 s now."""
+    """625 input segments (a SLIC-like over-segmentation) took 25-140 s,
+    the pairs of clusters scanned in Python at every merge; about 0.1-1 s
+    now.  The bound guards the complexity, far from either time (the
+    figures: ``benchmarks/bench_select_n_segments.py``)."""
     import time
 
     import scipy.sparse as sp
@@ -503,7 +505,7 @@ def test_select_n_segments_of_a_superpixel_over_segmentation_is_fast():
     lab = (idx // side // 2 * 25 + idx % side // 2).ravel()
     t0 = time.perf_counter()
     k, merged, rho = select_n_segments(W, lab)
-    assert time.perf_counter() - t0 < 5.0
+    assert time.perf_counter() - t0 < 20.0
     assert len(rho) == 624 and len(np.unique(merged)) == k
 
 
