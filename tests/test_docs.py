@@ -446,3 +446,42 @@ def test_readme_examples_need_only_the_core_and_the_cli_extra():
                     "core nor the [cli] extra installs")
         exec(compile(textwrap.dedent(block), "README.rst", "exec"),
              {"print": lambda *args: None})
+
+
+def test_user_guide_quotes_falcon_batch_messages():
+    # the batch section quotes the zero-degree warning and the progress
+    # section the record that starts each graph's iterations; neither page
+    # said so before, and the quotes must stay what the code says
+    import logging
+    import warnings
+
+    import numpy as np
+
+    guide = " ".join((DOCS / "user_guide.rst").read_text().split())
+    rng = np.random.default_rng(0)
+    graphs = []
+    for isolated in (0, 2, 0, 1, 0):
+        W = rng.random((12, 12))
+        W = (W + W.T) / 2
+        np.fill_diagonal(W, 0)
+        W[:isolated] = 0
+        W[:, :isolated] = 0
+        graphs.append(W)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("sklearn_falcon")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sklearn_falcon.falcon_batch(graphs, 2, affinity="precomputed",
+                                        backend="numba", verbose=1)
+    finally:
+        logger.removeHandler(handler)
+    quote = ("3 node(s) of zero degree in 2 of the 5 graphs (graphs[1]: 2, "
+             "graphs[3]: 1)")
+    assert f'``"{quote}"``' in guide
+    assert any(str(w.message).startswith(quote) for w in caught)
+    assert '``"solve: graph 2 of 5"``' in guide
+    assert "solve: graph 2 of 5" in [r.getMessage() for r in records]
