@@ -67,9 +67,10 @@ for name in names:
 
 # %%
 # Falcon's segments follow objects and textures: the astronaut's suit, the
-# cup and its saucer, the cat's face, the rocket's sky. ``cut_normalized``
-# on mean colours splits textured regions into many small pieces and merges
-# regions of similar colour.
+# cup and its saucer, the cat's face.  Six segments are more than the
+# rocket's scene holds: its sky, a smooth gradient, is cut in bands.
+# ``cut_normalized`` on mean colours splits textured regions into many small
+# pieces and merges regions of similar colour.
 fig, axes = plt.subplots(len(results), 3, figsize=(11, 3.2 * len(results)))
 for row, (name, image, ours, t_ours, theirs, t_theirs) in zip(axes, results):
     row[0].imshow(image)

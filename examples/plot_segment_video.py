@@ -5,9 +5,11 @@ Segmenting a video with ids kept across frames
 :meth:`~sklearn_falcon.ImageSegmenter.segment_video` segments the frames of
 a video one after the other. Falcon keeps one estimator with
 ``warm_start=True``, so every frame starts from the previous frame's token
-labels instead of a fresh initialization, and the segments of each frame
-are matched to the previous frame's by maximal overlap (Hungarian
-algorithm): a segment keeps its id from frame to frame.
+labels instead of a fresh initialization (after a cut, a blank frame or a
+jump of the NCut the frame is also fitted afresh, and the lower NCut is
+kept), and the segments of each frame are matched to the previous frame's
+by maximal overlap (Hungarian algorithm): a segment keeps its id from frame
+to frame.
 
 The video here is synthetic: a disc cut from scikit-image's ``coffee`` and a
 square cut from ``immunohistochemistry`` move over a ``grass`` texture.

@@ -488,6 +488,7 @@ class ImageSegmenter(BaseEstimator):
         of the NCut (the user guide's "Video and warm starts").  Segments are
         matched to the previous frame's by maximal overlap (Hungarian): a
         matched one keeps its id, a new one gets an id never used before.
+        A warning that the frames share is given once per video.
 
         Parameters
         ----------
@@ -569,7 +570,10 @@ class ImageSegmenter(BaseEstimator):
         integer ``n_segments`` and ``n_init=1``, each group of
         ``batch_size`` images is solved in one batched Falcon call on the
         GPU (:func:`~sklearn_falcon.falcon_batch`, matrix-free), and the
-        upsampling and PAMR run there too.
+        upsampling and PAMR run there too.  A warning raised in a worker
+        process of joblib's default backend is issued in the caller's (its
+        filters apply), and one that several images share is given once per
+        call.
 
         Parameters
         ----------
