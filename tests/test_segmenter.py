@@ -711,6 +711,48 @@ def test_warnings_of_worker_processes_reach_the_caller():
         assert {w.filename for w in rec} == {__file__}, n_jobs
 
 
+def test_worker_warnings_of_other_libraries_keep_their_origin(monkeypatch):
+    """A worker process's warning of another library (a DeprecationWarning
+    of torch, say) was issued at the caller's line: the caller's filters
+    that name its module (``filterwarnings("ignore", module="torch")``) and
+    Python's default ignoring of library DeprecationWarnings no longer
+    applied, as with ``n_jobs=1``; it is issued at its own origin, the
+    package's warnings at the caller's line."""
+    import sys
+    import types
+
+    from sklearn_falcon.image import _dataset
+
+    lib = types.ModuleType("fakelib")
+    lib.__file__ = os.path.join(os.path.dirname(__file__), "fakelib.py")
+    exec(compile("import warnings\ndef old():\n    warnings.warn('fakelib.old is "
+                 "deprecated', DeprecationWarning)\n", lib.__file__, "exec"),
+         lib.__dict__)
+    monkeypatch.setitem(sys.modules, "fakelib", lib)
+    each, batch = _dataset.segment_each, _dataset._segment_batch
+
+    def segment_each(*args):
+        lib.old()
+        return each(*args)
+
+    monkeypatch.setattr(_dataset, "segment_each", segment_each)
+    # each task as in a loky worker (another process's main thread)
+    monkeypatch.setattr(_dataset, "_segment_batch",
+                        lambda *args: batch(*args[:-1], -1))
+    images = [np.zeros((64, 64, 3), np.uint8)] * 2  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module="fakelib")
+        seg.segment_dataset(images, batch_size=1, progress=False)
+    assert [(w.category, w.filename) for w in rec] == [(UserWarning, __file__)]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        seg.segment_dataset(images, batch_size=1, progress=False)
+    old = [w for w in rec if w.category is DeprecationWarning]
+    assert len(old) == 2 and {w.filename for w in old} == {lib.__file__}
+
+
 def test_labels_do_not_depend_on_blas_threads():
     """``segment_dataset(n_jobs=2)`` gave other maps than ``n_jobs=1`` with
     ``random_state=0`` (against "identical whatever the backend and the
