@@ -711,6 +711,24 @@ def test_warnings_of_worker_processes_reach_the_caller():
         assert {w.filename for w in rec} == {__file__}, n_jobs
 
 
+def test_warnings_of_worker_threads_are_given_once_at_the_callers_line():
+    """joblib's threading backend (or a Dask worker's threads) ran the tasks
+    in other threads, where the caller's "once per call" did not hold and
+    the user's line was not on the stack: each image warned again, at
+    ``concurrent/futures/thread.py``.  They are given as a worker process's
+    are: once, at the caller's line."""
+    from joblib import parallel_config
+
+    images = [np.zeros((64, 64, 3), np.uint8)] * 4  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with parallel_config(backend="threading"), \
+            warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        seg.segment_dataset(images, n_jobs=2, batch_size=1, progress=False)
+    assert [(w.category, w.filename) for w in rec] == [(UserWarning, __file__)]
+    assert "Every cosine similarity" in str(rec[0].message)
+
+
 def test_worker_warnings_of_other_libraries_keep_their_origin(monkeypatch):
     """A worker process's warning of another library (a DeprecationWarning
     of torch, say) was issued at the caller's line: the caller's filters
@@ -738,7 +756,7 @@ def test_worker_warnings_of_other_libraries_keep_their_origin(monkeypatch):
     monkeypatch.setattr(_dataset, "segment_each", segment_each)
     # each task as in a loky worker (another process's main thread)
     monkeypatch.setattr(_dataset, "_segment_batch",
-                        lambda *args: batch(*args[:-1], -1))
+                        lambda *args: batch(*args[:-1], (-1, -1)))
     images = [np.zeros((64, 64, 3), np.uint8)] * 2  # black: W all ones
     seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
     with warnings.catch_warnings(record=True) as rec:

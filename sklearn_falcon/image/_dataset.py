@@ -77,7 +77,7 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
                 delayed(_segment_batch)(type(seg), params, batch,
                                         seeds[i * batch_size: (i + 1) * batch_size],
-                                        os.getpid())
+                                        (os.getpid(), threading.get_ident()))
                 for i, batch in enumerate(batches))
         registry = {}  # (as a module's: the "default" action shows one once)
         for batch_labels, own, others in out:  # a worker process's, here
@@ -127,20 +127,24 @@ def segment_batch_on_device(seg, batch, device):
 def _segment_batch(cls, params, batch, seeds, caller):
     """A joblib task: a segmenter made from ``params`` (its extractor built
     once) segments each image of ``batch``, with ``seeds``; returns the
-    label maps and, in a process other than ``caller``'s (a loky worker's
-    main thread), its warnings, which the caller issues: the worker printed
-    them on its stderr, attributed to ``multiprocessing/process.py``, past
-    the caller's warning filters.  The package's warnings as ``(category,
-    message)``, for the caller's line; those of other code (a library's
-    DeprecationWarning) as ``(category, message, filename, lineno,
-    module)``, at their origin, where the caller's filters of their module
-    (and Python's of library DeprecationWarnings) apply as with
-    ``n_jobs=1``."""
+    label maps and, run elsewhere than in the thread ``caller`` (``(pid,
+    thread id)``), its warnings, which the caller issues: a worker printed
+    them on its stderr (attributed to ``multiprocessing/process.py``, past
+    the caller's warning filters), a worker thread once per image.  The
+    package's warnings as ``(category, message)``, for the caller's line
+    (from any thread); in another process's main thread (a loky worker),
+    those of other code (a library's DeprecationWarning) as ``(category,
+    message, filename, lineno, module)``, at their origin, where the
+    caller's filters of their module (and Python's of library
+    DeprecationWarnings) apply as with ``n_jobs=1``."""
     seg = cls(**params)
-    if os.getpid() == caller or threading.current_thread() is not (
-            threading.main_thread()):  # (catch_warnings: one thread at a time)
+    if (os.getpid(), threading.get_ident()) == caller:
         return segment_each(seg, batch, seeds), [], []
     own = []
+    if os.getpid() == caller[0] or threading.current_thread() is not (
+            threading.main_thread()):  # (catch_warnings: one thread at a time)
+        with recorded(own):
+            return segment_each(seg, batch, seeds), own, []
     with recorded(own), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         labels = segment_each(seg, batch, seeds)
