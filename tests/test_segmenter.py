@@ -771,6 +771,30 @@ def test_worker_warnings_of_other_libraries_keep_their_origin(monkeypatch):
     assert len(old) == 2 and {w.filename for w in old} == {lib.__file__}
 
 
+def test_a_worker_warning_raised_as_an_error_leaves_no_joblib_notice():
+    """A worker's warning is given in the caller's loop over joblib's
+    generator of results: raised there as an error (``-W error``), it left
+    the generator to the garbage collector, whose joblib warned "3 tasks
+    which were still being processed by the workers have been cancelled.
+    You could benefit from adjusting the input task iterator" ("Exception
+    ignored in" under ``-W error``).  The generator is closed first."""
+    import gc
+
+    images = [np.zeros((64, 64, 3), np.uint8)] * 4  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="Every cosine similarity")
+        try:
+            seg.segment_dataset(images, n_jobs=2, batch_size=1, progress=False)
+        except UserWarning as exc:
+            assert "Every cosine similarity" in str(exc)
+        else:
+            pytest.fail("the warning was not raised as an error")
+        gc.collect()
+    assert [str(w.message) for w in rec] == []
+
+
 def test_labels_do_not_depend_on_blas_threads():
     """``segment_dataset(n_jobs=2)`` gave other maps than ``n_jobs=1`` with
     ``random_state=0`` (against "identical whatever the backend and the

@@ -9,7 +9,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._log import recorded, warn_user, warns_once
+from .._log import ignoring, recorded, warn_user, warns_once
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
@@ -63,7 +63,7 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     items = as_image_list(images)
     batches = [items[i: i + batch_size] for i in range(len(items))[::batch_size]]
     dev = seg._torch_device()
-    results = []
+    results, out = [], None
     bar = progress_bar(len(items)) if progress else None
     try:
         # the batched solve makes one start per graph: n_init > 1 (as "auto")
@@ -92,6 +92,10 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     finally:
         if bar is not None:
             bar.close()
+        if out is not None:  # left (a warning raised as an error above): the
+            # collected generator warned "N tasks ... have been cancelled"
+            with ignoring(UserWarning, message=r"\d+ tasks ", module="joblib"):
+                out.close()
     return results
 
 
