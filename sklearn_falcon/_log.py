@@ -46,7 +46,7 @@ import warnings
 from contextlib import contextmanager
 
 __all__ = ["STAGES", "given_once", "ignoring", "log_stage", "logger", "logs_progress",
-           "unwarned", "verbose_logging", "warn_user", "warns_once"]
+           "recorded", "unwarned", "verbose_logging", "warn_user", "warns_once"]
 
 logger = logging.getLogger("sklearn_falcon")
 
@@ -137,7 +137,7 @@ def _library_dirs():
 
 
 # per thread: .seen, the warnings given so far in a given_once block; .drop,
-# the texts of the unwarned blocks
+# the texts of the unwarned blocks; .record, the list of a recorded block
 _given = threading.local()
 
 
@@ -182,6 +182,20 @@ def unwarned(text):
         _given.drop = outer
 
 
+@contextmanager
+def recorded(into):
+    """Within the block, in this thread, append the ``(category, message)``
+    of each warning of :func:`warn_user` to the list ``into`` instead of
+    giving it: a worker process's, which its caller gives at the user's
+    line (their other warnings keep their origin)."""
+    outer = getattr(_given, "record", None)
+    _given.record = into
+    try:
+        yield
+    finally:
+        _given.record = outer
+
+
 def warn_user(message, category=UserWarning):
     """``warnings.warn(message, category)`` attributed to the first frame
     outside this package, scikit-learn and joblib: the user's line that called
@@ -190,8 +204,11 @@ def warn_user(message, category=UserWarning):
     for each path).  Without such a frame (a command of the package), the
     caller's.  Within a call of a :func:`warns_once` function, a warning
     already given is not repeated; within :func:`unwarned`, one that
-    contains its text is dropped."""
+    contains its text is dropped; within :func:`recorded`, it is recorded."""
     if any(text in str(message) for text in getattr(_given, "drop", ())):
+        return
+    if getattr(_given, "record", None) is not None:  # (its caller dedupes)
+        _given.record.append((category, str(message)))
         return
     seen = getattr(_given, "seen", None)
     if seen is not None:

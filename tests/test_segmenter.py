@@ -822,6 +822,90 @@ def test_warnings_of_worker_processes_reach_the_caller():
         assert {w.filename for w in rec} == {__file__}, n_jobs
 
 
+def test_warnings_of_worker_threads_are_given_once_at_the_callers_line():
+    """joblib's threading backend (or a Dask worker's threads) ran the tasks
+    in other threads, where the caller's "once per call" did not hold and
+    the user's line was not on the stack: each image warned again, at
+    ``concurrent/futures/thread.py``.  They are given as a worker process's
+    are: once, at the caller's line."""
+    from joblib import parallel_config
+
+    images = [np.zeros((64, 64, 3), np.uint8)] * 4  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with parallel_config(backend="threading"), \
+            warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        seg.segment_dataset(images, n_jobs=2, batch_size=1, progress=False)
+    assert [(w.category, w.filename) for w in rec] == [(UserWarning, __file__)]
+    assert "Every cosine similarity" in str(rec[0].message)
+
+
+def test_worker_warnings_of_other_libraries_keep_their_origin(monkeypatch):
+    """A worker process's warning of another library (a DeprecationWarning
+    of torch, say) was issued at the caller's line: the caller's filters
+    that name its module (``filterwarnings("ignore", module="torch")``) and
+    Python's default ignoring of library DeprecationWarnings no longer
+    applied, as with ``n_jobs=1``; it is issued at its own origin, the
+    package's warnings at the caller's line."""
+    import sys
+    import types
+
+    from sklearn_falcon.image import _dataset
+
+    lib = types.ModuleType("fakelib")
+    lib.__file__ = os.path.join(os.path.dirname(__file__), "fakelib.py")
+    exec(compile("import warnings\ndef old():\n    warnings.warn('fakelib.old is "
+                 "deprecated', DeprecationWarning)\n", lib.__file__, "exec"),
+         lib.__dict__)
+    monkeypatch.setitem(sys.modules, "fakelib", lib)
+    each, batch = _dataset.segment_each, _dataset._segment_batch
+
+    def segment_each(*args):
+        lib.old()
+        return each(*args)
+
+    monkeypatch.setattr(_dataset, "segment_each", segment_each)
+    # each task as in a loky worker (another process's main thread)
+    monkeypatch.setattr(_dataset, "_segment_batch",
+                        lambda *args: batch(*args[:-1], (-1, -1)))
+    images = [np.zeros((64, 64, 3), np.uint8)] * 2  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module="fakelib")
+        seg.segment_dataset(images, batch_size=1, progress=False)
+    assert [(w.category, w.filename) for w in rec] == [(UserWarning, __file__)]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        seg.segment_dataset(images, batch_size=1, progress=False)
+    old = [w for w in rec if w.category is DeprecationWarning]
+    assert len(old) == 2 and {w.filename for w in old} == {lib.__file__}
+
+
+def test_a_worker_warning_raised_as_an_error_leaves_no_joblib_notice():
+    """A worker's warning is given in the caller's loop over joblib's
+    generator of results: raised there as an error (``-W error``), it left
+    the generator to the garbage collector, whose joblib warned "3 tasks
+    which were still being processed by the workers have been cancelled.
+    You could benefit from adjusting the input task iterator" ("Exception
+    ignored in" under ``-W error``).  The generator is closed first."""
+    import gc
+
+    images = [np.zeros((64, 64, 3), np.uint8)] * 4  # black: W all ones
+    seg = ImageSegmenter(n_segments=3, refine=None, position_weight=0.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="Every cosine similarity")
+        try:
+            seg.segment_dataset(images, n_jobs=2, batch_size=1, progress=False)
+        except UserWarning as exc:
+            assert "Every cosine similarity" in str(exc)
+        else:
+            pytest.fail("the warning was not raised as an error")
+        gc.collect()
+    assert [str(w.message) for w in rec] == []
+
+
 def test_labels_do_not_depend_on_blas_threads():
     """``segment_dataset(n_jobs=2)`` gave other maps than ``n_jobs=1`` with
     ``random_state=0`` (against "identical whatever the backend and the

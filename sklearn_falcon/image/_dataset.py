@@ -2,13 +2,14 @@
 CPU, one batched Falcon call per group of images on a CUDA device."""
 
 import os
+import sys
 import threading
 import warnings
 from numbers import Integral
 
 import numpy as np
 
-from .._log import warn_user, warns_once
+from .._log import ignoring, recorded, warn_user, warns_once
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
@@ -62,13 +63,13 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     items = as_image_list(images)
     batches = [items[i: i + batch_size] for i in range(len(items))[::batch_size]]
     dev = seg._torch_device()
-    results = []
+    results, out = [], None
     bar = progress_bar(len(items)) if progress else None
     try:
         # the batched solve makes one start per graph: n_init > 1 (as "auto")
         # goes image by image, or it was ignored without a word
         if dev is not None and seg.n_segments != "auto" and seg.n_init == 1:
-            out = ((segment_batch_on_device(seg, batch, dev), [])
+            out = ((segment_batch_on_device(seg, batch, dev), [], [])
                    for batch in batches)
         else:
             params = seg.get_params(deep=False)
@@ -76,17 +77,25 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
                 delayed(_segment_batch)(type(seg), params, batch,
                                         seeds[i * batch_size: (i + 1) * batch_size],
-                                        os.getpid())
+                                        (os.getpid(), threading.get_ident()))
                 for i, batch in enumerate(batches))
-        for batch_labels, caught in out:
-            for category, message in caught:  # a worker process's, here
+        registry = {}  # (as a module's: the "default" action shows one once)
+        for batch_labels, own, others in out:  # a worker process's, here
+            for category, message in own:  # at the caller's line
                 warn_user(message, category)
+            for category, message, filename, lineno, module in others:
+                warnings.warn_explicit(message, category, filename, lineno,
+                                       module=module, registry=registry)
             results.extend(batch_labels)
             if bar is not None:
                 bar.update(len(batch_labels))
     finally:
         if bar is not None:
             bar.close()
+        if out is not None:  # left (a warning raised as an error above): the
+            # collected generator warned "N tasks ... have been cancelled"
+            with ignoring(UserWarning, message=r"\d+ tasks ", module="joblib"):
+                out.close()
     return results
 
 
@@ -122,15 +131,38 @@ def segment_batch_on_device(seg, batch, device):
 def _segment_batch(cls, params, batch, seeds, caller):
     """A joblib task: a segmenter made from ``params`` (its extractor built
     once) segments each image of ``batch``, with ``seeds``; returns the
-    label maps and the ``(category, message)`` of the warnings raised in a
-    process other than ``caller``'s (a loky worker's main thread), which
-    the caller issues: the worker printed them on its stderr, attributed to
-    ``multiprocessing/process.py``, past the caller's warning filters."""
+    label maps and, run elsewhere than in the thread ``caller`` (``(pid,
+    thread id)``), its warnings, which the caller issues: a worker printed
+    them on its stderr (attributed to ``multiprocessing/process.py``, past
+    the caller's warning filters), a worker thread once per image.  The
+    package's warnings as ``(category, message)``, for the caller's line
+    (from any thread); in another process's main thread (a loky worker),
+    those of other code (a library's DeprecationWarning) as ``(category,
+    message, filename, lineno, module)``, at their origin, where the
+    caller's filters of their module (and Python's of library
+    DeprecationWarnings) apply as with ``n_jobs=1``."""
     seg = cls(**params)
-    if os.getpid() == caller or threading.current_thread() is not (
+    if (os.getpid(), threading.get_ident()) == caller:
+        return segment_each(seg, batch, seeds), [], []
+    own = []
+    if os.getpid() == caller[0] or threading.current_thread() is not (
             threading.main_thread()):  # (catch_warnings: one thread at a time)
-        return segment_each(seg, batch, seeds), []
-    with warnings.catch_warnings(record=True) as caught:
+        with recorded(own):
+            return segment_each(seg, batch, seeds), own, []
+    with recorded(own), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         labels = segment_each(seg, batch, seeds)
-    return labels, [(w.category, str(w.message)) for w in caught]
+    names = {w.filename: None for w in caught}  # (one search of each file)
+    names = {f: _module_name(f) for f in names}
+    return labels, own, [(w.category, str(w.message), w.filename, w.lineno,
+                          names[w.filename]) for w in caught]
+
+
+def _module_name(filename):
+    """The name of the imported module of file ``filename`` (None if none),
+    which a warning's filters match: ``warnings.warn`` reads it from the
+    frame, ``warn_explicit`` would make a path of it."""
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == filename:
+            return name
+    return None
