@@ -508,6 +508,20 @@ def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
     assert est.ncut_ == pytest.approx(normalized_cut(W, est.labels_), abs=1e-9)
 
 
+def test_a_cancelled_compute_of_falcon_batch_is_not_said_to_be_a_fit_of_falconncut():
+    """The restart's message said "while FalconNCut.fit ran" and "Call fit
+    again" of a ``falcon_batch`` run too (the scope of both)."""
+    from concurrent.futures import CancelledError
+
+    from sklearn_falcon._backends import BACKENDS
+
+    with pytest.raises(RuntimeError, match="restarted") as info:
+        with BACKENDS["dask"].scope():
+            raise CancelledError("add_parts-1 cancelled for reason: lost dependencies")
+    assert "falcon_batch" in str(info.value) and "Call fit" not in str(info.value)
+    assert isinstance(info.value.__cause__, CancelledError)
+
+
 @pytest.mark.parametrize("in_memory", [False, True])
 def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
         graph, monkeypatch, in_memory):
@@ -535,7 +549,7 @@ def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
             monkeypatch.setattr(DaskProblem, "step", step_and_restart)
             est = _est(init=y0, backend="dask")
             with pytest.raises(RuntimeError,
-                               match=r"restarted .*Call fit again") as info:
+                               match=r"restarted .*Run it again") as info:
                 est.fit(W if in_memory else shards(W, 4))
     assert isinstance(info.value.__cause__, CancelledError)
     assert not hasattr(est, "labels_")

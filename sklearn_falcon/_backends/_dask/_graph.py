@@ -228,8 +228,9 @@ def compute_scope():
                 "The Dask fit lost the data its workers held for it (the persisted "
                 "graph blocks and solver state): the cluster was restarted (e.g. "
                 "client.restart()) or that data was cancelled or released while "
-                "FalconNCut.fit ran, so the fit cannot go on. Call fit again once the "
-                f"cluster is up. Dask said: {type(exc).__name__}: {exc}"
+                "the fit ran (FalconNCut.fit, falcon_batch), so it cannot go on. Run "
+                "it again once the cluster is up. Dask said: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
 
 
