@@ -49,18 +49,12 @@ __all__ = ["build_parser", "main", "save_label_png"]
 
 COMMANDS = ("demo", "segment")
 DEFAULT_COMMAND = "demo"
-PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
 
 
 def _import_pillow():
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise ImportError(
-            f"Reading and writing image files needs Pillow, which is not installed: "
-            f"{PILLOW_HINT}."
-        ) from exc
-    return Image
+    from .image._io import import_pillow
+
+    return import_pillow("Reading and writing image files needs Pillow")
 
 
 def _write_replacing(path, write):
