@@ -121,7 +121,7 @@ def _check_graphs(graphs, affinity):
         try:
             G = check_array(  # COO: as CSR
                 G, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
-                input_name=name, ensure_min_samples=1)
+                input_name=name, ensure_min_samples=2)  # as FalconNCut
         except ValueError as exc:  # scikit-learn names no input in most
             if name in str(exc):
                 raise
@@ -239,6 +239,10 @@ def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
         if active.all():
             continue
         idx = np.flatnonzero(active)
+        if idx.size == 0:  # as FalconNCut says (not "fewer than n_clusters=1")
+            raise ValueError(
+                f"graphs[{b}] is all zeros: no node has a nonzero degree, so the "
+                "normalized cut is undefined.")
         if idx.size < n_clusters:
             raise ValueError(
                 f"graphs[{b}] has {idx.size} nodes of nonzero degree, fewer than "
@@ -318,7 +322,8 @@ def falcon_batch(
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
-        precomputed affinity (a 1-D object array of them as a list).  Torch
+        precomputed affinity (a 1-D object array of them as a list), each
+        of at least 2 nodes (as FalconNCut needs 2 samples).  Torch
         tensors (on any device) are read on the host, Dask arrays gathered.
         Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the

@@ -608,6 +608,30 @@ def test_falcon_batch_names_the_graph_smaller_than_n_clusters():
         falcon_batch([X, X[:5], X[:2], X[:4]], 3, backend="numba")
 
 
+def test_falcon_batch_refuses_what_falconncut_refuses():
+    """A graph of one node was clustered (FalconNCut refuses one sample, as
+    scikit-learn's clusterers do), and an all-zero graph was refused as
+    "graphs[0] has 0 nodes of nonzero degree, fewer than n_clusters=1":
+    n_clusters was not the fault; FalconNCut says that it is all zeros."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"graphs\[1\]: .*1 sample"):
+        falcon_batch([X, X[:1]], 1, backend="numba")
+    with pytest.raises(ValueError, match=r"graphs\[0\]: .*1 sample"):
+        falcon_batch([np.ones((1, 1))], 1, affinity="precomputed", backend="numba")
+    with pytest.raises(ValueError, match="1 sample"):
+        FalconNCut(1, affinity="precomputed").fit(np.ones((1, 1)))
+    for k in (1, 2):
+        with pytest.raises(ValueError, match=r"^graphs\[1\] is all zeros: no node "
+                           "has a nonzero degree, so the normalized cut is "
+                           r"undefined\.$"):
+            falcon_batch([np.ones((4, 4)), np.zeros((4, 4))], k,
+                         affinity="precomputed", backend="numba")
+    with pytest.raises(ValueError, match="all zeros: no sample has a nonzero"):
+        FalconNCut(2, affinity="precomputed").fit(np.zeros((4, 4)))
+
+
 def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
     """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
     labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,
