@@ -50,7 +50,11 @@ __all__ = ["BatchResult", "falcon_batch"]
 class BatchResult:
     """Outcome of :func:`falcon_batch` for ``B`` graphs.
 
-    Attributes
+    The dataclass that :func:`falcon_batch` returns, importable as
+    ``sklearn_falcon.BatchResult`` (to annotate types); each parameter is
+    an attribute of the same name.
+
+    Parameters
     ----------
     labels : list of ndarray
         ``B`` label vectors, one per graph (of its own size).
@@ -74,7 +78,19 @@ class BatchResult:
     tau : ndarray of shape (B,)
         Final proximal parameter (in score units).
     backend : str
+        The backend that ran: ``"torch"``, ``"numba"`` or ``"dask"``.
     device : str
+        The device it ran on (``"cpu"``, ``"cuda:0"``...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon import BatchResult, falcon_batch
+    >>> X = np.random.default_rng(0).random((30, 2))
+    >>> res = falcon_batch([X, X[:20]], 2, affinity="rbf", backend="numba",
+    ...                    random_state=0)
+    >>> isinstance(res, BatchResult), res.backend, [len(y) for y in res.labels]
+    (True, 'numba', [30, 20])
     """
 
     labels: list
@@ -380,7 +396,7 @@ def falcon_batch(
 
     Returns
     -------
-    result : BatchResult
+    result : :class:`BatchResult`
         A dataclass of one entry per graph: ``labels`` (a list of label
         vectors, each of its graph's size), ``ncut`` and ``objective``
         (arrays of shape ``(B,)``, the NCut and ``f`` of each labelling
