@@ -24,6 +24,7 @@ from ._affinity import (
     check_dtype_kind,
     check_sparse_structure,
     count_components,
+    flat_weight,
     make_affinity,
     restrict_to_active,
     start_graph,
@@ -31,6 +32,7 @@ from ._affinity import (
     warn_if_flat_cosine,
     warn_if_flat_rbf,
 )
+from ._affinity._flat import CHECK_FLAT
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
@@ -227,6 +229,19 @@ def _warn_of_parts(zero, split, B, hint):
         )
 
 
+def _warn_of_flat(Ws):
+    """One warning of the precomputed graphs of ``Ws`` that are complete with
+    equal weights, as FalconNCut warns of each (silent before)."""
+    flat = {b: f"{w:.6g}" for b, w in enumerate(
+        flat_weight(W, degrees_of(W)) for W in Ws) if w is not None}
+    if flat:
+        warn_user(
+            f"Every off-diagonal affinity of {len(flat)} of the {len(Ws)} graphs "
+            f"is equal within its graph ({_listing(flat)}), so each is complete "
+            "with equal weights and every partition has the same NCut; their "
+            "labels are arbitrary. " + CHECK_FLAT.format("ies were"))
+
+
 def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
     """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
     of nonzero degree (``keep[b]``: their indices, None where all are;
@@ -346,8 +361,9 @@ def falcon_batch(
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other
         nodes than ``n_clusters`` is refused.  One ``UserWarning`` names the
-        graphs that have such nodes, and one those (of explicit affinities)
-        that are not connected, with their counts.
+        graphs that have such nodes, one those (of explicit affinities)
+        that are not connected, with their counts, and one the precomputed
+        graphs of equal weights (whose labels are arbitrary).
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -485,6 +501,7 @@ def falcon_batch(
                               for k, d in zip(keep, degrees)])
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
+        _warn_of_flat(Ws)
     else:
         Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                             power=power).fit(G) for G in graphs]

@@ -726,6 +726,37 @@ def test_a_precomputed_complete_graph_of_equal_weights_warns_that_it_is_flat(
                 sp.csr_matrix(G) if sparse else G)
 
 
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_warns_once_of_precomputed_graphs_that_are_flat(backend):
+    """FalconNCut(affinity="precomputed") warns of a complete graph of equal
+    weights (its labels are arbitrary); falcon_batch clustered such graphs
+    silently.  One warning names them, as of zero-degree nodes."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    from sklearn_falcon import falcon_batch
+
+    n = 20
+    flat = np.full((n, n), 0.7)
+    np.fill_diagonal(flat, 0.0)
+    ring = np.roll(np.eye(n), 1, axis=1) + np.roll(np.eye(n), -1, axis=1)
+    graphs = [flat, ring, sp.csr_matrix(flat * 2 / 7 + np.eye(n)), ring]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        falcon_batch(graphs, 2, affinity="precomputed", random_state=0,
+                     backend=backend, device="cpu")
+    said = [str(w.message) for w in record if "off-diagonal" in str(w.message)]
+    assert said == [
+        "Every off-diagonal affinity of 2 of the 4 graphs is equal within its "
+        "graph (graphs[0]: 0.7, graphs[2]: 0.2), so each is complete with equal "
+        "weights and every partition has the same NCut; their labels are "
+        "arbitrary. Check how the affinities were built (a threshold or a "
+        "bandwidth too large for the distances?)."], said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        falcon_batch(graphs[1::2], 2, affinity="precomputed", random_state=0,
+                     backend=backend, device="cpu")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_refuses_a_dtype_it_does_not_offer(dtype, backend):
