@@ -5,7 +5,7 @@ a monotone proximal-gradient method: no spectral relaxation and no recursive
 2-way splits.
 """
 
-from ._batch import falcon_batch
+from ._batch import BatchResult, falcon_batch
 from ._falcon import FalconNCut
 from .metrics import normalized_cut
 
@@ -16,6 +16,7 @@ __all__ = [
     "ImageSegmenter",
     "normalized_cut",
     "falcon_batch",
+    "BatchResult",
     "__version__",
 ]
 

@@ -24,6 +24,7 @@ from ._affinity import (
     check_dtype_kind,
     check_sparse_structure,
     count_components,
+    flat_weight,
     make_affinity,
     restrict_to_active,
     start_graph,
@@ -31,6 +32,7 @@ from ._affinity import (
     warn_if_flat_cosine,
     warn_if_flat_rbf,
 )
+from ._affinity._flat import CHECK_FLAT
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
@@ -50,7 +52,11 @@ __all__ = ["BatchResult", "falcon_batch"]
 class BatchResult:
     """Outcome of :func:`falcon_batch` for ``B`` graphs.
 
-    Attributes
+    The dataclass that :func:`falcon_batch` returns, importable as
+    ``sklearn_falcon.BatchResult`` (to annotate types); each parameter is
+    an attribute of the same name.
+
+    Parameters
     ----------
     labels : list of ndarray
         ``B`` label vectors, one per graph (of its own size).
@@ -74,7 +80,19 @@ class BatchResult:
     tau : ndarray of shape (B,)
         Final proximal parameter (in score units).
     backend : str
+        The backend that ran: ``"torch"``, ``"numba"`` or ``"dask"``.
     device : str
+        The device it ran on (``"cpu"``, ``"cuda:0"``...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_falcon import BatchResult, falcon_batch
+    >>> X = np.random.default_rng(0).random((30, 2))
+    >>> res = falcon_batch([X, X[:20]], 2, affinity="rbf", backend="numba",
+    ...                    random_state=0)
+    >>> isinstance(res, BatchResult), res.backend, [len(y) for y in res.labels]
+    (True, 'numba', [30, 20])
     """
 
     labels: list
@@ -121,7 +139,7 @@ def _check_graphs(graphs, affinity):
         try:
             G = check_array(  # COO: as CSR
                 G, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
-                input_name=name, ensure_min_samples=1)
+                input_name=name, ensure_min_samples=2)  # as FalconNCut
         except ValueError as exc:  # scikit-learn names no input in most
             if name in str(exc):
                 raise
@@ -211,6 +229,19 @@ def _warn_of_parts(zero, split, B, hint):
         )
 
 
+def _warn_of_flat(Ws):
+    """One warning of the precomputed graphs of ``Ws`` that are complete with
+    equal weights, as FalconNCut warns of each (silent before)."""
+    flat = {b: f"{w:.6g}" for b, w in enumerate(
+        flat_weight(W, degrees_of(W)) for W in Ws) if w is not None}
+    if flat:
+        warn_user(
+            f"Every off-diagonal affinity of {len(flat)} of the {len(Ws)} graphs "
+            f"is equal within its graph ({_listing(flat)}), so each is complete "
+            "with equal weights and every partition has the same NCut; their "
+            "labels are arbitrary. " + CHECK_FLAT.format("ies were"))
+
+
 def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
     """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
     of nonzero degree (``keep[b]``: their indices, None where all are;
@@ -239,6 +270,10 @@ def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
         if active.all():
             continue
         idx = np.flatnonzero(active)
+        if idx.size == 0:  # as FalconNCut says (not "fewer than n_clusters=1")
+            raise ValueError(
+                f"graphs[{b}] is all zeros: no node has a nonzero degree, so the "
+                "normalized cut is undefined.")
         if idx.size < n_clusters:
             raise ValueError(
                 f"graphs[{b}] has {idx.size} nodes of nonzero degree, fewer than "
@@ -318,15 +353,17 @@ def falcon_batch(
     graphs : list of array-like, or array of shape (B, n, p)
         One feature matrix ``(n_b, p)`` per graph (the same ``p``), or one
         affinity ``(n_b, n_b)`` (dense or sparse) per graph for a
-        precomputed affinity (a 1-D object array of them as a list).  Torch
+        precomputed affinity (a 1-D object array of them as a list), each
+        of at least 2 nodes (as FalconNCut needs 2 samples).  Torch
         tensors (on any device) are read on the host, Dask arrays gathered.
         Nodes of zero degree (with the cosine affinity: rows of zero
         features) are left out of the start and the solve and given the
         cluster of largest volume, as by :class:`~sklearn_falcon.FalconNCut`
         (a matrix-free batch stays matrix-free); a graph with fewer other
         nodes than ``n_clusters`` is refused.  One ``UserWarning`` names the
-        graphs that have such nodes, and one those (of explicit affinities)
-        that are not connected, with their counts.
+        graphs that have such nodes, one those (of explicit affinities)
+        that are not connected, with their counts, and one the precomputed
+        graphs of equal weights (whose labels are arbitrary).
     n_clusters : int
         Number of clusters ``K`` of every graph.
     affinity : str, default="cosine"
@@ -375,7 +412,7 @@ def falcon_batch(
 
     Returns
     -------
-    result : BatchResult
+    result : :class:`BatchResult`
         A dataclass of one entry per graph: ``labels`` (a list of label
         vectors, each of its graph's size), ``ncut`` and ``objective``
         (arrays of shape ``(B,)``, the NCut and ``f`` of each labelling
@@ -464,6 +501,7 @@ def falcon_batch(
                               for k, d in zip(keep, degrees)])
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
+        _warn_of_flat(Ws)
     else:
         Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                             power=power).fit(G) for G in graphs]

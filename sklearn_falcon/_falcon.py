@@ -447,8 +447,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             starts = make_starts(init, ctx, self.n_init)
             del ctx
             if self.verbose:
-                log_stage("init", "%s, n_init=%d: %d starting labellings in %.2f s",
-                          init, self.n_init, len(starts), time.perf_counter() - t0)
+                log_stage("init", "%s, n_init=%d: %d starting labelling%s in %.2f s",
+                          init, self.n_init, len(starts), "s"[:len(starts) != 1],
+                          time.perf_counter() - t0)
         def runs():  # one solve at a time: only the best is held
             for i, y0 in enumerate(starts):
                 if self.verbose:

@@ -22,7 +22,9 @@ that is one of the input images is refused before anything is written.
 
 Every failure while a command runs ends it with a one-line
 ``sklearn-falcon: error:`` message on stderr and exit status 1 (130 on
-Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  A
+Ctrl-C); a warning is one ``sklearn-falcon: warning:`` line, once.  An
+output whose reader has gone (``sklearn-falcon demo | head -1``) ends the
+command quietly, with status 1.  A
 command line that cannot be parsed (a missing ``--out``, an unknown
 option, ``--segments foo``) prints the usage and an ``error:`` line and
 exits with status 2, as argparse does.
@@ -47,18 +49,12 @@ __all__ = ["build_parser", "main", "save_label_png"]
 
 COMMANDS = ("demo", "segment")
 DEFAULT_COMMAND = "demo"
-PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
 
 
 def _import_pillow():
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise ImportError(
-            f"Reading and writing image files needs Pillow, which is not installed: "
-            f"{PILLOW_HINT}."
-        ) from exc
-    return Image
+    from .image._io import import_pillow
+
+    return import_pillow("Reading and writing image files needs Pillow")
 
 
 def _write_replacing(path, write):
@@ -289,6 +285,16 @@ def _say(text, file=None):
     print(text.encode(encoding, "backslashreplace").decode(encoding), file=stream)
 
 
+def _to_devnull(stream):
+    """Point ``stream``'s file descriptor at the null device."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no descriptor (captured)
+        pass
+
+
 def _entry(path):
     """``path``'s directory entry: its folder resolved, its name kept (an
     output replaces a link there, it does not follow it)."""
@@ -515,6 +521,13 @@ def main(argv=None, *, prog="sklearn-falcon"):
                 _run_segment(args)
             else:
                 _run_demo(args)
+            sys.stdout.flush()  # a closed pipe is met here, not at exit
+    except BrokenPipeError:
+        # the reader went away (``| head -1``): stop quietly, as Python's
+        # documentation advises, stdout pointed at devnull so that the flush
+        # at exit does not fail again
+        _to_devnull(sys.stdout)
+        return 1
     except KeyboardInterrupt:
         print("sklearn-falcon: interrupted", file=sys.stderr)
         return 130

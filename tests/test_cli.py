@@ -671,3 +671,26 @@ def test_cli_warnings_are_one_line_each(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.splitlines() == [
         "sklearn-falcon: warning: The affinity graph is not fully connected."]
+
+
+@pytest.mark.parametrize("buffering", ["line_buffering=True", "line_buffering=False"])
+def test_cli_a_closed_output_pipe_ends_it_quietly(tmp_path, buffering):
+    # `sklearn-falcon segment ... | head -1` said "error: [Errno 32] Broken
+    # pipe" (or "Exception ignored ... BrokenPipeError") when head had gone
+    paths = [str(_write(tmp_path, f"im{i}.png")[0]) for i in range(3)]
+    code = textwrap.dedent(f"""
+        import sys
+        from sklearn_falcon.cli import main
+        sys.stdout.reconfigure({buffering})
+        raise SystemExit(main(["segment", *{paths!r}, "--refine", "none",
+                               "--out", {str(tmp_path / "out")!r}]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    proc.stderr.close()
+    rc = proc.wait(timeout=300)
+    assert rc == 1
+    assert "Broken pipe" not in err and "BrokenPipeError" not in err, err
+    assert "error" not in err, err

@@ -499,3 +499,20 @@ def test_user_guide_quotes_falcon_batch_messages():
     assert any(str(w.message).startswith(quote) for w in caught)
     assert '``"solve: graph 2 of 5"``' in guide
     assert "solve: graph 2 of 5" in [r.getMessage() for r in records]
+
+
+def test_the_result_of_falcon_batch_is_public():
+    """``falcon_batch`` returns a ``BatchResult``, which was importable only
+    from the private ``sklearn_falcon._batch`` and absent from the API
+    reference: a user who annotates types or looks up its fields could not."""
+    import numpy as np
+
+    from sklearn_falcon import BatchResult, falcon_batch
+
+    assert "BatchResult" in sklearn_falcon.__all__
+    X = np.random.default_rng(0).random((12, 2))
+    res = falcon_batch([X], 2, affinity="rbf", backend="numba", random_state=0)
+    assert isinstance(res, BatchResult)
+    api = (DOCS / "api.rst").read_text(encoding="utf-8")
+    assert re.search(r"^\s+BatchResult$", api, re.M), "api.rst does not list it"
+    assert ":class:`BatchResult`" in inspect.getdoc(falcon_batch)

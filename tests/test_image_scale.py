@@ -839,3 +839,21 @@ def test_device_pipeline_on_cuda():
     out = seg.segment_dataset([img, img], batch_size=2, progress=False)
     assert [o.shape for o in out] == [(96, 128)] * 2
     assert miou(out, [mask, mask]) > 0.75
+
+
+def test_upsampling_checks_its_device_whatever_the_input():
+    # an empty image (upsample_labels) and return_scores=True
+    # (prototype_upsample) returned before the device was looked at:
+    # device="banana" was accepted for them, and refused otherwise
+    pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3), np.uint8)
+    lab = np.zeros((4, 4), int)
+    with pytest.raises(ValueError, match="device='banana'"):
+        upsample_labels(lab, img[:0], img[::2, ::2], device="banana")
+    assert upsample_labels(lab, img[:0], img[::2, ::2], device="cpu").shape == (0, 8)
+    with pytest.raises(ValueError, match="device='banana'"):
+        prototype_upsample(np.ones((4, 4, 3)), lab, (8, 8), return_scores=True,
+                           device="banana")
+    labels, scores = prototype_upsample(np.ones((4, 4, 3)), lab, (8, 8),
+                                        return_scores=True, device="cpu")
+    assert labels.shape == (8, 8) and scores.shape == (8, 8, 1)

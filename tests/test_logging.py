@@ -197,3 +197,24 @@ def test_the_progress_guide_names_the_record_that_verbose_zero_logs(monkeypatch,
         time.sleep(0.2)
         notice.on_end()
     assert not [r for r in caplog.records if r.name == "sklearn_falcon"]
+
+
+@pytest.mark.parametrize("n_init, said", [(1, "1 starting labelling in"),
+                                          (2, "2 starting labellings in")])
+def test_the_init_line_counts_its_starts_in_english(caplog, n_init, said):
+    # it said "1 starting labellings" (the user guide quoted it)
+    X = np.random.default_rng(0).random((40, 2))
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(2, init="kmeans", n_init=n_init, verbose=1,
+                   random_state=0).fit(X)
+    lines = [r.getMessage() for r in caplog.records if "init: " in r.getMessage()]
+    assert len(lines) == 1 and said in lines[0], lines
+
+
+def test_the_hierarchy_line_counts_its_levels_in_english(caplog):
+    # a graph too small to coarsen logged "hierarchy of 1 levels, [40] nodes"
+    X = np.random.default_rng(0).random((40, 2))
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(2, verbose=1, random_state=0).fit(X)
+    lines = [r.getMessage() for r in caplog.records if "hierarchy" in r.getMessage()]
+    assert lines == ["level: hierarchy of 1 level, [40] nodes"], lines

@@ -219,3 +219,42 @@ def test_offline_segmenter_resizing_without_pillow_names_the_extra():
             print("raised")
     """, block=BLOCK_PIL)
     assert out.strip() == "raised"
+
+
+def test_a_broken_pillow_is_not_said_to_be_missing(tmp_path):
+    """An installed Pillow whose import fails (its C extension, a missing
+    libjpeg) was reported as "needs Pillow, which is not installed: pip
+    install ...", without the import's error, where torch and Dask say
+    theirs; reading a file, resizing and the command line alike."""
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+
+    path = tmp_path / "img.png"
+    Image.fromarray(np.zeros((64, 96, 3), np.uint8)).save(path)
+    block = BROKEN.replace('("torch", "dask")', '("PIL",)').replace(
+        "libcudnn.so.9", "libjpeg.so.8")
+    out = _run(f"""
+        import contextlib, io
+        import numpy as np
+        from sklearn_falcon import ImageSegmenter
+        from sklearn_falcon.cli import main
+        from sklearn_falcon.image import load_image
+        img = np.zeros((64, 96, 3), dtype=np.uint8)
+        for call in (lambda: load_image({str(path)!r}),
+                     lambda: ImageSegmenter(n_segments=2, max_tokens=16).segment(img)):
+            try:
+                call()
+            except ImportError as exc:
+                msg = str(exc)
+                assert "not installed" not in msg, msg
+                assert "installed but cannot be imported" in msg, msg
+                assert "libjpeg.so.8" in msg, msg
+                print("raised")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["segment", {str(path)!r}, "--out", {str(tmp_path)!r}])
+        assert rc == 1 and "libjpeg.so.8" in err.getvalue(), err.getvalue()
+        assert "not installed" not in err.getvalue(), err.getvalue()
+        print("raised")
+    """, block=block)
+    assert out.split() == ["raised"] * 3

@@ -343,3 +343,16 @@ def test_pamr_on_cuda_matches_numba():
     lab2 = np.zeros((24, 30), np.int64)
     lab2[:, 12:] = 1
     np.testing.assert_array_equal(pamr(clean, lab2, device="cuda"), pamr(clean, lab2))
+
+
+def test_pamr_checks_its_device_whatever_the_labels():
+    # one label or n_iter=0 returned a copy before the device was looked at:
+    # device="banana" was accepted for them, and refused for other maps
+    pytest.importorskip("torch")
+    img = np.zeros((8, 8, 3), np.uint8)
+    lab = np.zeros((8, 8), int)
+    for labels, n_iter in ((lab, 10), (lab + (np.arange(8) > 3), 0)):
+        with pytest.raises(ValueError, match="device='banana'"):
+            pamr(img, labels, n_iter=n_iter, device="banana")
+        np.testing.assert_array_equal(
+            pamr(img, labels, n_iter=n_iter, device="cpu"), labels)

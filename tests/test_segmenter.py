@@ -974,9 +974,12 @@ def test_a_warning_every_frame_shares_is_given_once(monkeypatch):
     monkeypatch.setattr(_segmenter, "knn_cosine_power_affinity", split)
     img, _ = _quadrants()  # 48 tokens
     seg = ImageSegmenter(n_segments=2, refine=None)
+    # fit and fit_predict too: they repeated it once per image
     for run in (lambda: list(seg.segment_video([img] * 3)),
                 lambda: seg.segment_dataset([img] * 3, batch_size=1,
-                                            progress=False)):
+                                            progress=False),
+                lambda: seg.fit([img] * 3).labels_,
+                lambda: seg.fit_predict([img] * 3)):
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("default")
             assert len(run()) == 3

@@ -608,6 +608,30 @@ def test_falcon_batch_names_the_graph_smaller_than_n_clusters():
         falcon_batch([X, X[:5], X[:2], X[:4]], 3, backend="numba")
 
 
+def test_falcon_batch_refuses_what_falconncut_refuses():
+    """A graph of one node was clustered (FalconNCut refuses one sample, as
+    scikit-learn's clusterers do), and an all-zero graph was refused as
+    "graphs[0] has 0 nodes of nonzero degree, fewer than n_clusters=1":
+    n_clusters was not the fault; FalconNCut says that it is all zeros."""
+    from sklearn_falcon import falcon_batch
+
+    X = np.random.default_rng(0).random((20, 2))
+    with pytest.raises(ValueError, match=r"graphs\[1\]: .*1 sample"):
+        falcon_batch([X, X[:1]], 1, backend="numba")
+    with pytest.raises(ValueError, match=r"graphs\[0\]: .*1 sample"):
+        falcon_batch([np.ones((1, 1))], 1, affinity="precomputed", backend="numba")
+    with pytest.raises(ValueError, match="1 sample"):
+        FalconNCut(1, affinity="precomputed").fit(np.ones((1, 1)))
+    for k in (1, 2):
+        with pytest.raises(ValueError, match=r"^graphs\[1\] is all zeros: no node "
+                           "has a nonzero degree, so the normalized cut is "
+                           r"undefined\.$"):
+            falcon_batch([np.ones((4, 4)), np.zeros((4, 4))], k,
+                         affinity="precomputed", backend="numba")
+    with pytest.raises(ValueError, match="all zeros: no sample has a nonzero"):
+        FalconNCut(2, affinity="precomputed").fit(np.zeros((4, 4)))
+
+
 def test_rbf_gamma_zero_warns_that_the_graph_is_flat():
     """gamma=0 (accepted, as by scikit-learn) makes every affinity 1: the
     labels are arbitrary, as with a kNN graph of n_neighbors >= n_samples,
@@ -700,6 +724,37 @@ def test_a_precomputed_complete_graph_of_equal_weights_warns_that_it_is_flat(
             warnings.simplefilter("error")
             FalconNCut(2, affinity="precomputed", random_state=0).fit(
                 sp.csr_matrix(G) if sparse else G)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_falcon_batch_warns_once_of_precomputed_graphs_that_are_flat(backend):
+    """FalconNCut(affinity="precomputed") warns of a complete graph of equal
+    weights (its labels are arbitrary); falcon_batch clustered such graphs
+    silently.  One warning names them, as of zero-degree nodes."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    from sklearn_falcon import falcon_batch
+
+    n = 20
+    flat = np.full((n, n), 0.7)
+    np.fill_diagonal(flat, 0.0)
+    ring = np.roll(np.eye(n), 1, axis=1) + np.roll(np.eye(n), -1, axis=1)
+    graphs = [flat, ring, sp.csr_matrix(flat * 2 / 7 + np.eye(n)), ring]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        falcon_batch(graphs, 2, affinity="precomputed", random_state=0,
+                     backend=backend, device="cpu")
+    said = [str(w.message) for w in record if "off-diagonal" in str(w.message)]
+    assert said == [
+        "Every off-diagonal affinity of 2 of the 4 graphs is equal within its "
+        "graph (graphs[0]: 0.7, graphs[2]: 0.2), so each is complete with equal "
+        "weights and every partition has the same NCut; their labels are "
+        "arbitrary. Check how the affinities were built (a threshold or a "
+        "bandwidth too large for the distances?)."], said
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        falcon_batch(graphs[1::2], 2, affinity="precomputed", random_state=0,
+                     backend=backend, device="cpu")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bogus", 3, np.int32])

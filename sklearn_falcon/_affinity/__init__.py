@@ -20,9 +20,9 @@ from ._check import (
     unit_scaled,
     warn_if_disconnected,
     warn_if_flat_cosine,
-    warn_if_flat_graph,
     warn_of_components,
 )
+from ._flat import flat_weight, warn_if_flat_graph
 from ._kinds import (
     AFFINITIES,
     Affinity,
@@ -56,6 +56,7 @@ __all__ = [
     "cosine_range",
     "cosine_similarity",
     "count_components",
+    "flat_weight",
     "make_affinity",
     "restrict_to_active",
     "start_graph",

@@ -19,7 +19,7 @@ __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
            "count_components",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
-           "warn_if_flat_graph", "warn_of_components",
+           "warn_of_components",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
            "unit_exponent", "unit_scaled"]
 
@@ -394,36 +394,6 @@ def warn_if_flat(flat, n_samples, cause, advice):
             "partition has the same NCut (n_clusters - 1); the labels are "
             f"arbitrary. {advice}"
         )
-
-
-def warn_if_flat_graph(W, degrees, name="X"):
-    """Warn when every off-diagonal entry of the affinity ``W`` (``name``:
-    a precomputed or callable one) is the same positive weight and its
-    diagonal is constant: a complete graph of equal weights, where every
-    partition has the same NCut, as a flat rbf or cosine affinity.  A pass
-    over ``W`` in row chunks, only where the ``degrees`` are all equal."""
-    n = W.shape[0]
-    if n < 3 or not np.ptp(degrees) <= 1e-9 * degrees.max():
-        return
-    if sp.issparse(W):  # complete: every entry stored
-        if W.nnz < n * (n - 1):
-            return
-        W = W.toarray()
-    w, diag = W[0, 1], np.diagonal(W)
-    if not (w > 0 and np.all(diag == diag[0])):
-        return
-    for a in range(0, n, 1024):
-        rows = np.arange(a, min(a + 1024, n))
-        same = W[rows] == w
-        same[rows - a, rows] = True
-        if not same.all():
-            return
-    warn_user(
-        f"Every off-diagonal affinity of {name} is equal ({float(w):.6g}), so the "
-        "graph is complete with equal weights and every partition has the same "
-        "NCut; the labels are arbitrary. Check how the affinity was built (a "
-        "threshold or a bandwidth too large for the distances?)."
-    )
 
 
 def warn_if_flat_cosine(lo, hi, n_samples):

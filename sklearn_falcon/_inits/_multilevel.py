@@ -424,7 +424,8 @@ def multilevel_labels(W, degrees, n_clusters, rng, options=None, effort=None,
     top = len(H.maps)
     Wc, dc = H.level(top)
     if verbose:
-        log_stage("level", "hierarchy of %d levels, %s nodes", top + 1, H.sizes)
+        log_stage("level", "hierarchy of %d level%s, %s nodes", top + 1,
+                  "s"[:top > 0], H.sizes)
     cands = []
     n_starts = max(eff.n_starts, eff.starts_times_k // K)
     spectral = Wc.shape[0] * K * K <= eff.spectral_start_budget

@@ -96,14 +96,11 @@ def grid_under_budget(rows, cols, max_tokens):
 
 def resize_rgb(rgb, shape):
     """``rgb`` resized to ``(h, w)`` with Pillow's antialiasing filter."""
-    try:
-        from PIL import Image
-    except ImportError as exc:  # the core install: an array, no image file
-        raise ImportError(
-            "An image larger than ImageSegmenter's token budget (max_tokens) is "
-            "resized with Pillow, which is not installed: pip install "
-            "'sklearn-falcon[cli]' (or pip install pillow)."
-        ) from exc
+    from ._io import import_pillow
+
+    # the core install: an array, no image file
+    Image = import_pillow("An image larger than ImageSegmenter's token budget "
+                          "(max_tokens) is resized with Pillow")
 
     h, w = int(shape[0]), int(shape[1])
     img = Image.fromarray(np.ascontiguousarray(rgb))

@@ -27,9 +27,11 @@ def image_seeds(random_state, n):
     return [int(s) for s in random_state.randint(np.iinfo(np.int32).max, size=n)]
 
 
+@warns_once  # (ImageSegmenter.fit gave one per image)
 def segment_each(seg, images, seeds=None):
     """``seg.segment`` of each image, image ``i`` with the random_state
-    ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is."""
+    ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is; a
+    warning that the images share is given once."""
     seeds = image_seeds(seg.random_state, len(images)) if seeds is None else seeds
     out = []
     for im, seed in zip(images, seeds):

@@ -5,6 +5,7 @@ brought to the host, by the boundary module, without importing torch.
 """
 
 import contextlib
+import importlib.util
 import operator
 import os
 import re
@@ -14,7 +15,32 @@ import numpy as np
 
 from .._backends._boundary import host_array, is_tensor
 
-__all__ = ["as_image_list", "load_image", "check_image_size", "opened_image"]
+__all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
+           "opened_image"]
+
+PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
+
+
+def import_pillow(needs):
+    """``PIL.Image``, or an ImportError that starts with ``needs`` ("Reading
+    image files needs Pillow"): not installed, and what to install, or
+    installed but failing at import (a library of its own missing), and how
+    it failed, which was reported as "not installed" without the error."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        try:
+            installed = importlib.util.find_spec("PIL") is not None
+        except (ImportError, ValueError):  # a broken or blocked installation
+            installed = False
+        if installed:
+            msg = (f"{needs}, which is installed but cannot be imported "
+                   f"({type(exc).__name__}: {exc}). Repair or reinstall it: pip "
+                   "install --force-reinstall pillow.")
+        else:
+            msg = f"{needs}, which is not installed: {PILLOW_HINT}."
+        raise ImportError(msg) from exc
+    return Image
 
 
 def _is_pil_image(obj):
@@ -270,13 +296,8 @@ def load_image(image):
             raise FileNotFoundError(_not_found(image, path))
         if path.is_dir():
             raise ValueError(f"Expected an image file, got a directory: '{path}'.")
-        try:
-            from PIL import ImageOps
-        except ImportError as exc:
-            raise ImportError(
-                "Reading image files needs Pillow, which is not installed: pip "
-                "install 'sklearn-falcon[cli]' (or pip install pillow)."
-            ) from exc
+        import_pillow("Reading image files needs Pillow")
+        from PIL import ImageOps
         with opened_image(path) as img:
             img.load()
             if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, validate_params
 from .._jit import jit, pjit, prange
 from .._memory import check_allocation
 from .._threads import fit_threads
-from ._upsample import _colours
+from ._upsample import _colours, torch_device_of
 
 __all__ = ["pamr"]
 
@@ -202,6 +202,7 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     """
     img = np.asarray(image)
     lab = np.asarray(labels)
+    dev = torch_device_of(device, "pamr")
     if img.ndim == 2:  # greyscale (it said "(H, W) and (H, W) do not match")
         img = img[:, :, None]
     # complex was cast to its real part (a ComplexWarning), text parsed
@@ -226,7 +227,7 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
         return lab.copy()
     h, w = lab.shape
     offs = _offsets(dil.tolist())
-    if device is None:  # a float32 mask per label, thrice, and the weights
+    if dev is None:  # a float32 mask per label, thrice, and the weights
         n_floats = offs.shape[0] + 3 * len(uniq) + 2 * (img.shape[2] + 1)
         _check_memory(4 * h * w * n_floats, len(uniq), h, w)
     planes = np.ascontiguousarray(np.moveaxis(img, 2, 0), dtype=np.float64)
@@ -238,9 +239,9 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     top = float(np.abs(planes).max()) if planes.size else 0.0
     if top > 2.0**500 or 0 < top < 2.0**-10:
         planes = np.ldexp(planes, -np.frexp(top)[1])
-    if device is not None:
+    if dev is not None:
         idx = _pamr_on_device(planes, inv.reshape(h, w), len(uniq), offs, dil.size,
-                              int(n_iter), device)
+                              int(n_iter), dev)
         return uniq[idx].astype(lab.dtype, copy=False)
     mask = np.zeros((len(uniq), h * w), dtype=np.float32)
     mask[inv.reshape(-1), np.arange(h * w)] = 1.0
@@ -256,17 +257,16 @@ def _check_memory(nbytes, n_labels, h, w):
         "PAMR holds a mask per label: refine fewer labels, or a smaller image.")
 
 
-def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, device):
-    """PAMR with the torch kernels of :mod:`._pamr_torch` on ``device``: the
-    ``(C, H, W)`` image and the ``(H, W)`` label indices in ``[0, n_labels)``
-    cross to the device and back through the NumPy/torch boundary."""
-    from .._backends import _boundary as bd
-    from .._backends._device import import_torch
+def _pamr_on_device(planes, inv, n_labels, offsets, n_dilations, n_iter, dev):
+    """PAMR with the torch kernels of :mod:`._pamr_torch` on the torch device
+    ``dev``: the ``(C, H, W)`` image and the ``(H, W)`` label indices in
+    ``[0, n_labels)`` cross to the device and back through the NumPy/torch
+    boundary."""
+    import torch
 
-    torch = import_torch(f"pamr(device={device!r})", "device=None")
+    from .._backends import _boundary as bd
     from . import _pamr_torch as pk
 
-    dev = bd.torch_device(device)
     c, h, w = planes.shape
     # the kernels pad by the largest shift: one past the image is the shift
     # to its border (as the Numba kernels clamp), not a terabyte of padding

@@ -143,6 +143,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     out_shape = _out_shape(out_shape)
     if not isinstance(return_scores, (bool, np.bool_)):  # "no" returned a pair
         raise ValueError(f"return_scores must be True or False; got {return_scores!r}.")
+    dev = torch_device_of(device, "prototype_upsample")
     f = real_float32(features)
     lab = np.asarray(token_labels)
     # a transposed (gw, gh) label grid was reshaped to (gh, gw), silently
@@ -159,7 +160,7 @@ def prototype_upsample(features, token_labels, out_shape, *, return_scores=False
     uniq, inv = np.unique(lab, return_inverse=True)
     uniq, inv = _label_ids(uniq, "token_labels"), inv.reshape(-1)
     if device is not None and not return_scores:
-        return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, device)]
+        return uniq[_prototype_on_device(f, inv, len(uniq), out_shape, dev)]
     fn = f.reshape(-1, c)
     fn = fn / np.maximum(np.linalg.norm(fn, axis=1, keepdims=True), 1e-12)
     k = len(uniq)
@@ -292,6 +293,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
     array([0, 0, 0, 0, 0, 1, 1, 1])
     """
     lab = np.asarray(labels)
+    dev = torch_device_of(device, "upsample_labels")
     # greyscale images as one channel (they were said not to match)
     img, small = (a[:, :, None] if a.ndim == 2 else a
                   for a in (np.asarray(image), np.asarray(small_image)))
@@ -317,7 +319,7 @@ def upsample_labels(labels, image, small_image, *, device=None):
     inv = inv.reshape(lab.shape).astype(np.int64)
     uniq = _label_ids(uniq, "labels")
     if device is not None:
-        return _upsample_labels_on_device(inv, img, small, uniq, device)
+        return _upsample_labels_on_device(inv, img, small, uniq, dev)
     # one layout for the kernel (each layout, and read-only arrays, are a
     # compile of their own): the working image is small, so it is copied
     # where it is not a writable C array; the full image only where it is
@@ -386,14 +388,23 @@ def _check_score_map(k, h, w):
                      "use fewer token labels, or a smaller out_shape.")
 
 
-def _prototype_on_device(features, inv, n_labels, out_shape, device):
+def torch_device_of(device, caller):
+    """The ``torch.device`` of ``device`` of a function ``caller``, or None
+    for None: checked before any early return, for which a device that
+    does not exist ("banana") was accepted."""
+    if device is None:
+        return None
     from .._backends import _boundary as bd
     from .._backends._device import import_torch
 
-    import_torch(f"prototype_upsample(device={device!r})", "device=None")
+    import_torch(f"{caller}(device={device!r})", "device=None")
+    return bd.torch_device(device)
+
+
+def _prototype_on_device(features, inv, n_labels, out_shape, dev):
+    from .._backends import _boundary as bd
     from . import _upsample_torch as ut
 
-    dev = bd.torch_device(device)
     if dev.type == "cpu":  # in host memory (CUDA raises its own OutOfMemoryError)
         _check_score_map(n_labels, int(out_shape[0]), int(out_shape[1]))
     idx = ut._prototype_labels(bd.to_tensor(features, dev),
@@ -402,14 +413,10 @@ def _prototype_on_device(features, inv, n_labels, out_shape, device):
     return bd.to_numpy(idx)
 
 
-def _upsample_labels_on_device(inv, image, small, ids, device):
+def _upsample_labels_on_device(inv, image, small, ids, dev):
     from .._backends import _boundary as bd
-    from .._backends._device import import_torch
-
-    import_torch(f"upsample_labels(device={device!r})", "device=None")
     from . import _upsample_torch as ut
 
-    dev = bd.torch_device(device)
     out = np.empty(image.shape[:2], dtype=np.int64)
     small_t = bd.to_tensor(small, dev)
     lab_t = bd.to_tensor(inv, dev)
