@@ -4,7 +4,7 @@ weight (and a constant diagonal) gives every partition the same NCut."""
 import numpy as np
 import scipy.sparse as sp
 
-from .._log import warn_user
+from ._check import warn_if_flat
 
 __all__ = ["flat_weight", "warn_if_flat_graph"]
 
@@ -42,7 +42,6 @@ def warn_if_flat_graph(W, degrees, name="X"):
     one) is complete with equal weights (:func:`flat_weight`)."""
     w = flat_weight(W, degrees)
     if w is not None:
-        warn_user(
-            f"Every off-diagonal affinity of {name} is equal ({w:.6g}), so the "
-            "graph is complete with equal weights and every partition has the "
-            "same NCut; the labels are arbitrary. " + CHECK_FLAT.format("y was"))
+        warn_if_flat(True, W.shape[0],
+                     f"Every off-diagonal affinity of {name} is equal ({w:.6g})",
+                     CHECK_FLAT.format("y was"))
