@@ -229,11 +229,12 @@ def _warn_of_parts(zero, split, B, hint):
         )
 
 
-def _warn_of_flat(Ws):
-    """One warning of the precomputed graphs of ``Ws`` that are complete with
-    equal weights, as FalconNCut warns of each (silent before)."""
+def _warn_of_flat(Ws, degrees):
+    """One warning of the precomputed graphs of ``Ws`` (of ``degrees``) that
+    are complete with equal weights, as FalconNCut warns of each (silent
+    before)."""
     flat = {b: f"{w:.6g}" for b, w in enumerate(
-        flat_weight(W, degrees_of(W)) for W in Ws) if w is not None}
+        flat_weight(W, d) for W, d in zip(Ws, degrees)) if w is not None}
     if flat:
         warn_user(
             f"Every off-diagonal affinity of {len(flat)} of the {len(Ws)} graphs "
@@ -245,7 +246,8 @@ def _warn_of_flat(Ws):
 def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
     """``(Ws, graphs, init, keep)`` restricted, graph by graph, to the nodes
     of nonzero degree (``keep[b]``: their indices, None where all are;
-    ``degrees``: of the graphs, where ``Ws`` are None, matrix-free):
+    ``degrees``: of the graphs, computed here if None; ``Ws`` are None on
+    the matrix-free path):
     as in :class:`~sklearn_falcon.FalconNCut`, zero-degree nodes stay out of
     the start and the solve (a graph initialization divides by degrees, and
     in the solve they counted in the empty-cluster guard, so that a cluster
@@ -501,16 +503,18 @@ def falcon_batch(
                               for k, d in zip(keep, degrees)])
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
-        _warn_of_flat(Ws)
     else:
         Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                             power=power).fit(G) for G in graphs]
 
     if not matrix_free:
+        degrees = [degrees_of(W) for W in Ws]  # (one pass over each W)
+        if affinity == "precomputed":
+            _warn_of_flat(Ws, degrees)
         hint = make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                              power=power).connect_hint()
         Ws, graphs, init, keep = _active_parts(Ws, graphs, init, n_clusters,
-                                               hint=hint)
+                                               degrees, hint=hint)
 
     with fit_threads(None, limit_blas=spec.limit_blas), spec.scope():
         if spec.batched:
