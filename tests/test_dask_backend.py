@@ -653,11 +653,10 @@ def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
                 FalconNCut(2, affinity="precomputed").fit(X)
 
 
-def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch):
-    """On Dask's "processes" scheduler without a pool of its own, Dask
-    spawned a fresh pool at each of the fit's ~20 computes, whose processes
-    imported the package and loaded its kernels again: 90 s for a fit that
-    takes 1.5 s on one pool.  The fit runs its computes on one pool."""
+@pytest.fixture
+def no_pool_per_compute(monkeypatch):
+    """Dask's "processes" scheduler fails a compute that would spawn a
+    process pool of its own (not one the fit shares)."""
     import dask.multiprocessing
 
     def spawn_per_compute(*args, **kwargs):
@@ -665,6 +664,14 @@ def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch)
 
     monkeypatch.setattr(dask.multiprocessing, "ProcessPoolExecutor",
                         spawn_per_compute)
+
+
+def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(
+        no_pool_per_compute):
+    """On Dask's "processes" scheduler without a pool of its own, Dask
+    spawned a fresh pool at each of the fit's ~20 computes, whose processes
+    imported the package and loaded its kernels again: 90 s for a fit that
+    takes 1.5 s on one pool.  The fit runs its computes on one pool."""
     W, y = planted(200, 2, seed=0)
     y0 = noisy(y, 2, 0.3, seed=0)
     with dask.config.set(scheduler="processes", num_workers=1):
@@ -675,20 +682,13 @@ def test_a_fit_on_the_processes_scheduler_starts_its_processes_once(monkeypatch)
 
 @pytest.mark.parametrize("caller", ["FalconNCut", "falcon_batch"])
 def test_an_in_memory_fit_on_the_processes_scheduler_starts_its_processes_once(
-        monkeypatch, caller):
+        no_pool_per_compute, caller):
     """backend="dask" on an in-memory matrix (not a Dask array) spawned a
     fresh process pool at each compute on Dask's "processes" scheduler, as
     Dask-array fits did before they shared one: 80 s for a fit of 200 nodes.
     Its computes, and falcon_batch's, run on one pool."""
-    import dask.multiprocessing
-
     from sklearn_falcon import falcon_batch
 
-    def spawn_per_compute(*args, **kwargs):
-        raise AssertionError("a compute spawned a process pool of its own")
-
-    monkeypatch.setattr(dask.multiprocessing, "ProcessPoolExecutor",
-                        spawn_per_compute)
     W, y = planted(200, 2, seed=0)
     y0 = noisy(y, 2, 0.3, seed=0)
     ref = FalconNCut(2, affinity="precomputed", init=y0, backend="numba").fit(W)
