@@ -597,6 +597,24 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
         falcon_batch([X, bad], 2, backend="numba")
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+def test_falcon_batch_names_the_distance_matrix_it_refuses(bad):
+    # precomputed_nearest_neighbors checked its distances only in the
+    # affinity's fit, which named "X" in a batch of graphs
+    import sklearn
+
+    from sklearn_falcon import falcon_batch
+
+    P = np.random.default_rng(0).random((20, 2))
+    D = np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1))
+    B = D.copy()
+    B[2, 1] = B[1, 2] = bad
+    with sklearn.config_context(assume_finite=True):
+        with pytest.raises(ValueError, match=r"graphs\[1\]"):
+            falcon_batch([D, B], 2, affinity="precomputed_nearest_neighbors",
+                         backend="numba")
+
+
 def test_falcon_batch_says_why_it_refuses_graphs():
     """An empty list was refused as "must be a non-empty list ...; got
     list", and one graph (a 2-D array) as "...; got ndarray": neither said

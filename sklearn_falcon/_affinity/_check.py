@@ -352,19 +352,19 @@ def check_nonnegative(data, name):
         )
 
 
-def check_distances(X):
-    """Raise ValueError for a NaN, infinite (scikit-learn's check is skipped
-    under ``assume_finite=True``) or negative entry of the distance matrix
-    ``X`` of ``affinity="precomputed_nearest_neighbors"``."""
+def check_distances(X, name="X"):
+    """Raise ValueError, naming ``name``, for a NaN, infinite (scikit-learn's
+    check is skipped under ``assume_finite=True``) or negative entry of the
+    distance matrix ``X`` of ``affinity="precomputed_nearest_neighbors"``."""
     data = X.data if sp.issparse(X) else X
     if not data.size:
         return
-    check_finite_top(float(data.max()), "X")
+    check_finite_top(float(data.max()), name)
     if data.min() < 0:
         raise ValueError(
-            "Negative values in data passed as X: "
+            f"Negative values in data passed as {name}: "
             "affinity='precomputed_nearest_neighbors' expects nonnegative "
-            f"distances in X; found a minimum of {float(data.min()):.6g}."
+            f"distances in {name}; found a minimum of {float(data.min()):.6g}."
         )
 
 

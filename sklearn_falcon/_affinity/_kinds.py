@@ -328,13 +328,16 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     precomputed = True
     metric = "precomputed"
 
+    def check_features(self, X, name="X", underflow=False):
+        check_distances(X, name)  # (falcon_batch's graphs too)
+
     def fit(self, X):
         if X.shape[0] != X.shape[1]:
             raise ValueError(
                 "affinity='precomputed_nearest_neighbors' expects a square "
                 f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
             )
-        check_distances(X)
+        self.check_features(X)
         self.n_train_ = X.shape[0]
         if not sp.issparse(X):
             self._warn_if_complete(X.shape[0])
@@ -348,7 +351,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"distances of shape (n_new, n_train={self.n_train_}); got "
                 f"shape={X_new.shape}."
             )
-        check_distances(X_new)
+        self.check_features(X_new)
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
