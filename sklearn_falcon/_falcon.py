@@ -422,6 +422,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         self.n_iter_ = int(best.n_iter[0])
         self.n_backtracks_ = int(best.n_backtracks[0])
         self.backend_ = backend
+        self.__dict__.pop("_dask_info", None)  # an earlier Dask fit's diagnostics
         return self
 
     def _solve(self, problem, init, X, W_act, d_act, active, K, backend, device, rng,

@@ -302,6 +302,16 @@ def test_a_dask_fit_forgets_an_earlier_fit_s_feature_names(graph):
     assert est.backend_ == "dask" and not hasattr(est, "feature_names_in_")
 
 
+def test_an_in_memory_fit_forgets_an_earlier_dask_fit_s_diagnostics(graph):
+    # the Dask fit's _dask_info (blocks, levels, timings) stayed after a
+    # refit in memory, describing a fit that was no longer the estimator's
+    W, _ = graph
+    est = _est().fit(shards(W, 3))
+    assert hasattr(est, "_dask_info")
+    est.fit(W)
+    assert est.backend_ == "numba" and not hasattr(est, "_dask_info")
+
+
 def test_labels_as_a_dask_array_and_random_starts():
     W, _ = planted(600, K, seed=5)
     with dask.config.set({"sklearn_falcon.dask.labels": "dask"}):

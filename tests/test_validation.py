@@ -56,6 +56,32 @@ def test_nan_inf_under_assume_finite_are_named_not_called_overflow(bad, affinity
             est.predict(Y)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_nan_inf_distances_under_assume_finite_are_named(bad, sparse):
+    # precomputed_nearest_neighbors had no check of its own: under
+    # assume_finite=True a NaN distance failed with "could not broadcast input
+    # array" (dense) or was taken silently (sparse, and infinity), in fit and
+    # predict alike
+    import sklearn
+
+    rng = np.random.default_rng(0)
+    P = rng.random((30, 3))
+    good = np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1))
+    D = good.copy()
+    D[2, 1] = D[1, 2] = bad
+    as_input = sp.csr_matrix if sparse else np.asarray
+    est = FalconNCut(3, affinity="precomputed_nearest_neighbors", random_state=0)
+    with sklearn.config_context(assume_finite=True):
+        with pytest.raises(ValueError, match="Input X contains NaN or infinity"):
+            est.fit(as_input(D))
+        est.fit(as_input(good))
+        Y = good[:4].copy()
+        Y[0, 5] = bad
+        with pytest.raises(ValueError, match="Input X contains NaN or infinity"):
+            est.predict(as_input(Y))
+
+
 def test_negative_affinity():
     W = _W()
     W[0, 1] = W[1, 0] = -0.5
@@ -569,6 +595,24 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
     X = np.random.default_rng(0).random((20, 2))
     with pytest.raises(ValueError, match=r"graphs\[1\]"):
         falcon_batch([X, bad], 2, backend="numba")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+def test_falcon_batch_names_the_distance_matrix_it_refuses(bad):
+    # precomputed_nearest_neighbors checked its distances only in the
+    # affinity's fit, which named "X" in a batch of graphs
+    import sklearn
+
+    from sklearn_falcon import falcon_batch
+
+    P = np.random.default_rng(0).random((20, 2))
+    D = np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1))
+    B = D.copy()
+    B[2, 1] = B[1, 2] = bad
+    with sklearn.config_context(assume_finite=True):
+        with pytest.raises(ValueError, match=r"graphs\[1\]"):
+            falcon_batch([D, B], 2, affinity="precomputed_nearest_neighbors",
+                         backend="numba")
 
 
 def test_falcon_batch_says_why_it_refuses_graphs():

@@ -15,7 +15,8 @@ from .._memory import check_allocation
 from .._structure import check_sparse_structure
 
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
-           "check_dtype_kind", "check_finite_degrees", "check_finite_top",
+           "check_distances", "check_dtype_kind", "check_finite_degrees",
+           "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
            "count_components",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
@@ -348,6 +349,22 @@ def check_nonnegative(data, name):
         raise ValueError(
             f"Negative values in data passed as the affinity {name}: it must be "
             f"nonnegative; found a minimum value of {float(data.min()):.6g}."
+        )
+
+
+def check_distances(X, name="X"):
+    """Raise ValueError, naming ``name``, for a NaN, infinite (scikit-learn's
+    check is skipped under ``assume_finite=True``) or negative entry of the
+    distance matrix ``X`` of ``affinity="precomputed_nearest_neighbors"``."""
+    data = X.data if sp.issparse(X) else X
+    if not data.size:
+        return
+    check_finite_top(float(data.max()), name)
+    if data.min() < 0:
+        raise ValueError(
+            f"Negative values in data passed as {name}: "
+            "affinity='precomputed_nearest_neighbors' expects nonnegative "
+            f"distances in {name}; found a minimum of {float(data.min()):.6g}."
         )
 
 

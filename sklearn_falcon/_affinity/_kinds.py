@@ -29,6 +29,7 @@ from .._memory import check_allocation, dense_nbytes
 from ._check import (
     check_affinity,
     check_cross_affinity,
+    check_distances,
     check_dtype_kind,
     clean_csr,
     warn_if_flat,
@@ -327,15 +328,8 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     precomputed = True
     metric = "precomputed"
 
-    @staticmethod
-    def _check_distances(X):
-        data = X.data if sp.issparse(X) else X
-        if data.size and data.min() < 0:
-            raise ValueError(
-                "Negative values in data passed as X: "
-                "affinity='precomputed_nearest_neighbors' expects nonnegative "
-                f"distances in X; found a minimum of {float(data.min()):.6g}."
-            )
+    def check_features(self, X, name="X", underflow=False):
+        check_distances(X, name)  # (falcon_batch's graphs too)
 
     def fit(self, X):
         if X.shape[0] != X.shape[1]:
@@ -343,7 +337,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 "affinity='precomputed_nearest_neighbors' expects a square "
                 f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
             )
-        self._check_distances(X)
+        self.check_features(X)
         self.n_train_ = X.shape[0]
         if not sp.issparse(X):
             self._warn_if_complete(X.shape[0])
@@ -357,7 +351,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"distances of shape (n_new, n_train={self.n_train_}); got "
                 f"shape={X_new.shape}."
             )
-        self._check_distances(X_new)
+        self.check_features(X_new)
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 
