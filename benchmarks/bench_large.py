@@ -373,6 +373,10 @@ def main(argv=None):
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.graphs is None:
         args.graphs = STUDIES[args.study].get("graphs", GRAPHS)
+    from benchmarks.families import graph_specs
+
+    if not graph_specs("full", pattern=args.graphs):  # never an empty table
+        p.error(f"--graphs {args.graphs!r} matches no graph")
     rows = measure(args)
     meta = {"command": command.strip(), "study": args.study, "repeats": args.repeats,
             "machine": machine_info()}

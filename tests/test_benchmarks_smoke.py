@@ -430,3 +430,31 @@ def test_bench_peer_configs_on_a_small_graph(tmp_path):
     assert "| davis-K2 | 32 | 2 |" in text and "| **all** | 1 |" in text
     PC.main(["--rewrite", "--out", str(tmp_path)])  # the tables from the JSON
     assert (tmp_path / "peer_configs.md").read_text() == text
+
+
+def test_a_selection_that_matches_nothing_writes_no_table(monkeypatch, tmp_path,
+                                                          capsys):
+    # `--only mosiacs` (bench_auto, bench_position) or a `--graphs` pattern
+    # that matches no graph (bench_large, bench_peer_configs) wrote a table
+    # with no row over the recorded one; bench_fm measured, then failed
+    from benchmarks import bench_auto as BA
+    from benchmarks import bench_fm as BF
+    from benchmarks import bench_large as BL
+    from benchmarks import bench_peer_configs as PC
+    from benchmarks import bench_position as BP
+
+    monkeypatch.setattr(BA, "run", lambda quick=False, only=None: [])
+    monkeypatch.setattr(BP, "image_sets", lambda *a, **k: {})
+    out = tmp_path / "table.md"
+    for main, argv in [
+            (BA.main, ["--only", "mosiacs", "--out", str(out)]),
+            (BP.main, ["--quick", "--only", "mosiacs", "--out", str(out)]),
+            (BL.main, ["--study", "metis", "--graphs", "^nomatch$",
+                       "--out", str(tmp_path)]),
+            (PC.main, ["--graphs", "^nomatch$", "--out", str(tmp_path)]),
+            (BF.main, ["--families", "scale", "--out", str(tmp_path)])]:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert "match" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
