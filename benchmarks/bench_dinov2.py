@@ -360,11 +360,12 @@ def speed(checkpoint, repeats=5):
     return out, med
 
 
-def _own_file(lines, part, title, body, stem):
+def _own_file(lines, part, title, body, stem, out=None):
     """A run of one part alone (``--only PART``) writes its table to a file of
-    its own, ``results/STEM.md``, under the run's title (``title`` added) and
-    command (its options are in it already); returns 0, the exit status."""
-    out = RESULTS / f"{stem}.md"
+    its own, ``out`` or ``results/STEM.md``, under the run's title (``title``
+    added) and command (its options are in it already); returns 0, the exit
+    status."""
+    out = Path(out) if out else RESULTS / f"{stem}.md"
     out.write_text("\n".join(
         [lines[0].replace("features", f"features: {title}"), "",
          lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}"), ""]
@@ -388,7 +389,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None,
                     help="timing repeats (default 5; 2 with --quick)")
     ap.add_argument("--out", default=None,
-                    help="markdown file (default results/dinov2.md)")
+                    help="markdown file (default results/dinov2.md; a part "
+                         "run alone: results/dinov2_PART.md)")
     args = ap.parse_args(argv)
     parts = {p for p in args.only.split(",") if p}
     unknown = sorted(parts - set(ALL_PARTS.split(",")))
@@ -469,7 +471,7 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"position"}:
             return _own_file(lines, "position", "position term", pos_lines,
-                             "dinov2_position" + suffix)
+                             "dinov2_position" + suffix, args.out)
         lines += ["## Position term", ""] + pos_lines
     if "smoothing" in parts:
         seeds = {0: "chosen", 1: "held out"} if args.quick else SMOOTHING_SEEDS
@@ -488,7 +490,7 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"smoothing"}:
             return _own_file(lines, "smoothing", "token smoothing", sm_lines,
-                             "dinov2_smoothing" + suffix)
+                             "dinov2_smoothing" + suffix, args.out)
         lines += ["## Token smoothing", ""] + sm_lines
     if "fresh" in parts:
         seeds = {1: "held out", 7: "held out"} if args.quick else FRESH_SEEDS
@@ -505,13 +507,13 @@ def main(argv=None):
             "the choice and never used for one.", "", *table, ""]
         if parts == {"fresh"}:
             return _own_file(lines, "fresh", "every held-out seed", fr_lines,
-                             "dinov2_fresh" + suffix)
+                             "dinov2_fresh" + suffix, args.out)
         lines += ["## Every held-out seed", ""] + fr_lines
     if "speed" in parts:
         text, _ = speed(ck, repeats=repeats)
         if parts == {"speed"}:  # (the speed does not depend on --n-images)
             return _own_file(lines, "speed", "speed", text + [""],
-                             "dinov2_speed" + suffix)
+                             "dinov2_speed" + suffix, args.out)
         speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text
         lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")

@@ -474,3 +474,19 @@ def test_bench_dinov2_refuses_an_unknown_part(monkeypatch, capsys):
             BD.main(["--only", only])
         assert exc.value.code == 2
         assert "unknown parts" in capsys.readouterr().err
+
+
+def test_bench_dinov2_one_part_writes_to_out(monkeypatch, tmp_path):
+    # `--only speed --out FILE` ignored --out and wrote
+    # benchmarks/results/dinov2_speed.md, the recorded table
+    from benchmarks import bench_dinov2 as BD
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck.safetensors")
+    monkeypatch.setattr(BD, "speed", lambda ck, repeats: (["| speed table |"], {}))
+    monkeypatch.setattr(BD, "RESULTS", tmp_path / "results")  # must stay unwritten
+    out = tmp_path / "speed.md"
+    assert BD.main(["--only", "speed", "--repeats", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| speed table |" in text
+    assert "bench_dinov2 --only speed --repeats 1`" in text
+    assert not (tmp_path / "results").exists()
