@@ -490,3 +490,35 @@ def test_bench_dinov2_one_part_writes_to_out(monkeypatch, tmp_path):
     assert "| speed table |" in text
     assert "bench_dinov2 --only speed --repeats 1`" in text
     assert not (tmp_path / "results").exists()
+
+
+def test_bench_segmentation_records_out_dir(monkeypatch, tmp_path):
+    # a table written with --out-dir recorded its command without it (the
+    # reruns of seeds/seed1 say `... --seed 1`, which writes over the seed-0
+    # segmentation.md), and `--quick --out-dir benchmarks/results` (relative)
+    # wrote segmentation.md, not segmentation_quick.md
+    from benchmarks import bench_segmentation as BS
+
+    results = tmp_path / "benchmarks" / "results"
+    monkeypatch.setattr(BS, "RESULTS", results / "segmentation.md")
+    monkeypatch.chdir(tmp_path)
+    rows = [dict(method=m, miou=0.5, miou_pamr=0.5, ncut=0.1, n_segments=3.0,
+                 time_s=0.01, failures=0)
+            for m in ("Falcon (FalconNCut)", "SpectralClustering (arpack, kmeans)",
+                      "skimage cut_normalized (SLIC RAG, thresh=0.05)")]
+    kw = dict(n_images=2, size=64, n_tokens=64, feat_time=0.0, true_k=3.0,
+              repeat=3, extractor="X", power=3.0)
+
+    def command(path):
+        return path.read_text().split("Command: `")[1].split("`")[0]
+
+    path = BS._write(rows, quick=False, out_dir=results / "seeds" / "seed1",
+                     seed=1, **kw)
+    assert command(path) == ("python -m benchmarks.bench_segmentation --seed 1 "
+                             "--out-dir benchmarks/results/seeds/seed1")
+    path = BS._write(rows, quick=True, out_dir="benchmarks/results", seed=0, **kw)
+    assert path.name == "segmentation_quick.md"
+    assert command(path) == "python -m benchmarks.bench_segmentation --quick"
+    path = BS._write(rows, quick=False, out_dir=None, seed=0, **kw)
+    assert path == results / "segmentation.md"
+    assert command(path) == "python -m benchmarks.bench_segmentation"
