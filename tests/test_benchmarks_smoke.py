@@ -522,3 +522,19 @@ def test_bench_segmentation_records_out_dir(monkeypatch, tmp_path):
     path = BS._write(rows, quick=False, out_dir=None, seed=0, **kw)
     assert path == results / "segmentation.md"
     assert command(path) == "python -m benchmarks.bench_segmentation"
+
+
+def test_bench_image_scale_records_its_options(monkeypatch, tmp_path):
+    # the table said `python -m benchmarks.bench_image_scale` whatever
+    # --sizes, --repeat and --no-cli were
+    from benchmarks import bench_image_scale as IS
+
+    monkeypatch.setattr(IS, "measure", lambda h, w, repeat: dict(
+        h=h, w=w, image_bytes=3 * h * w, label_bytes=8 * h * w, working=1 << 20,
+        seconds=0.5))
+    out = tmp_path / "image_scale.md"
+    IS.main(["--sizes", "64,128", "--repeat", "1", "--no-cli", "--out", str(out)])
+    text = out.read_text()
+    assert ("Command: `python -m benchmarks.bench_image_scale --sizes 64,128 "
+            f"--repeat 1 --no-cli --out {out}`") in text
+    assert "| 64x64 |" in text and "| 128x128 |" in text and "12 MP" not in text
