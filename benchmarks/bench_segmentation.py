@@ -392,6 +392,11 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
         "SpectralClustering run is left out of its mean time).",
         "",
     ]
+    from importlib.util import find_spec
+
+    if find_spec("pyamg") is None:  # _sc_configs left them out
+        lines[-1:-1] = ["SpectralClustering with `eigen_solver='amg'` not run: "
+                        "pyamg is not installed (`pip install -e '.[bench]'`)."]
     path.write_text("\n".join(lines))
     return path
 

@@ -572,3 +572,42 @@ def test_bench_select_n_segments_warms_up_before_the_clock(monkeypatch, capsys):
     assert len(calls) == 2
     seconds = float(capsys.readouterr().out.split()[-2])
     assert seconds < 0.25
+
+
+def test_peers_left_out_for_a_missing_package_are_named(monkeypatch, tmp_path):
+    # without pyamg (or ncut-pytorch) the run suites and bench_segmentation
+    # dropped those peers from their tables without a word: the scaling
+    # suite then compared Falcon with the recursive NCut alone
+    from benchmarks import bench_segmentation as BS
+
+    monkeypatch.setattr(P, "_amg_available", lambda: False)
+    monkeypatch.setattr(P, "ncut_pytorch_available", lambda: False)
+    assert not any("amg" in name for name in P.get_peers())
+    assert P.missing_peers(include=["falcon", "sc-amg-cluster_qr", "rncut"]) == [
+        "sc-amg-cluster_qr (pyamg is not installed)"]
+    assert P.missing_peers(include=["ncut-pytorch"]) == [
+        "ncut-pytorch (ncut-pytorch or torch is not installed)"]
+    assert P.missing_peers(include=["sc-amg-*"], exclude=["sc-amg-kmeans"]) == [
+        "sc-amg-discretize (pyamg is not installed)",
+        "sc-amg-cluster_qr (pyamg is not installed)"]
+    res = R.suite_bound("smoke", tmp_path)
+    note = [n for n in res.notes if n.startswith("Peers not run")]
+    assert len(note) == 1 and "sc-amg-cluster_qr (pyamg is not installed)" in note[0]
+    assert "ncut-pytorch" not in note[0]  # the bound suite never runs it
+    monkeypatch.setattr(P, "_amg_available", lambda: True)
+    res = R.suite_bound("smoke", tmp_path)
+    assert not any(n.startswith("Peers not run") for n in res.notes)
+
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "pyamg" else find_spec(name, *a)))
+    rows = [dict(method=m, miou=0.5, miou_pamr=0.5, ncut=0.1, n_segments=3.0,
+                 time_s=0.01, failures=0)
+            for m in ("Falcon (FalconNCut)", "SpectralClustering (arpack, kmeans)",
+                      "skimage cut_normalized (SLIC RAG, thresh=0.05)")]
+    path = BS._write(rows, quick=False, out_dir=tmp_path, seed=0, n_images=2,
+                     size=64, n_tokens=64, feat_time=0.0, true_k=3.0, repeat=3,
+                     extractor="X", power=3.0)
+    assert "`eigen_solver='amg'` not run: pyamg is not installed" in path.read_text()
