@@ -648,3 +648,15 @@ def test_bench_dinov2_tables_record_its_command(monkeypatch, tmp_path):
     text = BM._write(rows, out=tmp_path / "m.md", command="python -m x", **kw
                      ).read_text()
     assert "Command: `python -m x`" in text
+
+
+def test_bench_large_writes_no_table_without_a_row(tmp_path, capsys):
+    # `--k` above a quarter of every selected graph's nodes measured no row
+    # and wrote a table without one over the recorded many_clusters.md
+    from benchmarks import bench_large as BL
+
+    with pytest.raises(SystemExit) as exc:
+        BL.main(["--study", "metis", "--graphs", "^davis-K2$", "--k", "100",
+                 "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "--k 100" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
