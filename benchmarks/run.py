@@ -763,9 +763,11 @@ def suite_segmentation(mode, out_dir):
         return res
     sig = inspect.signature(bs.run)
     kw = {}
+    tiny = {"n_images": 2, "repeat": 1} if mode == "smoke" else {}  # its quick: 8
     for key, val in (("quick", mode != "full"), ("smoke", mode == "smoke"),
                      ("mode", mode), ("out_dir", out_dir),
-                     ("output_dir", out_dir), ("results_dir", out_dir)):
+                     ("output_dir", out_dir), ("results_dir", out_dir),
+                     *tiny.items()):
         if key in sig.parameters:
             kw[key] = val
     out = bs.run(**kw)

@@ -660,3 +660,18 @@ def test_bench_large_writes_no_table_without_a_row(tmp_path, capsys):
                  "--out", str(tmp_path)])
     assert exc.value.code == 2 and "--k 100" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_smoke_segmentation_suite_is_tiny(monkeypatch, tmp_path):
+    # `--smoke` ("tiny sizes, < 3 minutes") ran bench_segmentation at its
+    # --quick size (8 images, 3 repeats): 134 s of a 334 s smoke run
+    from benchmarks import bench_segmentation as BS
+
+    got = []
+    monkeypatch.setattr(BS, "run", lambda quick=False, out_dir=None, seed=0,
+                        size=None, n_images=None, repeat=3: got.append(
+                            dict(quick=quick, n_images=n_images, repeat=repeat)))
+    R.suite_segmentation("smoke", tmp_path)
+    R.suite_segmentation("quick", tmp_path)
+    assert got == [dict(quick=True, n_images=2, repeat=1),
+                   dict(quick=True, n_images=None, repeat=3)]
