@@ -366,6 +366,7 @@ def _own_file(lines, part, title, body, stem, out=None):
     added) and command (``--only PART`` and the options are in it already);
     returns 0, the exit status."""
     out = Path(out) if out else RESULTS / f"{stem}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(
         [lines[0].replace("features", f"features: {title}"), "",
          lines[2], ""]
@@ -526,6 +527,7 @@ def main(argv=None):
         lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")
     out = Path(args.out) if args.out else RESULTS / f"dinov2{suffix}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written: {out}")

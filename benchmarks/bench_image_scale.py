@@ -163,6 +163,7 @@ def main(argv=None):
         ]
     lines.append("")
     out = Path(args.out) if args.out else RESULTS / "image_scale.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
 

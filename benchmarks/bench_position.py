@@ -121,6 +121,7 @@ def write(scores, weights, out, quick, seconds, command=None):
                   else f"{scores[(n, w)]:.3f}") for w in weights]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     lines.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return out

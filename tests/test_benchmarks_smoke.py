@@ -675,3 +675,30 @@ def test_smoke_segmentation_suite_is_tiny(monkeypatch, tmp_path):
     R.suite_segmentation("quick", tmp_path)
     assert got == [dict(quick=True, n_images=2, repeat=1),
                    dict(quick=True, n_images=None, repeat=3)]
+
+
+def test_out_in_a_new_folder_is_written(monkeypatch, tmp_path):
+    # `--out new/table.md` measured everything, then failed to write
+    # (FileNotFoundError), as gpu_check.py did
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import bench_image_scale as IS
+    from benchmarks import bench_position as BP
+    from benchmarks import bench_quality as BQ
+    from benchmarks import bench_warm_video as WV
+
+    monkeypatch.setattr(IS, "measure", lambda h, w, repeat: dict(
+        h=h, w=w, image_bytes=1, label_bytes=1, working=1, seconds=0.5))
+    monkeypatch.setattr(BQ, "run", lambda quick=False, seeds=3: [])
+    monkeypatch.setattr(WV, "run_warm", lambda quick, repeat: [])
+    monkeypatch.setattr(WV, "run_video", lambda quick, seed: ([], (2, 64)))
+    monkeypatch.setattr(BP, "run", lambda weights, **kw: {("set", w): 0.5
+                                                          for w in weights})
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck")
+    monkeypatch.setattr(BD, "speed", lambda ck, repeats: (["| speed |"], {}))
+    for i, (main, argv) in enumerate([
+            (IS.main, ["--sizes", "64", "--no-cli"]), (BQ.main, ["--quick"]),
+            (WV.main, ["--quick"]), (BP.main, ["--quick"]),
+            (BD.main, ["--only", "speed"])]):
+        out = tmp_path / f"new{i}" / "table.md"
+        main(argv + ["--out", str(out)])
+        assert out.stat().st_size > 0
