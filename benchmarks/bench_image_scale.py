@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -114,6 +115,8 @@ def main(argv=None):
     ap.add_argument("--no-cli", action="store_true", help="skip the 12 MP CLI run")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    command = " ".join(["python -m benchmarks.bench_image_scale", shlex.join(
+        sys.argv[1:] if argv is None else argv)]).rstrip()
     rows = []
     for s in (int(x) for x in args.sizes.split(",")):
         rows.append(measure(s, s, args.repeat))
@@ -124,7 +127,7 @@ def main(argv=None):
         "",
         f"Machine: {platform.machine()}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs (shared with other jobs: times are noisy). Command: "
-        "`python -m benchmarks.bench_image_scale`",
+        f"`{command}`",
         "",
         "## Memory and time against the image size",
         "",
@@ -160,6 +163,7 @@ def main(argv=None):
         ]
     lines.append("")
     out = Path(args.out) if args.out else RESULTS / "image_scale.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -373,7 +373,13 @@ def main(argv=None):
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     if args.graphs is None:
         args.graphs = STUDIES[args.study].get("graphs", GRAPHS)
+    from benchmarks.families import graph_specs
+
+    if not graph_specs("full", pattern=args.graphs):  # never an empty table
+        p.error(f"--graphs {args.graphs!r} matches no graph")
     rows = measure(args)
+    if not rows:  # every K of --k at least n / 4: never an empty table
+        p.error(f"--k {args.k}: no K under a quarter of the nodes of the graphs")
     meta = {"command": command.strip(), "study": args.study, "repeats": args.repeats,
             "machine": machine_info()}
     write(rows, meta, args.out)

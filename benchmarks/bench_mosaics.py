@@ -43,6 +43,7 @@ Run ``python -m benchmarks.bench_mosaics [--quick]``; the table goes to
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 import warnings
@@ -211,8 +212,10 @@ def build_methods(features=("color",), seed=0, thresholds=CUT_THRESHOLDS):
 
 
 def run(n_images=24, size=256, seed=0, features=("color",), thresholds=CUT_THRESHOLDS,
-        out=None, quick=False):
-    """Evaluate every method on the mosaics and write the markdown table.
+        out=None, quick=False, command=None):
+    """Evaluate every method on the mosaics and write the markdown table
+    (it records ``command``, by default the ``bench_mosaics`` command of
+    these arguments: a caller that registered features names its own).
 
     Returns
     -------
@@ -257,11 +260,13 @@ def run(n_images=24, size=256, seed=0, features=("color",), thresholds=CUT_THRES
             for name in methods]
     true_k = float(np.mean([g.max() + 1 for g in gts]))
     path = _write(rows, n_images=n_images, size=size, seed=seed, features=features,
-                  thresholds=thresholds, true_k=true_k, out=out, quick=quick)
+                  thresholds=thresholds, true_k=true_k, out=out, quick=quick,
+                  command=command)
     return rows, path
 
 
-def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, quick):
+def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, quick,
+           command=None):
     if out is None:
         out = RESULTS / ("mosaics_quick.md" if quick else "mosaics.md")
     out = Path(out)
@@ -279,9 +284,10 @@ def _write(rows, *, n_images, size, seed, features, thresholds, true_k, out, qui
     if seed != 0:
         cmd += f" --seed {seed}"
     if tuple(features) != ("color",):
-        cmd += f" --features {','.join(features)}"
+        cmd += f" --features {shlex.quote(','.join(features))}"
     if tuple(thresholds) != (QUICK_THRESHOLDS if quick else CUT_THRESHOLDS):
         cmd += f" --thresholds {','.join(map(str, thresholds))}"
+    cmd = command or cmd
     lines = [
         "# Mosaics of real photographs and textures" + (" (quick)" if quick else ""),
         "",

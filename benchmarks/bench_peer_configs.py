@@ -241,6 +241,10 @@ def main(argv=None):
         data = json.loads((args.out / "peer_configs.json").read_text())
         write(data["rows"], data["meta"], args.out)
         return 0
+    from benchmarks.families import graph_specs
+
+    if not graph_specs("full", families=args.families, pattern=args.graphs):
+        parser.error("--families and --graphs match no graph")  # no empty table
     argv = sys.argv[1:] if argv is None else argv
     meta = {"command": " ".join(["python -m benchmarks.bench_peer_configs",
                                  shlex.join(argv)]).rstrip(),

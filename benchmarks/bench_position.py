@@ -121,6 +121,7 @@ def write(scores, weights, out, quick, seconds, command=None):
                   else f"{scores[(n, w)]:.3f}") for w in weights]
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     lines.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     return out
@@ -145,6 +146,8 @@ def main(argv=None):
         int(s) for s in args.mosaic_seeds.split(","))
     t0 = time.perf_counter()
     scores = run(weights, quick=args.quick, mosaic_seeds=seeds, only=args.only)
+    if not scores:  # never an empty table over the recorded one
+        ap.error(f"--only {args.only!r} matches no image set")
     out = Path(args.out) if args.out else RESULTS / (
         "position_quick.md" if args.quick else "position.md")
     command = "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:])

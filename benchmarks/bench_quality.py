@@ -20,6 +20,7 @@ import argparse
 import platform
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import SpectralClustering
@@ -137,6 +138,7 @@ def main(argv=None):
           + to_markdown(rows))
     print(md)
     if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         with open(a.out, "w") as fh:
             fh.write(md + "\n")
 

@@ -321,9 +321,16 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
 
     out_dir = Path(out_dir) if out_dir is not None else RESULTS.parent
     out_dir.mkdir(parents=True, exist_ok=True)
+    default_dir = out_dir.resolve() == RESULTS.parent.resolve()
+    out_flag = ""  # --out-dir in the recorded command, relative to the repository
+    if not default_dir:
+        where, root = out_dir.resolve(), RESULTS.parents[2]
+        if where.is_relative_to(root):
+            where = where.relative_to(root)
+        out_flag = f" --out-dir {where}"
     if custom:
         name = f"segmentation_{size}px{'_quick' if quick else ''}.md"
-    elif quick and out_dir == RESULTS.parent:
+    elif quick and default_dir:
         name = "segmentation_quick.md"
     else:
         name = "segmentation.md"
@@ -356,7 +363,7 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
         "Command: `python -m benchmarks.bench_segmentation" + (" --quick" if quick else "")
         + (f" --size {size} --n-images {n_images}" if custom else "")
         + (f" --repeat {repeat}" if repeat != 3 else "")
-        + (f" --seed {seed}" if seed != 0 else "") + "`",
+        + (f" --seed {seed}" if seed != 0 else "") + out_flag + "`",
         "",
         "| method | mIoU | mIoU +PAMR | NCut | segments | time / image (s) | failures |",
         "|---|---|---|---|---|---|---|",
@@ -385,6 +392,11 @@ def _write(rows, *, quick, out_dir, n_images, size, n_tokens, feat_time, true_k,
         "SpectralClustering run is left out of its mean time).",
         "",
     ]
+    from importlib.util import find_spec
+
+    if find_spec("pyamg") is None:  # _sc_configs left them out
+        lines[-1:-1] = ["SpectralClustering with `eigen_solver='amg'` not run: "
+                        "pyamg is not installed (`pip install -e '.[bench]'`)."]
     path.write_text("\n".join(lines))
     return path
 

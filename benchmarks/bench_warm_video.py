@@ -171,6 +171,7 @@ def main(argv=None):
     lines.append("")
     out = Path(args.out) if args.out else RESULTS / (
         "warm_video_quick.md" if args.quick else "warm_video.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print("\n".join(lines))
     print(f"written: {out}")

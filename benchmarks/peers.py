@@ -588,6 +588,38 @@ def _amg_available():
     return True
 
 
+def _registry():
+    """``(peers, missing)``: every peer that runs here, ``name -> callable``,
+    and ``name -> why`` of those whose package is not installed."""
+    from functools import partial
+
+    peers = {"falcon": falcon}
+    missing = {}
+    for solver in SC_SOLVERS:
+        for assign in SC_ASSIGN:
+            name = f"sc-{solver}-{assign}"
+            if solver == "amg" and not _amg_available():
+                missing[name] = "pyamg is not installed"
+                continue
+            peers[name] = partial(spectral, eigen_solver=solver,
+                                  assign_labels=assign)
+    peers["rncut"] = recursive_ncut
+    peers["wkkm"] = weighted_kernel_kmeans
+    if ncut_pytorch_available():
+        peers["ncut-pytorch"] = ncut_pytorch_kway
+    else:
+        missing["ncut-pytorch"] = "ncut-pytorch or torch is not installed"
+    return peers, missing
+
+
+def _select(registry, include, exclude):
+    if include is not None:
+        registry = {name: v for pat in include for name, v in registry.items()
+                    if name == pat or (pat.endswith("*")
+                                       and name.startswith(pat[:-1]))}
+    return {k: v for k, v in registry.items() if k not in set(exclude)}
+
+
 def get_peers(include=None, exclude=()):
     """Registry ``name -> callable(W, n_clusters, seed)`` of the peers.
 
@@ -609,24 +641,18 @@ def get_peers(include=None, exclude=()):
     >>> "falcon" in peers and "sc-lobpcg-kmeans" in peers
     True
     """
-    from functools import partial
+    return _select(_registry()[0], include, exclude)
 
-    peers = {"falcon": falcon}
-    for solver in SC_SOLVERS:
-        if solver == "amg" and not _amg_available():
-            continue
-        for assign in SC_ASSIGN:
-            peers[f"sc-{solver}-{assign}"] = partial(
-                spectral, eigen_solver=solver, assign_labels=assign)
-    peers["rncut"] = recursive_ncut
-    peers["wkkm"] = weighted_kernel_kmeans
-    if ncut_pytorch_available():
-        peers["ncut-pytorch"] = ncut_pytorch_kway
-    if include is not None:
-        keep = {}
-        for pat in include:
-            for name, fn in peers.items():
-                if name == pat or (pat.endswith("*") and name.startswith(pat[:-1])):
-                    keep[name] = fn
-        peers = keep
-    return {k: v for k, v in peers.items() if k not in set(exclude)}
+
+def missing_peers(include=None, exclude=()):
+    """``["name (why)", ...]``: the peers that :func:`get_peers` would select
+    with the same arguments but leaves out, their package not installed
+    (``sc-amg-*`` without pyamg, ``ncut-pytorch`` without it or torch).
+
+    Examples
+    --------
+    >>> missing_peers(include=["falcon", "rncut"])
+    []
+    """
+    return [f"{name} ({why})"
+            for name, why in _select(_registry()[1], include, exclude).items()]

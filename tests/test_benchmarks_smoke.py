@@ -430,3 +430,275 @@ def test_bench_peer_configs_on_a_small_graph(tmp_path):
     assert "| davis-K2 | 32 | 2 |" in text and "| **all** | 1 |" in text
     PC.main(["--rewrite", "--out", str(tmp_path)])  # the tables from the JSON
     assert (tmp_path / "peer_configs.md").read_text() == text
+
+
+def test_a_selection_that_matches_nothing_writes_no_table(monkeypatch, tmp_path,
+                                                          capsys):
+    # `--only mosiacs` (bench_auto, bench_position) or a `--graphs` pattern
+    # that matches no graph (bench_large, bench_peer_configs) wrote a table
+    # with no row over the recorded one; bench_fm measured, then failed
+    from benchmarks import bench_auto as BA
+    from benchmarks import bench_fm as BF
+    from benchmarks import bench_large as BL
+    from benchmarks import bench_peer_configs as PC
+    from benchmarks import bench_position as BP
+
+    monkeypatch.setattr(BA, "run", lambda quick=False, only=None: [])
+    monkeypatch.setattr(BP, "image_sets", lambda *a, **k: {})
+    out = tmp_path / "table.md"
+    for main, argv in [
+            (BA.main, ["--only", "mosiacs", "--out", str(out)]),
+            (BP.main, ["--quick", "--only", "mosiacs", "--out", str(out)]),
+            (BL.main, ["--study", "metis", "--graphs", "^nomatch$",
+                       "--out", str(tmp_path)]),
+            (PC.main, ["--graphs", "^nomatch$", "--out", str(tmp_path)]),
+            (BF.main, ["--families", "scale", "--out", str(tmp_path)])]:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert "match" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_dinov2_refuses_an_unknown_part(monkeypatch, capsys):
+    # `--only speeed` ran no part and wrote a table of none ("Total wall
+    # time: 0 s.") over benchmarks/results/dinov2.md
+    from benchmarks import bench_dinov2 as BD
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", boom)
+    for only in ("speeed", "speed,fersh", ","):
+        with pytest.raises(SystemExit) as exc:
+            BD.main(["--only", only])
+        assert exc.value.code == 2
+        assert "unknown parts" in capsys.readouterr().err
+
+
+def test_bench_dinov2_one_part_writes_to_out(monkeypatch, tmp_path):
+    # `--only speed --out FILE` ignored --out and wrote
+    # benchmarks/results/dinov2_speed.md, the recorded table
+    from benchmarks import bench_dinov2 as BD
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck.safetensors")
+    monkeypatch.setattr(BD, "speed", lambda ck, repeats: (["| speed table |"], {}))
+    monkeypatch.setattr(BD, "RESULTS", tmp_path / "results")  # must stay unwritten
+    out = tmp_path / "speed.md"
+    assert BD.main(["--only", "speed", "--repeats", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| speed table |" in text
+    assert "bench_dinov2 --only speed --repeats 1`" in text
+    assert not (tmp_path / "results").exists()
+
+
+def test_bench_segmentation_records_out_dir(monkeypatch, tmp_path):
+    # a table written with --out-dir recorded its command without it (the
+    # reruns of seeds/seed1 say `... --seed 1`, which writes over the seed-0
+    # segmentation.md), and `--quick --out-dir benchmarks/results` (relative)
+    # wrote segmentation.md, not segmentation_quick.md
+    from benchmarks import bench_segmentation as BS
+
+    results = tmp_path / "benchmarks" / "results"
+    monkeypatch.setattr(BS, "RESULTS", results / "segmentation.md")
+    monkeypatch.chdir(tmp_path)
+    rows = [dict(method=m, miou=0.5, miou_pamr=0.5, ncut=0.1, n_segments=3.0,
+                 time_s=0.01, failures=0)
+            for m in ("Falcon (FalconNCut)", "SpectralClustering (arpack, kmeans)",
+                      "skimage cut_normalized (SLIC RAG, thresh=0.05)")]
+    kw = dict(n_images=2, size=64, n_tokens=64, feat_time=0.0, true_k=3.0,
+              repeat=3, extractor="X", power=3.0)
+
+    def command(path):
+        return path.read_text().split("Command: `")[1].split("`")[0]
+
+    path = BS._write(rows, quick=False, out_dir=results / "seeds" / "seed1",
+                     seed=1, **kw)
+    assert command(path) == ("python -m benchmarks.bench_segmentation --seed 1 "
+                             "--out-dir benchmarks/results/seeds/seed1")
+    path = BS._write(rows, quick=True, out_dir="benchmarks/results", seed=0, **kw)
+    assert path.name == "segmentation_quick.md"
+    assert command(path) == "python -m benchmarks.bench_segmentation --quick"
+    path = BS._write(rows, quick=False, out_dir=None, seed=0, **kw)
+    assert path == results / "segmentation.md"
+    assert command(path) == "python -m benchmarks.bench_segmentation"
+
+
+def test_bench_image_scale_records_its_options(monkeypatch, tmp_path):
+    # the table said `python -m benchmarks.bench_image_scale` whatever
+    # --sizes, --repeat and --no-cli were
+    from benchmarks import bench_image_scale as IS
+
+    monkeypatch.setattr(IS, "measure", lambda h, w, repeat: dict(
+        h=h, w=w, image_bytes=3 * h * w, label_bytes=8 * h * w, working=1 << 20,
+        seconds=0.5))
+    out = tmp_path / "image_scale.md"
+    IS.main(["--sizes", "64,128", "--repeat", "1", "--no-cli", "--out", str(out)])
+    text = out.read_text()
+    assert ("Command: `python -m benchmarks.bench_image_scale --sizes 64,128 "
+            f"--repeat 1 --no-cli --out {out}`") in text
+    assert "| 64x64 |" in text and "| 128x128 |" in text and "12 MP" not in text
+
+
+def test_write_docs_reproduces_the_committed_page(tmp_path):
+    # `python -m benchmarks.run --write-docs` assembles docs/benchmarks.rst
+    # from benchmarks/results/; its header (run.DOCS_HEADER) had fallen
+    # behind hand edits of the page, so the documented command dropped two
+    # paragraphs of it (arpack, METIS and KaHIP in the peer benchmark)
+    R.write_docs(docs_dir=tmp_path)
+    root = Path(__file__).resolve().parents[1]
+    assert (tmp_path / "benchmarks.rst").read_text() == \
+        (root / "docs" / "benchmarks.rst").read_text()
+
+
+def test_bench_select_n_segments_warms_up_before_the_clock(monkeypatch, capsys):
+    # the first K timed (100 by default) included the loading of the
+    # compiled kernels: K=10 then K=30 took 1.575 s and 0.020 s
+    import time
+
+    import sklearn_falcon.image as image
+    from benchmarks import bench_select_n_segments as SN
+
+    calls = []
+
+    def select(W, labels):
+        if not calls:
+            time.sleep(0.5)  # the first call of a process: kernels loaded
+        calls.append(W.shape[0])
+        return 3, None
+
+    monkeypatch.setattr(image, "select_n_segments", select)
+    SN.main(["10"])
+    assert len(calls) == 2
+    seconds = float(capsys.readouterr().out.split()[-2])
+    assert seconds < 0.25
+
+
+def test_peers_left_out_for_a_missing_package_are_named(monkeypatch, tmp_path):
+    # without pyamg (or ncut-pytorch) the run suites and bench_segmentation
+    # dropped those peers from their tables without a word: the scaling
+    # suite then compared Falcon with the recursive NCut alone
+    from benchmarks import bench_segmentation as BS
+
+    monkeypatch.setattr(P, "_amg_available", lambda: False)
+    monkeypatch.setattr(P, "ncut_pytorch_available", lambda: False)
+    assert not any("amg" in name for name in P.get_peers())
+    assert P.missing_peers(include=["falcon", "sc-amg-cluster_qr", "rncut"]) == [
+        "sc-amg-cluster_qr (pyamg is not installed)"]
+    assert P.missing_peers(include=["ncut-pytorch"]) == [
+        "ncut-pytorch (ncut-pytorch or torch is not installed)"]
+    assert P.missing_peers(include=["sc-amg-*"], exclude=["sc-amg-kmeans"]) == [
+        "sc-amg-discretize (pyamg is not installed)",
+        "sc-amg-cluster_qr (pyamg is not installed)"]
+    res = R.suite_bound("smoke", tmp_path)
+    note = [n for n in res.notes if n.startswith("Peers not run")]
+    assert len(note) == 1 and "sc-amg-cluster_qr (pyamg is not installed)" in note[0]
+    assert "ncut-pytorch" not in note[0]  # the bound suite never runs it
+    monkeypatch.setattr(P, "_amg_available", lambda: True)
+    res = R.suite_bound("smoke", tmp_path)
+    assert not any(n.startswith("Peers not run") for n in res.notes)
+
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "pyamg" else find_spec(name, *a)))
+    rows = [dict(method=m, miou=0.5, miou_pamr=0.5, ncut=0.1, n_segments=3.0,
+                 time_s=0.01, failures=0)
+            for m in ("Falcon (FalconNCut)", "SpectralClustering (arpack, kmeans)",
+                      "skimage cut_normalized (SLIC RAG, thresh=0.05)")]
+    path = BS._write(rows, quick=False, out_dir=tmp_path, seed=0, n_images=2,
+                     size=64, n_tokens=64, feat_time=0.0, true_k=3.0, repeat=3,
+                     extractor="X", power=3.0)
+    assert "`eigen_solver='amg'` not run: pyamg is not installed" in path.read_text()
+
+
+def test_bench_dinov2_tables_record_its_command(monkeypatch, tmp_path):
+    # the mosaic tables of bench_dinov2 (dinov2_mosaics*.md) named a
+    # bench_mosaics command of features that only bench_dinov2 registers
+    # (`--features dinov2 key L7`, unquoted), and `--only heldout` (or
+    # mosaics) recorded dinov2.md as made by the whole run
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import bench_mosaics as BM
+
+    fname = BD._name(BD.DEFAULT_FEATURE, BD.DEFAULT_LAYER)
+    got = {}
+
+    def fake_run(**kw):
+        got.update(kw)
+        rows = [dict(method=m, miou=0.5) for m in (
+            BM.DEFAULT, f"Falcon on '{fname}' tokens", f"{BD.SPECTRAL} on '{fname}' "
+            "tokens")]
+        return rows, tmp_path / "dinov2_mosaics_seed1.md"
+
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck.safetensors")
+    monkeypatch.setattr(BD, "register", lambda ck, layers: ((fname,), None))
+    monkeypatch.setattr(BD.B, "run", fake_run)
+    out = tmp_path / "dinov2.md"
+    assert BD.main(["--only", "heldout", "--n-images", "2", "--out", str(out)]) == 0
+    command = "python -m benchmarks.bench_dinov2 --only heldout --n-images 2"
+    assert got["command"] == command
+    assert f"Command: `{command}`." in out.read_text()
+    rows = [dict(method=m, miou=0.5, time_s=0.1, n_segments=3.0, failures=0,
+                 per_image=[0.5]) for m in (BM.DEFAULT, "Falcon on 'a b' tokens")]
+    kw = dict(n_images=2, size=256, seed=0, features=("a b",), thresholds=(0.01,),
+              true_k=3.0, quick=False)
+    text = BM._write(rows, out=tmp_path / "m.md", **kw).read_text()
+    assert "--features 'a b' --thresholds 0.01`" in text
+    text = BM._write(rows, out=tmp_path / "m.md", command="python -m x", **kw
+                     ).read_text()
+    assert "Command: `python -m x`" in text
+
+
+def test_bench_large_writes_no_table_without_a_row(tmp_path, capsys):
+    # `--k` above a quarter of every selected graph's nodes measured no row
+    # and wrote a table without one over the recorded many_clusters.md
+    from benchmarks import bench_large as BL
+
+    with pytest.raises(SystemExit) as exc:
+        BL.main(["--study", "metis", "--graphs", "^davis-K2$", "--k", "100",
+                 "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "--k 100" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_smoke_segmentation_suite_is_tiny(monkeypatch, tmp_path):
+    # `--smoke` ("tiny sizes, < 3 minutes") ran bench_segmentation at its
+    # --quick size (8 images, 3 repeats): 134 s of a 334 s smoke run
+    from benchmarks import bench_segmentation as BS
+
+    got = []
+    monkeypatch.setattr(BS, "run", lambda quick=False, out_dir=None, seed=0,
+                        size=None, n_images=None, repeat=3: got.append(
+                            dict(quick=quick, n_images=n_images, repeat=repeat)))
+    R.suite_segmentation("smoke", tmp_path)
+    R.suite_segmentation("quick", tmp_path)
+    assert got == [dict(quick=True, n_images=2, repeat=1),
+                   dict(quick=True, n_images=None, repeat=3)]
+
+
+def test_out_in_a_new_folder_is_written(monkeypatch, tmp_path):
+    # `--out new/table.md` measured everything, then failed to write
+    # (FileNotFoundError), as gpu_check.py did
+    from benchmarks import bench_dinov2 as BD
+    from benchmarks import bench_image_scale as IS
+    from benchmarks import bench_position as BP
+    from benchmarks import bench_quality as BQ
+    from benchmarks import bench_warm_video as WV
+
+    monkeypatch.setattr(IS, "measure", lambda h, w, repeat: dict(
+        h=h, w=w, image_bytes=1, label_bytes=1, working=1, seconds=0.5))
+    monkeypatch.setattr(BQ, "run", lambda quick=False, seeds=3: [])
+    monkeypatch.setattr(WV, "run_warm", lambda quick, repeat: [])
+    monkeypatch.setattr(WV, "run_video", lambda quick, seed: ([], (2, 64)))
+    monkeypatch.setattr(BP, "run", lambda weights, **kw: {("set", w): 0.5
+                                                          for w in weights})
+    monkeypatch.setattr(BD.D, "ensure_checkpoint", lambda *a, **k: "ck")
+    monkeypatch.setattr(BD, "speed", lambda ck, repeats: (["| speed |"], {}))
+    for i, (main, argv) in enumerate([
+            (IS.main, ["--sizes", "64", "--no-cli"]), (BQ.main, ["--quick"]),
+            (WV.main, ["--quick"]), (BP.main, ["--quick"]),
+            (BD.main, ["--only", "speed"])]):
+        out = tmp_path / f"new{i}" / "table.md"
+        main(argv + ["--out", str(out)])
+        assert out.stat().st_size > 0
