@@ -344,6 +344,30 @@ def test_brute_force_knn_takes_equal_distances_by_index(sparse):
         assert sorted(got[i].indices) == sorted(want)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_brute_force_knn_distances_are_measured_in_small_blocks(dtype):
+    # the candidates' differences were formed in blocks of 32 MB and squared
+    # into a second one (with the gathered samples, about 100 MB at 20,000
+    # samples of 64 features); the values are the same, pair by pair
+    import tracemalloc
+
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(0)
+    X = (10 * rng.standard_normal((4000, 64))).astype(dtype)
+    cand = rng.integers(0, X.shape[0], size=(X.shape[0], 20))
+    nn = _BruteNeighbors(X, 10)
+    tracemalloc.start()
+    try:
+        d2 = nn._sq_distances(X, cand, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * d2.nbytes + (8 << 20)
+    want = ((X[:, None, :].astype(np.float64) - X[cand]) ** 2).sum(-1)
+    np.testing.assert_array_equal(d2, want)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_rbf_of_float32_samples_with_a_gamma_beyond_float32(backend):
     # scikit-learn's rbf_kernel multiplied the float32 squared distances by
