@@ -45,6 +45,9 @@ _BLOCK = 1 << 22
 # candidates x features), squared in place: 2 MB (32 MB blocks, squared
 # apart, held 110 MB at 20,000 x 64 samples, k=10; this takes 5 MB)
 _DIFF_BLOCK = 1 << 18
+# candidates of one block of queries of a search (their distances,
+# indices and order: a few MB; all queries at once held them for all)
+_QUERY_BLOCK = 1 << 16
 
 
 def _check_distance_range(X, of="distances", name="X", underflow=False):
@@ -204,8 +207,14 @@ class _BruteNeighbors:
                              "'connectivity'.")
         X = (sp.csr_matrix(X) if sp.issparse(self.X) else
              X.toarray() if sp.issparse(X) else X)
-        idx, unsure = self._nearest(X, self.n_candidates)
         m = self.n_candidates
+        # queries in blocks of _QUERY_BLOCK candidates: the candidates'
+        # distances, indices and order are held for one block at a time
+        step = max(1, _QUERY_BLOCK // m)
+        starts = range(0, max(X.shape[0], 1), step)  # (no queries: as one)
+        parts = [self._nearest(X[a:a + step], m) for a in starts]
+        idx = np.concatenate([p[0] for p in parts])
+        unsure = np.concatenate([p[1] + a for p, a in zip(parts, starts)])
         while unsure.size:
             # queries whose candidates could miss a sample at their k-th
             # distance (many equal distances: duplicates, one-hot codes):
