@@ -344,6 +344,66 @@ def test_brute_force_knn_takes_equal_distances_by_index(sparse):
         assert sorted(got[i].indices) == sorted(want)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_brute_force_knn_searches_its_queries_in_blocks(sparse, monkeypatch):
+    # every query's candidates, their distances and order were held at
+    # once (and scikit-learn's sparse search of 20,000 queries took 2.1 GB,
+    # 1.1 GB in blocks); the same graph, unsure queries of any block
+    # widened (duplicates and one-hot codes: many equal distances)
+    from sklearn_falcon._affinity import _neighbors
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(1)
+    codes = rng.integers(0, 5, size=(300, 4)) + 5 * np.arange(4)
+    X = np.eye(20)[codes].sum(axis=1)
+    X = np.vstack([X, X[:40], rng.normal(size=(60, 20))])
+    X = sp.csr_matrix(X) if sparse else X
+    k = 6
+    want = _BruteNeighbors(X, k).kneighbors_graph(X)
+    sizes = []
+    nearest = _BruteNeighbors._nearest
+
+    def spy(self, Q, m):
+        if m == 2 * k:  # (not the widened searches of unsure queries)
+            sizes.append(Q.shape[0])
+        return nearest(self, Q, m)
+
+    monkeypatch.setattr(_BruteNeighbors, "_nearest", spy)
+    monkeypatch.setattr(_neighbors, "_QUERY_BLOCK", 12 * 37, raising=False)
+    got = _BruteNeighbors(X, k).kneighbors_graph(X)
+    assert max(sizes) == 37 and sum(sizes) == X.shape[0]
+    assert (got != want).nnz == 0
+    D = X.toarray() if sparse else X
+    d2 = ((D[:, None, :] - D[None, :, :]) ** 2).sum(-1)
+    for i in range(0, D.shape[0], 7):
+        want_i = np.lexsort((np.arange(D.shape[0]), d2[i]))[:k]
+        assert sorted(got[i].indices) == sorted(want_i)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_brute_force_knn_distances_are_measured_in_small_blocks(dtype):
+    # the candidates' differences were formed in blocks of 32 MB and squared
+    # into a second one (with the gathered samples, about 100 MB at 20,000
+    # samples of 64 features); the values are the same, pair by pair
+    import tracemalloc
+
+    from sklearn_falcon._affinity._kinds import _BruteNeighbors
+
+    rng = np.random.default_rng(0)
+    X = (10 * rng.standard_normal((4000, 64))).astype(dtype)
+    cand = rng.integers(0, X.shape[0], size=(X.shape[0], 20))
+    nn = _BruteNeighbors(X, 10)
+    tracemalloc.start()
+    try:
+        d2 = nn._sq_distances(X, cand, None)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * d2.nbytes + (8 << 20)
+    want = ((X[:, None, :].astype(np.float64) - X[cand]) ** 2).sum(-1)
+    np.testing.assert_array_equal(d2, want)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_rbf_of_float32_samples_with_a_gamma_beyond_float32(backend):
     # scikit-learn's rbf_kernel multiplied the float32 squared distances by

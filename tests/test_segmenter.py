@@ -509,6 +509,45 @@ def test_select_n_segments_of_a_superpixel_over_segmentation_is_fast():
     assert len(rho) == 624 and len(np.unique(merged)) == k
 
 
+
+def test_select_n_segments_holds_two_k_by_k_arrays():
+    """The gains of all pairs of clusters were computed at once, about five
+    ``(K, K)`` float64 temporaries beside the weights between clusters and
+    the gains (1.2 GB at K = 5,000); they come in row blocks, the same
+    values bit for bit (clusters of no volume: ``inf`` gains, too)."""
+    import tracemalloc
+
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    k = 700
+    n = 4 * k
+    r, c = rng.integers(0, n, (2, 8 * n))
+    W = sp.csr_matrix((rng.random(r.size), (r, c)), shape=(n, n))
+    W = (W + W.T).tocsr()
+    lab = rng.permutation(np.arange(n) % k)
+    select_n_segments(W, lab, min_segments=k - 1)  # (compiles)
+    tracemalloc.start()
+    try:
+        select_n_segments(W, lab, min_segments=k - 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * k * k * 8
+    from sklearn_falcon.image._auto import _all_pair_gains, _pair_gains
+
+    C = rng.random((k, k))
+    C += C.T
+    C[:, 5] = C[5] = 0.0  # no volume
+    vol = C.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = _pair_gains(C, vol)
+    want[np.tril_indices(k)] = -np.inf
+    G, fast = _all_pair_gains(C, vol)
+    np.testing.assert_array_equal(G, want)
+    assert fast
+
+
 def test_errors():
     img = np.zeros((32, 32, 3), np.uint8)
     with pytest.raises(ValueError, match="n_segments"):

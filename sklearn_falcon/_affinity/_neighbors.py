@@ -38,9 +38,16 @@ from ._check import check_finite_top
 __all__ = ["_BruteNeighbors", "_TreeNeighbors", "_check_distance_range",
            "_far_shift", "_knn_connectivity"]
 
-# float64 entries of one block of differences (query rows x candidates x
-# features): 32 MB
+# float64 entries of one block of queries' candidates (the searches of
+# unsure queries, the sparse distances): 32 MB
 _BLOCK = 1 << 22
+# float64 entries of one block of dense differences (query rows x
+# candidates x features), squared in place: 2 MB (32 MB blocks, squared
+# apart, held 110 MB at 20,000 x 64 samples, k=10; this takes 5 MB)
+_DIFF_BLOCK = 1 << 18
+# candidates of one block of queries of a search (their distances,
+# indices and order: a few MB; all queries at once held them for all)
+_QUERY_BLOCK = 1 << 16
 
 
 def _check_distance_range(X, of="distances", name="X", underflow=False):
@@ -200,8 +207,14 @@ class _BruteNeighbors:
                              "'connectivity'.")
         X = (sp.csr_matrix(X) if sp.issparse(self.X) else
              X.toarray() if sp.issparse(X) else X)
-        idx, unsure = self._nearest(X, self.n_candidates)
         m = self.n_candidates
+        # queries in blocks of _QUERY_BLOCK candidates: the candidates'
+        # distances, indices and order are held for one block at a time
+        step = max(1, _QUERY_BLOCK // m)
+        starts = range(0, max(X.shape[0], 1), step)  # (no queries: as one)
+        parts = [self._nearest(X[a:a + step], m) for a in starts]
+        idx = np.concatenate([p[0] for p in parts])
+        unsure = np.concatenate([p[1] + a for p, a in zip(parts, starts)])
         while unsure.size:
             # queries whose candidates could miss a sample at their k-th
             # distance (many equal distances: duplicates, one-hot codes):
@@ -269,8 +282,8 @@ class _BruteNeighbors:
                             - 2.0 * dot.reshape(b - a, m))
             return np.maximum(out, 0.0)
         d = max(Q.shape[1], 1)
-        cols = max(1, min(m, _BLOCK // d))  # candidates of one block
-        rows = max(1, _BLOCK // (cols * d))
+        cols = max(1, min(m, _DIFF_BLOCK // d))  # candidates of one block
+        rows = max(1, _DIFF_BLOCK // (cols * d))
         for a in range(0, n_q, rows):
             b = min(n_q, a + rows)
             q = np.asarray(Q[a:b], dtype=np.float64)[:, None, :]
@@ -278,7 +291,7 @@ class _BruteNeighbors:
                 # float64 - float32 is exact; a plain sum of squares, no BLAS:
                 # each pair's value whatever the blocks
                 diff = q - self.X[cand[a:b, c:c + cols]]
-                out[a:b, c:c + cols] = np.square(diff).sum(axis=-1)
+                out[a:b, c:c + cols] = np.square(diff, out=diff).sum(axis=-1)
         return out
 
 

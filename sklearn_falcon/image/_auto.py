@@ -96,11 +96,9 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
     C = cluster_pair_weights(W, lab, k)
     vol = C.sum(axis=1).copy()
     cond = _cluster_conductances(C, vol)
-    G = _pair_gains(C, vol)
     # fast: no gain is NaN or -inf, and each row's first largest gain
     # (best, at column arg) finds the first best pair in (a, b) order
-    G[np.tril_indices(k)] = -np.inf  # read above the diagonal only
-    fast = not np.isnan(G).any() and np.isneginf(G).sum() == k * (k + 1) // 2
+    G, fast = _all_pair_gains(C, vol)
     arg = np.argmax(G, axis=1)
     best = G[np.arange(k), arg]
     alive = np.ones(k, dtype=bool)
@@ -159,15 +157,37 @@ def _cluster_conductances(C, vol):
         return np.where(vol > 0, (vol - np.diagonal(C)) / vol, 0.0)
 
 
-def _pair_gains(C, vol, x=None, y=None):
-    """The NCut decrease of merging clusters ``x[i] < y[i]`` (all pairs: a
-    ``(K, K)`` matrix, read above its diagonal), each rounded as one pair's
-    scalar formula; ``inf`` where one has no volume (it merges at no cost,
-    first: its 0 / 0 gain was NaN, never the best after another pair, so
-    the result followed the ids)."""
+def _all_pair_gains(C, vol):
+    """``(G, fast)``: the ``(K, K)`` gains of :func:`_pair_gains` above the
+    diagonal, ``-inf`` on and below it, computed in row blocks (the whole
+    matrix at once held about five ``(K, K)`` temporaries: 1 GB at
+    ``K`` = 5,000); ``fast``: no gain above the diagonal is NaN or
+    ``-inf``."""
+    k = C.shape[0]
+    G = np.empty((k, k))
+    step = max(1, (1 << 16) // max(k, 1))
+    fast = True
+    for a in range(0, k, step):
+        b = min(k, a + step)
+        block = G[a:b]
+        block[...] = _pair_gains(C, vol, rows=slice(a, b))
+        block[np.arange(a, b)[:, None] >= np.arange(k)] = -np.inf
+        fast = (fast and not np.isnan(block).any() and np.isneginf(block).sum()
+                == (b - a) * (a + b + 1) // 2)
+    return G, fast
+
+
+def _pair_gains(C, vol, x=None, y=None, rows=None):
+    """The NCut decrease of merging clusters ``x[i] < y[i]`` (all pairs, or
+    those of the clusters ``rows`` (a slice) with all: a ``(K, K)`` or
+    ``(rows, K)`` matrix, read above its diagonal), each rounded as one
+    pair's scalar formula; ``inf`` where one has no volume (it merges at no
+    cost, first: its 0 / 0 gain was NaN, never the best after another pair,
+    so the result followed the ids)."""
     d = np.diagonal(C)
     if x is None:
-        va, vb, caa, cbb, cab = vol[:, None], vol[None, :], d[:, None], d[None, :], C
+        r = slice(None) if rows is None else rows
+        va, vb, caa, cbb, cab = vol[r, None], vol[None, :], d[r, None], d[None, :], C[r]
     else:
         va, vb, caa, cbb, cab = vol[x], vol[y], d[x], d[y], C[x, y]
     with np.errstate(divide="ignore", invalid="ignore"):
