@@ -1057,3 +1057,17 @@ def test_cosine_power_affinity_does_not_depend_on_blas_threads():
     with threadpool_limits(limits=1, user_api="blas"):
         Wk1 = knn_cosine_power_affinity(F, n_neighbors=10)
     assert (Wk != Wk1).nnz == 0
+
+
+@pytest.mark.parametrize("model", ["color", "color-position"])
+def test_offline_make_extractor_refuses_an_unknown_device_by_name(model):
+    """``make_extractor("color", device="banana")`` was accepted (the offline
+    extractors run on NumPy), where a ViT and ``ImageSegmenter`` refuse it by
+    name; the devices they take are still accepted."""
+    from sklearn_falcon.image import make_extractor
+
+    for device in ("banana", "cuda:x", "gpu"):
+        with pytest.raises(ValueError, match=f"device must be .*got device={device!r}"):
+            make_extractor(model, device=device)
+    for device in ("cpu", "auto", "cuda", "cuda:1", "cpu:0", None):
+        assert make_extractor(model, device=device).patch_size == (8, 8)
