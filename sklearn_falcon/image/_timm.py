@@ -5,6 +5,7 @@ import time.
 """
 
 import copy
+import importlib
 import numbers
 import os
 import threading
@@ -12,6 +13,7 @@ import threading
 import numpy as np
 
 from .._backends._boundary import tensor_version, torch_device
+from .._backends._device import missing_library, module_installed
 from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
@@ -31,19 +33,22 @@ def _after_fork_in_child():
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_IMAGE_EXTRA_MSG = (
-    "requires torch and timm, which are not installed. Install the image extra: "
-    "pip install 'sklearn-falcon[image]'"
-)
+_IMAGE_EXTRA = "`pip install 'sklearn-falcon[image]'` (or `pip install torch timm`)"
 
 
 def _import_torch_timm(what):
-    try:
-        import timm  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"{what} {_IMAGE_EXTRA_MSG} ({exc}).") from exc
-    return torch, timm
+    """torch and timm, or an ImportError (the torch backend's wording) that
+    names the one missing or failing, torch first (timm imports it)."""
+    for name, lib in (("torch", "PyTorch"), ("timm", "timm")):
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(missing_library(
+                exc, f"{what} requires {lib}", module_installed(name), _IMAGE_EXTRA,
+                "model='color' (the offline features)")) from exc
+        if name == "torch":
+            torch = module
+    return torch, module
 
 
 def _on_device(tensor, device):
