@@ -78,6 +78,17 @@ def module_installed(name):
         return False
 
 
+def import_library(name, requires, install, instead=None):
+    """``import name``, or an ImportError of :func:`missing_library` (its
+    package found: installed, but failing at import)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ImportError(missing_library(
+            exc, requires, module_installed(name.split(".")[0]), install,
+            instead)) from exc
+
+
 def missing_library(exc, requires, installed, install, instead=None):
     """The message of an ImportError ``exc`` of a library that ``requires``
     (a clause) names: not installed, or (``installed``) its import failed,

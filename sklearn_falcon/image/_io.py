@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .._backends._boundary import host_array, is_tensor
-from .._backends._device import missing_library, module_installed
+from .._backends._device import import_library
 
 __all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
            "opened_image"]
@@ -26,12 +26,7 @@ def import_pillow(needs):
     image files needs Pillow"): not installed, and what to install, or
     installed but failing at import (a library of its own missing), and how
     it failed, which was reported as "not installed" without the error."""
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        raise ImportError(missing_library(
-            exc, needs, module_installed("PIL"), PILLOW_HINT)) from exc
-    return Image
+    return import_library("PIL.Image", needs, PILLOW_HINT)
 
 
 def _is_pil_image(obj):

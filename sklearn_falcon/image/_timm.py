@@ -5,7 +5,6 @@ import time.
 """
 
 import copy
-import importlib
 import numbers
 import os
 import threading
@@ -13,7 +12,7 @@ import threading
 import numpy as np
 
 from .._backends._boundary import tensor_version, torch_device
-from .._backends._device import missing_library, module_installed
+from .._backends._device import import_library
 from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
@@ -33,22 +32,15 @@ def _after_fork_in_child():
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_IMAGE_EXTRA = "`pip install 'sklearn-falcon[image]'` (or `pip install torch timm`)"
-
 
 def _import_torch_timm(what):
-    """torch and timm, or an ImportError (the torch backend's wording) that
-    names the one missing or failing, torch first (timm imports it)."""
-    for name, lib in (("torch", "PyTorch"), ("timm", "timm")):
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            raise ImportError(missing_library(
-                exc, f"{what} requires {lib}", module_installed(name), _IMAGE_EXTRA,
-                "model='color' (the offline features)")) from exc
-        if name == "torch":
-            torch = module
-    return torch, module
+    """(torch, timm), or an ImportError that names the one missing or
+    failing to import (torch first: timm imports it)."""
+    return tuple(import_library(
+        name, f"{what} requires {lib}",
+        "`pip install 'sklearn-falcon[image]'` (or `pip install torch timm`)",
+        "model='color' (the offline features)")
+        for name, lib in (("torch", "PyTorch"), ("timm", "timm")))
 
 
 def _on_device(tensor, device):
