@@ -1,4 +1,5 @@
 import os
+import re
 import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -934,6 +935,22 @@ def test_segment_dataset_refuses_a_bad_n_jobs_by_its_name(n_jobs):
                        r"ImageSegmenter.segment_dataset must be .*Got "
                        + repr(n_jobs).replace(".", r"\.") + " instead"):
         seg.segment_dataset([img], n_jobs=n_jobs, progress=False)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("progress", "no"), ("progress", None), ("batch_size", 0), ("batch_size", 2.0)])
+def test_segment_dataset_refuses_a_bad_progress_or_batch_size(name, value):
+    """``progress="no"`` showed the bar (any truthy value did), and
+    ``batch_size`` was refused in words apart from ``n_jobs``'s; both are
+    checked as ``n_jobs`` is, by name."""
+    img, _ = _quadrants(16, 16)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    kwargs = {"progress": False, name: value}
+    with pytest.raises(ValueError, match=rf"The '{name}' parameter of "
+                       r"ImageSegmenter.segment_dataset must be .*Got "
+                       + re.escape(repr(value)) + " instead"):
+        seg.segment_dataset([img], **kwargs)
+    assert len(seg.segment_dataset([img], progress=np.bool_(False))) == 1
 
 
 def test_auto_n_segments_warns_once_of_its_graph():
