@@ -268,6 +268,22 @@ def test_cluster_tokens_checks_grid_shape_by_name():
         assert miou(seg.cluster_tokens(W, grid_shape=good)[None], half[None]) == 1.0
 
 
+def test_cluster_tokens_checks_grid_shape_whatever_n_segments():
+    """With an integer ``n_segments`` a wrong ``grid_shape`` (``(5, 5)`` of
+    64 tokens, ``"88"``, three entries) was taken without a word, and
+    refused by name with ``n_segments="auto"``; it is refused with either
+    (it is read only by ``"auto"``), and a right one still works."""
+    W, half, _ = _stripe_case()
+    seg = ImageSegmenter(n_segments=2)
+    with pytest.raises(ValueError, match=r"grid_shape=\(5, 5\) does not hold the 64"):
+        seg.cluster_tokens(W, grid_shape=(5, 5))
+    for bad in ((2, 4, 8), "88", (8.0, 8.0)):
+        with pytest.raises(ValueError, match=r"grid_shape must be a pair of positive"):
+            seg.cluster_tokens(W, grid_shape=bad)
+    np.testing.assert_array_equal(seg.cluster_tokens(W, grid_shape=(8, 8)),
+                                  seg.cluster_tokens(W))
+
+
 def test_auto_picks_true_k_on_coarse_stripes():
     """Image 3 of the synthetic benchmark (seed 0): 3 regions, one of coarse
     stripes.  The feature conductance alone splits the stripes (4 segments);
