@@ -1071,3 +1071,20 @@ def test_offline_make_extractor_refuses_an_unknown_device_by_name(model):
             make_extractor(model, device=device)
     for device in ("cpu", "auto", "cuda", "cuda:1", "cpu:0", None):
         assert make_extractor(model, device=device).patch_size == (8, 8)
+
+
+@pytest.mark.parametrize("bad", [True, 0, 8.0, "8", (4, 8)])
+def test_offline_extractors_check_patch_size_alike(bad):
+    """``ColorPositionFeatures(True)`` took a cell of one pixel, which
+    ``ColorTextureFeatures`` refuses, and the two refused other values in
+    words of their own ("a positive integer", "an integer >= 1"); one check
+    serves both (and ``context`` and ``n_components``)."""
+    from sklearn_falcon.image import ColorPositionFeatures, ColorTextureFeatures
+
+    for cls in (ColorTextureFeatures, ColorPositionFeatures):
+        with pytest.raises(ValueError, match=re.escape(
+                f"patch_size must be an integer >= 1; got {bad!r}.")):
+            cls(bad)
+        assert cls(np.int64(4)).patch_size == (4, 4)
+    with pytest.raises(ValueError, match="context must be an integer >= 0; got True"):
+        ColorPositionFeatures(8, context=True)
