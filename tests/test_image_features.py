@@ -1088,3 +1088,21 @@ def test_offline_extractors_check_patch_size_alike(bad):
         assert cls(np.int64(4)).patch_size == (4, 4)
     with pytest.raises(ValueError, match="context must be an integer >= 0; got True"):
         ColorPositionFeatures(8, context=True)
+
+
+@pytest.mark.parametrize("bad", [-1, "a", 1.5])
+def test_offline_extractors_refuse_a_bad_random_state_by_name(bad):
+    """``random_state=-1`` or ``"a"`` of the offline extractors raised
+    NumPy's "expected non-negative integer" or SeedSequence's "expects int
+    or sequence of ints", naming no parameter; they are refused as
+    ``ImageSegmenter`` refuses them.  Seeds, ``None``,
+    ``RandomState`` and ``Generator`` are taken."""
+    from sklearn_falcon.image import ColorPositionFeatures, ColorTextureFeatures
+
+    for cls in (ColorTextureFeatures, ColorPositionFeatures):
+        with pytest.raises(ValueError, match=f"The 'random_state' parameter of "
+                           f"{cls.__name__} must be .*Got {re.escape(repr(bad))} "):
+            cls(8, random_state=bad)
+        for good in (None, 3, np.int64(3), np.random.RandomState(0),
+                     np.random.default_rng(0)):
+            assert cls(8, random_state=good).random_state is good

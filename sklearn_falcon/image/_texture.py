@@ -31,7 +31,8 @@ from .._threads import fit_threads
 from ._features import _cell_edges, as_rgb, check_int, rgb_to_lab
 from ._io import check_image_size
 from ._position import (
-    N_POSITION, check_position, fourier_basis, grid_positions, position_features,
+    N_POSITION, check_position, check_seed, fourier_basis, grid_positions,
+    position_features,
 )
 
 __all__ = ["ColorTextureFeatures"]
@@ -208,7 +209,7 @@ class ColorTextureFeatures:
         self.sigmas = sig
         self.position_weight, self.position_scale = check_position(position_weight,
                                                                    position_scale)
-        self.random_state = random_state
+        self.random_state = check_seed(random_state, type(self).__name__)
         self._basis = fourier_basis(random_state)
 
     @property
