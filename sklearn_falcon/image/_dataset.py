@@ -10,6 +10,7 @@ from numbers import Integral
 import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
+from .._threads import N_JOBS_CONSTRAINT
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
@@ -56,8 +57,7 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     # joblib's own refusal named its Parallel; "2" and 1.5 ran; on a CUDA
     # device n_jobs is not read; progress="no" showed the bar
     validate_parameter_constraints(
-        {"n_jobs": [Interval(Integral, None, -1, closed="right"),
-                    Interval(Integral, 1, None, closed="left"), None],
+        {"n_jobs": N_JOBS_CONSTRAINT,  # FalconNCut's
          "batch_size": [Interval(Integral, 1, None, closed="left")],
          "progress": ["boolean"]},
         {"n_jobs": n_jobs, "batch_size": batch_size, "progress": progress},
