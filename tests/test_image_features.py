@@ -1106,3 +1106,17 @@ def test_offline_extractors_refuse_a_bad_random_state_by_name(bad):
         for good in (None, 3, np.int64(3), np.random.RandomState(0),
                      np.random.default_rng(0)):
             assert cls(8, random_state=good).random_state is good
+
+
+@pytest.mark.parametrize("bad", [3, None, [1]])
+def test_make_extractor_names_every_kind_of_model_it_takes(bad):
+    """A model of the wrong type was refused as "model must be 'color', a
+    timm model name or a torch.nn.Module; got int": without the value, and
+    without 'color-position' or a checkpoint path, which it takes."""
+    from sklearn_falcon.image import make_extractor
+
+    with pytest.raises(TypeError, match=re.escape(
+            "model must be 'color', 'color-position', a timm model name, a "
+            f"checkpoint path or a torch.nn.Module; got model={bad!r} "
+            f"({type(bad).__name__}).")):
+        make_extractor(bad)

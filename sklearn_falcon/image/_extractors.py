@@ -190,7 +190,7 @@ def make_extractor(
             position_weight=0.0 if position_weight is None else position_weight,
             smoothing=smoothing,
         )
-    raise TypeError(
-        "model must be 'color', a timm model name or a torch.nn.Module; got "
-        f"{type(model).__name__}."
-    )
+    raise TypeError(  # ('color-position' and paths were left out)
+        "model must be 'color', 'color-position', a timm model name, a "
+        f"checkpoint path or a torch.nn.Module; got model={model!r} "
+        f"({type(model).__name__}).")
