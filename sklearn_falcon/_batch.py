@@ -36,7 +36,7 @@ from ._affinity._flat import CHECK_FLAT
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
-from ._log import log_stage, logs_progress, warn_user, warns_once
+from ._log import log_stage, logs_progress, unwarned, warn_user, warns_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -241,6 +241,21 @@ def _warn_of_flat(Ws, degrees):
             f"is equal within its graph ({_listing(flat)}), so each is complete "
             "with equal weights and every partition has the same NCut; their "
             "labels are arbitrary. " + CHECK_FLAT.format("ies were"))
+
+
+def _warn_of_complete(graphs, affinity, n_neighbors):
+    """One warning of the kNN graphs of no more samples than ``n_neighbors``
+    (complete, of equal weights), as FalconNCut warns of each: one a graph
+    ("n_samples=5", "n_samples=6", ...) flooded a batch."""
+    small = {b: G.shape[0] for b, G in enumerate(graphs)
+             if 1 < G.shape[0] <= n_neighbors}
+    if affinity == "nearest_neighbors" and small:
+        warn_user(
+            f"n_neighbors={n_neighbors} >= n_samples in {len(small)} of the "
+            f"{len(graphs)} graphs ({_listing(small, ' samples')}): every sample "
+            "is a neighbour of every other, so each is complete with equal "
+            "weights and every partition has the same NCut; their labels are "
+            "arbitrary. Use fewer neighbours than samples.")
 
 
 def _active_parts(Ws, graphs, init, n_clusters, degrees=None, hint=None):
@@ -504,8 +519,10 @@ def falcon_batch(
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
     else:
-        Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
-                            power=power).fit(G) for G in graphs]
+        with unwarned(" is a neighbour of every other"):  # given once, below
+            Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
+                                power=power).fit(G) for G in graphs]
+        _warn_of_complete(graphs, affinity, n_neighbors)
 
     if not matrix_free:
         degrees = [degrees_of(W) for W in Ws]  # (one pass over each W)

@@ -84,6 +84,23 @@ def _assign_sparse(rows, cols, iou, n_pred, n_gt):
     return np.flatnonzero(col_of[rows] == cols)
 
 
+def _integer_labels(a, i, name):
+    """Map ``i`` of ``name`` as integer labels: whole floats (a label image
+    read as floats) as int64, as scikit-learn's metrics take them; other
+    floats (fractions, NaN) and dtypes are refused, naming the map."""
+    if a.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):  # NaN and inf: not whole
+            whole = (np.mod(a, 1) == 0) & (np.abs(a) < np.float64(2**63))
+        if not np.all(whole):
+            raise ValueError(
+                f"Map {i}: {name} must hold integer labels; got the value "
+                f"{float(a[~whole][0])} of dtype={a.dtype}.")
+        return a.astype(np.int64)
+    if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
+        raise ValueError(f"Map {i}: {name} must hold integer labels; got {a.dtype}.")
+    return a
+
+
 def _match_image(p, g, background, background_index):
     """Per-class (tp, fp, fn) dictionaries after matching, for one image."""
     pu, pi = np.unique(p, return_inverse=True)
@@ -158,11 +175,13 @@ def miou(
     Parameters
     ----------
     pred : array-like of shape (H, W) or iterable of such arrays
-        Predicted label maps (any integer ids); an iterator (the generator
+        Predicted label maps (any integer ids, or whole floats such as
+        ``2.0``); an iterator (the generator
         of :meth:`~sklearn_falcon.ImageSegmenter.segment_video`) is read
         once, into a list.
     gt : array-like of shape (H, W) or iterable of such arrays
-        Ground-truth class maps, same shapes as ``pred``.
+        Ground-truth class maps (integers or whole floats), same shapes as
+        ``pred``.
     ignore_index : int or None, default=255
         Ground-truth value excluded from evaluation (VOC's "void").
     background : {None, "many_to_one"}, default=None
@@ -223,9 +242,7 @@ def miou(
             raise ValueError(
                 f"Map {i}: pred shape {p.shape} differs from gt shape {g.shape}."
             )
-        for name, a in (("pred", p), ("gt", g)):
-            if not (np.issubdtype(a.dtype, np.integer) or a.dtype == bool):
-                raise ValueError(f"Map {i}: {name} must hold integer labels; got {a.dtype}.")
+        p, g = _integer_labels(p, i, "pred"), _integer_labels(g, i, "gt")
         valid = np.ones(g.shape, bool) if ignore_index is None else g != ignore_index
         if not valid.any():
             continue

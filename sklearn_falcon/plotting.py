@@ -117,6 +117,9 @@ def overlay(image, labels, *, alpha=0.5):
         raise ValueError(
             f"labels must have the image's shape {image.shape[:2]}; got "
             f"{labels.shape}.")
+    if labels.dtype.kind not in "biufUSO":  # complex: coloured by its real part
+        raise ValueError(
+            f"labels must be integers or strings; got dtype={labels.dtype}.")
     if labels.dtype.kind == "f" and np.isnan(labels).any():
         # NaN != NaN: every NaN pixel was drawn as a boundary, in white
         raise ValueError(

@@ -786,3 +786,26 @@ def test_predict_searches_neighbours_on_its_own_n_jobs_and_cpus(monkeypatch, blo
     est.score(X[:50])
     assert seen[0] == _jit.usable_cpus() and seen[1:3] == [1, 1]
     assert seen[3] == 1  # score's predict
+
+
+def test_falcon_batch_warns_once_of_small_knn_graphs():
+    """A batch of kNN graphs with no more samples than ``n_neighbors`` gave
+    one warning per graph ("n_neighbors=10 >= n_samples=5", "...=6", ...:
+    texts that differ are each given once); one warning names them, as of
+    the batch's flat precomputed and disconnected graphs."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    graphs = [rng.random((n, 3)) for n in (5, 6, 30, 9)]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        falcon_batch(graphs, 2, affinity="nearest_neighbors", n_neighbors=10,
+                     random_state=0)
+    msgs = [str(w.message) for w in rec if "neighbour of every" in str(w.message)]
+    assert msgs == [
+        "n_neighbors=10 >= n_samples in 3 of the 4 graphs (graphs[0]: 5 samples, "
+        "graphs[1]: 6 samples, graphs[3]: 9 samples): every sample is a neighbour "
+        "of every other, so each is complete with equal weights and every "
+        "partition has the same NCut; their labels are arbitrary. Use fewer "
+        "neighbours than samples."], msgs
+    assert {w.filename for w in rec} == {__file__}

@@ -1057,3 +1057,66 @@ def test_cosine_power_affinity_does_not_depend_on_blas_threads():
     with threadpool_limits(limits=1, user_api="blas"):
         Wk1 = knn_cosine_power_affinity(F, n_neighbors=10)
     assert (Wk != Wk1).nnz == 0
+
+
+@pytest.mark.parametrize("model", ["color", "color-position"])
+def test_offline_make_extractor_refuses_an_unknown_device_by_name(model):
+    """``make_extractor("color", device="banana")`` was accepted (the offline
+    extractors run on NumPy), where a ViT and ``ImageSegmenter`` refuse it by
+    name; the devices they take are still accepted."""
+    from sklearn_falcon.image import make_extractor
+
+    for device in ("banana", "cuda:x", "gpu"):
+        with pytest.raises(ValueError, match=f"device must be .*got device={device!r}"):
+            make_extractor(model, device=device)
+    for device in ("cpu", "auto", "cuda", "cuda:1", "cpu:0", None):
+        assert make_extractor(model, device=device).patch_size == (8, 8)
+
+
+@pytest.mark.parametrize("bad", [True, 0, 8.0, "8", (4, 8)])
+def test_offline_extractors_check_patch_size_alike(bad):
+    """``ColorPositionFeatures(True)`` took a cell of one pixel, which
+    ``ColorTextureFeatures`` refuses, and the two refused other values in
+    words of their own ("a positive integer", "an integer >= 1"); one check
+    serves both (and ``context`` and ``n_components``)."""
+    from sklearn_falcon.image import ColorPositionFeatures, ColorTextureFeatures
+
+    for cls in (ColorTextureFeatures, ColorPositionFeatures):
+        with pytest.raises(ValueError, match=re.escape(
+                f"patch_size must be an integer >= 1; got {bad!r}.")):
+            cls(bad)
+        assert cls(np.int64(4)).patch_size == (4, 4)
+    with pytest.raises(ValueError, match="context must be an integer >= 0; got True"):
+        ColorPositionFeatures(8, context=True)
+
+
+@pytest.mark.parametrize("bad", [-1, "a", 1.5])
+def test_offline_extractors_refuse_a_bad_random_state_by_name(bad):
+    """``random_state=-1`` or ``"a"`` of the offline extractors raised
+    NumPy's "expected non-negative integer" or SeedSequence's "expects int
+    or sequence of ints", naming no parameter; they are refused as
+    ``ImageSegmenter`` refuses them.  Seeds, ``None``,
+    ``RandomState`` and ``Generator`` are taken."""
+    from sklearn_falcon.image import ColorPositionFeatures, ColorTextureFeatures
+
+    for cls in (ColorTextureFeatures, ColorPositionFeatures):
+        with pytest.raises(ValueError, match=f"The 'random_state' parameter of "
+                           f"{cls.__name__} must be .*Got {re.escape(repr(bad))} "):
+            cls(8, random_state=bad)
+        for good in (None, 3, np.int64(3), np.random.RandomState(0),
+                     np.random.default_rng(0)):
+            assert cls(8, random_state=good).random_state is good
+
+
+@pytest.mark.parametrize("bad", [3, None, [1]])
+def test_make_extractor_names_every_kind_of_model_it_takes(bad):
+    """A model of the wrong type was refused as "model must be 'color', a
+    timm model name or a torch.nn.Module; got int": without the value, and
+    without 'color-position' or a checkpoint path, which it takes."""
+    from sklearn_falcon.image import make_extractor
+
+    with pytest.raises(TypeError, match=re.escape(
+            "model must be 'color', 'color-position', a timm model name, a "
+            f"checkpoint path or a torch.nn.Module; got model={bad!r} "
+            f"({type(bad).__name__}).")):
+        make_extractor(bad)

@@ -92,7 +92,7 @@ def test_validation():
     with pytest.raises(ValueError, match="background"):
         miou(a, a, background="x")
     with pytest.raises(ValueError, match="integer"):
-        miou(a.astype(float), a)
+        miou(a + 0.5, a)
     with pytest.raises(ValueError, match="ground-truth maps"):
         miou([a, a], [a])
     # maps without pixels were said to have every pixel equal to
@@ -215,3 +215,29 @@ def test_return_per_class_must_be_a_bool():
                            f"False; got {bad!r}"):
             miou(pred, gt, return_per_class=bad)
     assert miou(pred, gt, return_per_class=np.bool_(False)) == 1.0
+
+
+def test_whole_float_labels_are_integer_labels():
+    """Labels read from a float image (0.0, 1.0, 2.0) were refused as "must
+    hold integer labels; got float64", where scikit-learn's metrics and
+    ``normalized_cut`` take whole floats; they are read as integers
+    (``ignore_index`` and the per-class keys included), and fractions, NaN
+    and infinities are still refused, naming the value."""
+    rng = np.random.default_rng(0)
+    gt = rng.integers(0, 3, (12, 10))
+    gt[:2] = 255
+    pred = rng.integers(0, 4, (12, 10))
+    want = miou(pred, gt, return_per_class=True)
+    for dtype in (np.float64, np.float32, np.float16):
+        got = miou(pred.astype(dtype), gt.astype(dtype), return_per_class=True)
+        assert got == want
+        assert all(type(k) is int for k in got[1])
+    for bad in (0.5, np.nan, np.inf):
+        f = gt.astype(float)
+        f[5, 5] = bad
+        with pytest.raises(ValueError, match=f"Map 0: gt must hold integer labels; "
+                           f"got the value {bad} of dtype=float64"):
+            miou(pred, f)
+    with pytest.raises(ValueError, match="Map 0: pred must hold integer labels; "
+                       "got the value 1e.20"):
+        miou(np.full(gt.shape, 1e20), gt)

@@ -258,3 +258,38 @@ def test_a_broken_pillow_is_not_said_to_be_missing(tmp_path):
         print("raised")
     """, block=block)
     assert out.split() == ["raised"] * 3
+
+
+def test_timm_features_says_whether_torch_is_missing_or_broken():
+    """An installed torch whose import fails (a CUDA library missing) made
+    ``TimmFeatures`` say "requires torch and timm, which are not installed",
+    where the torch backend says "installed but cannot be imported"; both
+    go through one mechanism, as Pillow's message does, which said "which
+    is not installed: pip install ..." in words of its own."""
+    out = _run("""
+        from sklearn_falcon.image import TimmFeatures
+        try:
+            TimmFeatures("vit_tiny_patch16_224")
+        except ImportError as exc:
+            msg = str(exc)
+            assert "not installed" not in msg, msg
+            assert msg.startswith("TimmFeatures(model='vit_tiny_patch16_224') "
+                                  "requires PyTorch, which is installed but "
+                                  "cannot be imported (ImportError: libcudnn"), msg
+            print("raised")
+    """, block=BROKEN)
+    assert out.split() == ["raised"]
+    out = _run("""
+        from sklearn_falcon.image import TimmFeatures
+        from sklearn_falcon.image._io import import_pillow
+        for call in (lambda: TimmFeatures("vit_tiny_patch16_224"),
+                     lambda: import_pillow("Reading image files needs Pillow")):
+            try:
+                call()
+            except ImportError as exc:
+                msg = str(exc)
+                assert (", which is not installed. Install it with `pip install "
+                        "'sklearn-falcon[") in msg, msg
+                print("raised")
+    """, block=BLOCK.replace('"torchvision")', '"torchvision", "PIL")'))
+    assert out.split() == ["raised"] * 2

@@ -109,6 +109,21 @@ def test_pamr_refuses_an_image_of_complex_or_text_values():
         for other in (img > 0.5, img.astype(object), img.astype(np.float16)):
             np.testing.assert_array_equal(pamr(other, lab), ref)
 
+def test_pamr_refuses_complex_labels_by_name():
+    """Complex labels were refined and returned complex, where ``overlay``,
+    ``miou`` and ``upsample_labels`` refuse them; they are refused by name.
+    Text labels are still refined."""
+    img = np.zeros((8, 8, 3), np.uint8)
+    img[:, 4:] = 255
+    lab = np.zeros((8, 8), int)
+    lab[:, 3:] = 1
+    with pytest.raises(ValueError, match="labels must be integers or strings; "
+                       "got dtype=complex128"):
+        pamr(img, lab + 0j)
+    ref = pamr(img, lab)
+    np.testing.assert_array_equal(pamr(img, lab.astype(str)), ref.astype(str))
+
+
 @pytest.mark.parametrize("scale", [1e-300, 1e-12, 1e200, 1e300])
 def test_pamr_of_an_image_at_any_scale(scale):
     """"Only colour differences relative to the local spread matter, so the

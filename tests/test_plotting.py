@@ -79,6 +79,18 @@ def test_overlay_refuses_nan_labels_by_name():
                                   overlay(image, labels))
 
 
+def test_overlay_refuses_complex_labels_by_name():
+    """Complex labels were drawn (coloured in the order of their values),
+    where ``normalized_cut``, ``select_n_segments`` and ``miou`` refuse them
+    by name; they are refused as ``check_label_values`` refuses them."""
+    image, labels = _scene()
+    for dtype in (np.complex64, np.complex128):
+        with pytest.raises(ValueError, match="labels must be integers or strings; "
+                           f"got dtype={np.dtype(dtype).name}"):
+            overlay(image, labels.astype(dtype))
+    assert overlay(image, labels.astype(str)).shape == image.shape
+
+
 def test_label_colors_refuses_a_negative_or_fractional_count():
     """``label_colors(-1)`` returned 19 colours (a slice ``[:-1]`` of the
     palette) and ``label_colors(2.5)`` two; both are refused by name.

@@ -1,4 +1,5 @@
 import os
+import re
 import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -265,6 +266,22 @@ def test_cluster_tokens_checks_grid_shape_by_name():
             seg.cluster_tokens(W, grid_shape=bad)
     for good in (np.array([8, 8]), [np.int8(8), np.uint64(8)]):
         assert miou(seg.cluster_tokens(W, grid_shape=good)[None], half[None]) == 1.0
+
+
+def test_cluster_tokens_checks_grid_shape_whatever_n_segments():
+    """With an integer ``n_segments`` a wrong ``grid_shape`` (``(5, 5)`` of
+    64 tokens, ``"88"``, three entries) was taken without a word, and
+    refused by name with ``n_segments="auto"``; it is refused with either
+    (it is read only by ``"auto"``), and a right one still works."""
+    W, half, _ = _stripe_case()
+    seg = ImageSegmenter(n_segments=2)
+    with pytest.raises(ValueError, match=r"grid_shape=\(5, 5\) does not hold the 64"):
+        seg.cluster_tokens(W, grid_shape=(5, 5))
+    for bad in ((2, 4, 8), "88", (8.0, 8.0)):
+        with pytest.raises(ValueError, match=r"grid_shape must be a pair of positive"):
+            seg.cluster_tokens(W, grid_shape=bad)
+    np.testing.assert_array_equal(seg.cluster_tokens(W, grid_shape=(8, 8)),
+                                  seg.cluster_tokens(W))
 
 
 def test_auto_picks_true_k_on_coarse_stripes():
@@ -973,6 +990,22 @@ def test_segment_dataset_refuses_a_bad_n_jobs_by_its_name(n_jobs):
                        r"ImageSegmenter.segment_dataset must be .*Got "
                        + repr(n_jobs).replace(".", r"\.") + " instead"):
         seg.segment_dataset([img], n_jobs=n_jobs, progress=False)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("progress", "no"), ("progress", None), ("batch_size", 0), ("batch_size", 2.0)])
+def test_segment_dataset_refuses_a_bad_progress_or_batch_size(name, value):
+    """``progress="no"`` showed the bar (any truthy value did), and
+    ``batch_size`` was refused in words apart from ``n_jobs``'s; both are
+    checked as ``n_jobs`` is, by name."""
+    img, _ = _quadrants(16, 16)
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    kwargs = {"progress": False, name: value}
+    with pytest.raises(ValueError, match=rf"The '{name}' parameter of "
+                       r"ImageSegmenter.segment_dataset must be .*Got "
+                       + re.escape(repr(value)) + " instead"):
+        seg.segment_dataset([img], **kwargs)
+    assert len(seg.segment_dataset([img], progress=np.bool_(False))) == 1
 
 
 def test_auto_n_segments_warns_once_of_its_graph():

@@ -55,10 +55,7 @@ DEVICE_CONSTRAINT = [str, _TorchDevices()]
 
 def torch_available():
     """Whether torch can be imported (without importing it)."""
-    try:
-        return importlib.util.find_spec("torch") is not None
-    except (ImportError, ValueError):  # a broken or blocked installation
-        return False
+    return module_installed("torch")
 
 
 def import_torch(what="backend='torch'", instead="backend='numba'"):
@@ -73,16 +70,35 @@ def import_torch(what="backend='torch'", instead="backend='numba'"):
     return torch
 
 
-def missing_library(exc, requires, installed, install, instead):
+def module_installed(name):
+    """Whether the module ``name`` is installed (found, not imported)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        return False
+
+
+def import_library(name, requires, install, instead=None):
+    """``import name``, or an ImportError of :func:`missing_library` (its
+    package found: installed, but failing at import)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise ImportError(missing_library(
+            exc, requires, module_installed(name.split(".")[0]), install,
+            instead)) from exc
+
+
+def missing_library(exc, requires, installed, install, instead=None):
     """The message of an ImportError ``exc`` of a library that ``requires``
     (a clause) names: not installed, or (``installed``) its import failed,
-    which was reported as "not installed" without the import's error."""
+    which was reported as "not installed" without the import's error;
+    ``instead``: what else to use, if anything."""
+    other = f", or use {instead}." if instead else "."
     if installed:
         return (f"{requires}, which is installed but cannot be imported "
-                f"({type(exc).__name__}: {exc}). Repair or reinstall it, or use "
-                f"{instead}.")
-    return f"{requires}, which is not installed. Install it with {install}, or use " \
-        f"{instead}."
+                f"({type(exc).__name__}: {exc}). Repair or reinstall it{other}")
+    return f"{requires}, which is not installed. Install it with {install}{other}"
 
 
 def may_have_cuda():

@@ -10,6 +10,7 @@ from numbers import Integral
 import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
+from .._threads import N_JOBS_CONSTRAINT
 from ._io import as_image_list, load_image
 from ._video import progress_bar
 
@@ -54,14 +55,13 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     )
 
     # joblib's own refusal named its Parallel; "2" and 1.5 ran; on a CUDA
-    # device n_jobs is not read
+    # device n_jobs is not read; progress="no" showed the bar
     validate_parameter_constraints(
-        {"n_jobs": [Interval(Integral, None, -1, closed="right"),
-                    Interval(Integral, 1, None, closed="left"), None]},
-        {"n_jobs": n_jobs}, caller_name="ImageSegmenter.segment_dataset")
-    if not isinstance(batch_size, Integral) or batch_size < 1:
-        raise ValueError(
-            f"batch_size must be a positive integer; got {batch_size!r}.")
+        {"n_jobs": N_JOBS_CONSTRAINT,  # FalconNCut's
+         "batch_size": [Interval(Integral, 1, None, closed="left")],
+         "progress": ["boolean"]},
+        {"n_jobs": n_jobs, "batch_size": batch_size, "progress": progress},
+        caller_name="ImageSegmenter.segment_dataset")
     items = as_image_list(images)
     batches = [items[i: i + batch_size] for i in range(len(items))[::batch_size]]
     dev = seg._torch_device()

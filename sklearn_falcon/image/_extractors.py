@@ -2,7 +2,8 @@
 
 import os
 
-from .._backends._boundary import tensor_version
+from .._backends._boundary import tensor_version, torch_device
+from .._backends._device import is_torch_device, normalize_device, torch_available
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
@@ -52,6 +53,20 @@ def _refuse_misspelt_offline_name(model):
         raise ValueError(
             f"Unknown model={model!r}; did you mean model={key!r}? The offline "
             f"extractors are {' and '.join(map(repr, OFFLINE_MODELS))}.")
+
+
+def _check_device_name(device):
+    """Refuse a ``device`` that a ViT would refuse ("banana" was taken by
+    the offline extractors, which run on NumPy): Falcon's devices without
+    torch (a CUDA device need not exist), any of torch's with it."""
+    if device is None or is_torch_device(device):
+        return
+    try:
+        normalize_device(device)
+    except ValueError:
+        if not torch_available():
+            raise
+        torch_device(device, any_type=True)  # "mps", "xpu": a ViT's devices
 
 
 def make_extractor(
@@ -123,6 +138,7 @@ def make_extractor(
     (8, 8)
     """
     if isinstance(model, str) and model in OFFLINE_MODELS:
+        _check_device_name(device)
         if checkpoint_path is not None or pretrained:
             raise ValueError(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
@@ -174,7 +190,7 @@ def make_extractor(
             position_weight=0.0 if position_weight is None else position_weight,
             smoothing=smoothing,
         )
-    raise TypeError(
-        "model must be 'color', a timm model name or a torch.nn.Module; got "
-        f"{type(model).__name__}."
-    )
+    raise TypeError(  # ('color-position' and paths were left out)
+        "model must be 'color', 'color-position', a timm model name, a "
+        f"checkpoint path or a torch.nn.Module; got model={model!r} "
+        f"({type(model).__name__}).")

@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from ._io import _to_uint8, check_image_size, load_image, range_text
+from ._position import check_seed
 from ._timm import TimmFeatures
 
 __all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
@@ -118,6 +119,15 @@ def _cell_sums(arr, re, ce):
     return np.add.reduceat(s, ce[:-1], axis=1)
 
 
+def check_int(name, val, lo):
+    """``val`` as an int, or a ValueError naming ``name`` (a bool is no
+    integer here: ``patch_size=True`` was a cell of one pixel)."""
+    if not isinstance(val, numbers.Integral) or isinstance(val, (bool, np.bool_)) \
+            or val < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}; got {val!r}.")
+    return int(val)
+
+
 class ColorPositionFeatures:
     """Offline, non-learned colour + texture + position patch features.
 
@@ -183,8 +193,7 @@ class ColorPositionFeatures:
         n_components=256,
         random_state=0,
     ):
-        if not isinstance(patch_size, numbers.Integral) or patch_size < 1:
-            raise ValueError(f"patch_size must be a positive integer; got {patch_size!r}.")
+        patch_size = check_int("patch_size", patch_size, 1)
         for name, val in (
             ("color_scale", color_scale),
             ("texture_scale", texture_scale),
@@ -192,17 +201,14 @@ class ColorPositionFeatures:
         ):
             if not isinstance(val, numbers.Real) or not val > 0:
                 raise ValueError(f"{name} must be a positive number; got {val!r}.")
-        if not isinstance(context, numbers.Integral) or context < 0:
-            raise ValueError(f"context must be a non-negative integer; got {context!r}.")
-        self.context = int(context)
-        if not isinstance(n_components, numbers.Integral) or n_components < 2:
-            raise ValueError(f"n_components must be an integer >= 2; got {n_components!r}.")
-        self.patch_size = (int(patch_size), int(patch_size))
+        self.context = check_int("context", context, 0)
+        n_components = check_int("n_components", n_components, 2)
+        self.patch_size = (patch_size, patch_size)
         self.color_scale = float(color_scale)
         self.texture_scale = float(texture_scale)
         self.position_scale = float(position_scale)
         self.n_components = int(n_components)
-        self.random_state = random_state
+        self.random_state = check_seed(random_state, type(self).__name__)
         rng = np.random.default_rng(random_state)
         n_desc = 9 if self.context == 0 else 12
         self._omega = rng.standard_normal((n_desc, self.n_components)).astype(np.float32)

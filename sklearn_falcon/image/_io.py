@@ -5,7 +5,6 @@ brought to the host, by the boundary module, without importing torch.
 """
 
 import contextlib
-import importlib.util
 import operator
 import os
 import re
@@ -14,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 from .._backends._boundary import host_array, is_tensor
+from .._backends._device import import_library
 
 __all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
            "opened_image"]
 
-PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
+PILLOW_HINT = "`pip install 'sklearn-falcon[cli]'` (or `pip install pillow`)"
 
 
 def import_pillow(needs):
@@ -26,21 +26,7 @@ def import_pillow(needs):
     image files needs Pillow"): not installed, and what to install, or
     installed but failing at import (a library of its own missing), and how
     it failed, which was reported as "not installed" without the error."""
-    try:
-        from PIL import Image
-    except ImportError as exc:
-        try:
-            installed = importlib.util.find_spec("PIL") is not None
-        except (ImportError, ValueError):  # a broken or blocked installation
-            installed = False
-        if installed:
-            msg = (f"{needs}, which is installed but cannot be imported "
-                   f"({type(exc).__name__}: {exc}). Repair or reinstall it: pip "
-                   "install --force-reinstall pillow.")
-        else:
-            msg = f"{needs}, which is not installed: {PILLOW_HINT}."
-        raise ImportError(msg) from exc
-    return Image
+    return import_library("PIL.Image", needs, PILLOW_HINT)
 
 
 def _is_pil_image(obj):

@@ -203,6 +203,8 @@ def pamr(image, labels, *, n_iter=10, dilations=(1, 2, 4, 8, 12, 24), device=Non
     img = np.asarray(image)
     lab = np.asarray(labels)
     dev = torch_device_of(device, "pamr")
+    if lab.dtype.kind not in "biufUSO":  # complex labels came back complex
+        raise ValueError(f"labels must be integers or strings; got dtype={lab.dtype}.")
     if img.ndim == 2:  # greyscale (it said "(H, W) and (H, W) do not match")
         img = img[:, :, None]
     # complex was cast to its real part (a ComplexWarning), text parsed

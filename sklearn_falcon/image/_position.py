@@ -13,8 +13,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["N_POSITION", "check_position", "fourier_basis", "grid_positions",
-           "position_features"]
+__all__ = ["N_POSITION", "check_position", "check_seed", "fourier_basis",
+           "grid_positions", "position_features"]
 
 #: Number of random Fourier features.
 N_POSITION = 64
@@ -28,6 +28,19 @@ def check_position(weight, scale):
     if not isinstance(scale, numbers.Real) or not scale > 0:
         raise ValueError(f"position_scale must be a positive number; got {scale!r}.")
     return float(weight), float(scale)
+
+
+def check_seed(random_state, caller):
+    """``random_state`` of the offline extractor ``caller``, refused as
+    ``ImageSegmenter`` refuses it, by name (-1 and "a" gave NumPy's
+    "expected non-negative integer" and SeedSequence's errors); a NumPy
+    ``Generator`` is taken too."""
+    from sklearn.utils._param_validation import validate_parameter_constraints
+
+    validate_parameter_constraints(
+        {"random_state": ["random_state", np.random.Generator]},
+        {"random_state": random_state}, caller_name=caller)
+    return random_state
 
 
 def fourier_basis(random_state, n_features=N_POSITION):

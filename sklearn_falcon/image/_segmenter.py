@@ -12,7 +12,7 @@ from .._inits import INITS
 from .._threads import fit_threads
 from ._affinity import check_token_affinity, cosine_power_affinity
 from ._affinity import knn_cosine_power_affinity
-from ._auto import conductance_sweep
+from ._auto import _grid_shape, conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb, too_few_tokens
 from ._dataset import segment_dataset, segment_each
@@ -373,7 +373,8 @@ class ImageSegmenter(BaseEstimator):
         grid_shape : (int, int), default=None
             The tokens' grid ``(gh, gw)`` (row-major, ``gh * gw ==
             n_tokens``), for the spatial test of ``n_segments="auto"``
-            (``auto_grid_threshold``); None skips that test.
+            (``auto_grid_threshold``); None skips that test.  Checked
+            with any ``n_segments``.
 
         Returns
         -------
@@ -381,6 +382,8 @@ class ImageSegmenter(BaseEstimator):
         """
         self._check_params()
         W = check_token_affinity(W, self.n_segments, self.auto_range)
+        if grid_shape is not None:  # checked, unread for an int n_segments
+            grid_shape = _grid_shape(grid_shape, W.shape[0])
         return self._cluster(W, "precomputed", grid_shape=grid_shape)
 
     # -- the pipeline, in stages -------------------------------------------

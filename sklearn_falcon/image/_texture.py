@@ -28,10 +28,11 @@ import numbers
 import numpy as np
 
 from .._threads import fit_threads
-from ._features import _cell_edges, as_rgb, rgb_to_lab
+from ._features import _cell_edges, as_rgb, check_int, rgb_to_lab
 from ._io import check_image_size
 from ._position import (
-    N_POSITION, check_position, fourier_basis, grid_positions, position_features,
+    N_POSITION, check_position, check_seed, fourier_basis, grid_positions,
+    position_features,
 )
 
 __all__ = ["ColorTextureFeatures"]
@@ -191,18 +192,12 @@ class ColorTextureFeatures:
         n_iter=30,
         random_state=0,
     ):
-        def _int(name, val, lo):
-            if not isinstance(val, numbers.Integral) or isinstance(val, bool) \
-                    or val < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}; got {val!r}.")
-            return int(val)
-
-        self.patch_size = (_int("patch_size", patch_size, 1),) * 2
-        self.n_texture_words = _int("n_texture_words", n_texture_words, 1)
-        self.n_color_words = _int("n_color_words", n_color_words, 1)
-        self.window = _int("window", window, 0)
-        self.n_samples = _int("n_samples", n_samples, 1)
-        self.n_iter = _int("n_iter", n_iter, 0)
+        self.patch_size = (check_int("patch_size", patch_size, 1),) * 2
+        self.n_texture_words = check_int("n_texture_words", n_texture_words, 1)
+        self.n_color_words = check_int("n_color_words", n_color_words, 1)
+        self.window = check_int("window", window, 0)
+        self.n_samples = check_int("n_samples", n_samples, 1)
+        self.n_iter = check_int("n_iter", n_iter, 0)
         try:
             sig = tuple(float(s) for s in sigmas)
         except TypeError:
@@ -214,7 +209,7 @@ class ColorTextureFeatures:
         self.sigmas = sig
         self.position_weight, self.position_scale = check_position(position_weight,
                                                                    position_scale)
-        self.random_state = random_state
+        self.random_state = check_seed(random_state, type(self).__name__)
         self._basis = fourier_basis(random_state)
 
     @property

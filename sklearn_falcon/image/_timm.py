@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from .._backends._boundary import tensor_version, torch_device
+from .._backends._device import import_library
 from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
 from ._checkpoint import registry_depth
@@ -31,19 +32,15 @@ def _after_fork_in_child():
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-_IMAGE_EXTRA_MSG = (
-    "requires torch and timm, which are not installed. Install the image extra: "
-    "pip install 'sklearn-falcon[image]'"
-)
-
 
 def _import_torch_timm(what):
-    try:
-        import timm  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"{what} {_IMAGE_EXTRA_MSG} ({exc}).") from exc
-    return torch, timm
+    """(torch, timm), or an ImportError that names the one missing or
+    failing to import (torch first: timm imports it)."""
+    return tuple(import_library(
+        name, f"{what} requires {lib}",
+        "`pip install 'sklearn-falcon[image]'` (or `pip install torch timm`)",
+        "model='color' (the offline features)")
+        for name, lib in (("torch", "PyTorch"), ("timm", "timm")))
 
 
 def _on_device(tensor, device):
