@@ -397,6 +397,18 @@ def test_invalid_graphs_are_rejected_blockwise(kind, error, match):
         FalconNCut(2, affinity="precomputed").fit(_bad(kind))
 
 
+def test_overflowing_degrees_are_refused_without_numpy_warnings():
+    # the blocks' degrees overflowed in scipy's sum, which leaked one NumPy
+    # "overflow encountered in reduceat" RuntimeWarning per block before the
+    # error (the in-memory check raises alone)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        W, _ = planted(200, 2, seed=0)
+        X = shards(W * (1e308 / W.max()), 2)  # every row sum overflows
+        with pytest.raises(ValueError, match="overflow float64"):
+            FalconNCut(2, affinity="precomputed").fit(X)
+
+
 def test_invalid_calls_name_the_parameter(graph):
     W, _ = graph
     X = shards(W, 2)

@@ -133,9 +133,9 @@ def summary_task(block, r0, n_rows, n, salt, name="X"):
     dmin = float(data.min()) if data.size else 0.0
     s1, s2 = symmetry_sums(W.indptr, W.indices, data, r0, salt) if finite else (
         0.0, 0.0)
-    degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
     nbytes = data.nbytes + W.indices.nbytes + W.indptr.nbytes
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # an inf degree is refused by the client
+        degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
         total = float(degrees.sum())
     return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total)
 
