@@ -410,6 +410,29 @@ def test_overflowing_degrees_are_refused_without_numpy_warnings():
             FalconNCut(2, affinity="precomputed").fit(X)
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_complete_graph_of_equal_weights_warns_as_on_one_machine(dense):
+    # the in-memory fit warns that every partition of such a W has the same
+    # NCut (arbitrary labels); the sharded fit clustered it silently
+    n = 30
+    W = np.full((n, n), 0.5)
+    np.fill_diagonal(W, 2.0)
+    for X in (W, shards(W, 3, dense=dense)):
+        with pytest.warns(UserWarning, match=r"Every off-diagonal affinity of X is "
+                          r"equal \(0\.5\), so the graph is complete"):
+            FalconNCut(3, affinity="precomputed", init="random",
+                       random_state=0).fit(X)
+    diag, edge = W.copy(), W.copy()
+    diag[0, 0] = 1.0  # a diagonal that is not constant: not flat, on either path
+    edge[3, 27] = edge[27, 3] = 0.25  # nor unequal weights (across blocks)
+    for bad in (diag, edge):
+        for X in (bad, shards(bad, 3, dense=dense)):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message="Every off-diagonal")
+                FalconNCut(3, affinity="precomputed", init="random",
+                           random_state=0).fit(X)
+
+
 @pytest.mark.parametrize("init", ["random", "spectral"])
 def test_verbose_logs_the_starts_as_on_one_machine(init, caplog):
     # a sharded fit logged its solves' iterations but neither the "init"

@@ -10,6 +10,7 @@ from .._affinity import (
     check_dtype_kind,
     make_affinity,
     unit_exponent,
+    warn_of_flat_weight,
 )
 from .._backends import BACKENDS, host_array, normalize_device
 from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
@@ -133,6 +134,7 @@ def _fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
+    warn_of_flat_weight(G.flat_weight, n)  # as the in-memory fit
     warm = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
     init = _check_init(est, est.init if warm is None else warm, n)
