@@ -7,6 +7,7 @@ without gathering, a process cluster that never gathers the graph on the
 client and survives a killed worker.
 """
 
+import logging
 import os
 import signal
 import warnings
@@ -405,6 +406,64 @@ def _bad(kind):
 def test_invalid_graphs_are_rejected_blockwise(kind, error, match):
     with pytest.raises(error, match=match):
         FalconNCut(2, affinity="precomputed").fit(_bad(kind))
+
+
+def test_overflowing_degrees_are_refused_without_numpy_warnings():
+    # the blocks' degrees overflowed in scipy's sum, which leaked one NumPy
+    # "overflow encountered in reduceat" RuntimeWarning per block before the
+    # error (the in-memory check raises alone)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        W, _ = planted(200, 2, seed=0)
+        X = shards(W * (1e308 / W.max()), 2)  # every row sum overflows
+        with pytest.raises(ValueError, match="overflow float64"):
+            FalconNCut(2, affinity="precomputed").fit(X)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_a_complete_graph_of_equal_weights_warns_as_on_one_machine(dense):
+    # the in-memory fit warns that every partition of such a W has the same
+    # NCut (arbitrary labels); the sharded fit clustered it silently
+    n = 30
+    W = np.full((n, n), 0.5)
+    np.fill_diagonal(W, 2.0)
+    for X in (W, shards(W, 3, dense=dense)):
+        with pytest.warns(UserWarning, match=r"Every off-diagonal affinity of X is "
+                          r"equal \(0\.5\), so the graph is complete"):
+            FalconNCut(3, affinity="precomputed", init="random",
+                       random_state=0).fit(X)
+    diag, edge = W.copy(), W.copy()
+    diag[0, 0] = 1.0  # a diagonal that is not constant: not flat, on either path
+    edge[3, 27] = edge[27, 3] = 0.25  # nor unequal weights (across blocks)
+    for bad in (diag, edge):
+        for X in (bad, shards(bad, 3, dense=dense)):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message="Every off-diagonal")
+                FalconNCut(3, affinity="precomputed", init="random",
+                           random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("init", ["random", "spectral"])
+def test_verbose_logs_the_starts_as_on_one_machine(init, caplog):
+    # a sharded fit logged its solves' iterations but neither the "init"
+    # stage nor "solve: start i of n", which the in-memory fit logs
+    W, _ = planted(200, 2, seed=0)
+    logs = []
+    for X in (W, shards(W, 2)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+            FalconNCut(2, affinity="precomputed", init=init, n_init=2, verbose=1,
+                       random_state=0).fit(X)
+        logs.append([r.getMessage().rsplit(" in ", 1)[0] for r in caplog.records
+                     if r.stage in ("init", "solve")
+                     and not r.getMessage().startswith("solve: iter")])
+    # a graph start's restarts are solved on the coarsest graph: one start
+    n = 2 if init == "random" else 1
+    s = "s" if n > 1 else ""
+    assert logs[1] == [f"init: {init}, n_init=2: {n} starting labelling{s}"] + [
+        f"solve: start {i + 1} of {n}" for i in range(n)]
+    if init == "random":
+        assert logs[1] == logs[0]
 
 
 def test_invalid_calls_name_the_parameter(graph):

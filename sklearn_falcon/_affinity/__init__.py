@@ -22,7 +22,7 @@ from ._check import (
     warn_if_flat_cosine,
     warn_of_components,
 )
-from ._flat import flat_weight, warn_if_flat_graph
+from ._flat import flat_weight, warn_if_flat_graph, warn_of_flat_weight
 from ._kinds import (
     AFFINITIES,
     Affinity,
@@ -67,5 +67,6 @@ __all__ = [
     "warn_if_flat_graph",
     "warn_if_flat_rbf",
     "warn_of_components",
+    "warn_of_flat_weight",
     "zero_norm",
 ]

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from ._check import warn_if_flat
 
-__all__ = ["flat_weight", "warn_if_flat_graph"]
+__all__ = ["flat_weight", "warn_if_flat_graph", "warn_of_flat_weight"]
 
 CHECK_FLAT = ("Check how the affinit{} built (a threshold or a bandwidth too large "
               "for the distances?).")
@@ -40,8 +40,13 @@ def flat_weight(W, degrees):
 def warn_if_flat_graph(W, degrees, name="X"):
     """Warn when the affinity ``W`` (``name``: a precomputed or callable
     one) is complete with equal weights (:func:`flat_weight`)."""
-    w = flat_weight(W, degrees)
+    warn_of_flat_weight(flat_weight(W, degrees), W.shape[0], name)
+
+
+def warn_of_flat_weight(w, n_samples, name="X"):
+    """:func:`warn_if_flat_graph`'s warning, of the weight ``w`` (or None)
+    found elsewhere (a sharded graph's blocks)."""
     if w is not None:
-        warn_if_flat(True, W.shape[0],
+        warn_if_flat(True, n_samples,
                      f"Every off-diagonal affinity of {name} is equal ({w:.6g})",
                      CHECK_FLAT.format("y was"))

@@ -10,9 +10,11 @@ from .._affinity import (
     check_dtype_kind,
     make_affinity,
     unit_exponent,
+    warn_of_flat_weight,
 )
 from .._backends import BACKENDS, host_array, normalize_device
 from .._inits import INITS, check_init_labels, warm_labels, warn_one_start
+from .._log import log_stage
 from .._solver import SolverOptions, solve
 from .._stats import ncut_of
 from .._threads import imported_module
@@ -132,6 +134,7 @@ def _fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
+    warn_of_flat_weight(G.flat_weight, n)  # as the in-memory fit
     warm = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
     init = _check_init(est, est.init if warm is None else warm, n)
@@ -154,6 +157,7 @@ def _fit_sharded(est, X):
     info = {"n_blocks": G.n_blocks, "persisted": G.persisted, "nnz": G.nnz,
             "nbytes": G.nbytes, "levels": [(G.n, G.nnz)],
             "setup_s": time.perf_counter() - t0}
+    t_init = time.perf_counter()
     if not isinstance(init, str):
         starts = [P.from_labels(init)]
     elif init == "random":
@@ -161,8 +165,14 @@ def _fit_sharded(est, X):
     else:
         starts = [multilevel_start(G, init, K, rng, options, est.n_init, info=info)]
     t_solve = time.perf_counter()
+    if est.verbose and isinstance(init, str):  # as FalconNCut._solve logs
+        log_stage("init", "%s, n_init=%d: %d starting labelling%s in %.2f s",
+                  init, est.n_init, len(starts), "s"[:len(starts) != 1],
+                  t_solve - t_init)
     best = None
-    for y0 in starts:
+    for i, y0 in enumerate(starts):
+        if est.verbose:
+            log_stage("solve", "start %d of %d", i + 1, len(starts))
         res = solve(P, fill_empty_blocks(P, y0, rng), options)
         if best is None or res.objective[0] > best.objective[0]:
             best = res

@@ -29,9 +29,10 @@ from .._numba._kernels import (
 from .._numba._csr import label_dtype
 from .._numba._polish import local_move_sweep_csr_wx
 
-__all__ = ["add_parts", "as_csr", "concat_blocks", "freeze_task", "isolated_task",
-           "label_dtype", "pass_task", "polish_task", "random_task", "relabel_task",
-           "scale_task", "step_task", "sum_values", "summary_task", "symmetry_sums"]
+__all__ = ["add_parts", "as_csr", "concat_blocks", "flat_block", "freeze_task",
+           "isolated_task", "label_dtype", "pass_task", "polish_task", "random_task",
+           "relabel_task", "scale_task", "step_task", "sum_values", "summary_task",
+           "symmetry_sums"]
 
 
 def as_csr(block):
@@ -107,9 +108,29 @@ def symmetry_sums(indptr, indices, data, r0, salt):
     return s1, s2
 
 
+def flat_block(W, r0):
+    """``(w, d)`` when every off-diagonal entry of the canonical CSR row block
+    ``W`` (rows ``r0 ..``) is the same weight ``w > 0`` and every diagonal
+    one ``d``, else None: the blocks of a complete graph of equal weights
+    (:func:`~sklearn_falcon._affinity.flat_weight`), which only a block that
+    stores every entry can be."""
+    m, n = W.shape
+    if n < 3 or m == 0 or W.nnz < m * (n - 1):
+        return None
+    rows = np.repeat(np.arange(m), np.diff(W.indptr))
+    on = W.indices == rows + r0
+    off = W.data[~on]
+    if off.size != m * (n - 1) or not (off[0] > 0 and np.all(off == off[0])):
+        return None
+    diag = np.zeros(m, dtype=W.dtype)
+    diag[rows[on]] = W.data[on]
+    return (float(off[0]), float(diag[0])) if np.all(diag == diag[0]) else None
+
+
 def summary_task(block, r0, n_rows, n, salt, name="X"):
     """Degrees of a block and what the client checks without seeing it:
-    ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree))``.
+    ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree,
+    flat))``, ``flat`` from :func:`flat_block`.
 
     A CSR or CSC block whose index arrays leave its shape is refused, naming
     it, before anything reads them (SciPy does not check them when a matrix
@@ -133,11 +154,12 @@ def summary_task(block, r0, n_rows, n, salt, name="X"):
     dmin = float(data.min()) if data.size else 0.0
     s1, s2 = symmetry_sums(W.indptr, W.indices, data, r0, salt) if finite else (
         0.0, 0.0)
-    degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
     nbytes = data.nbytes + W.indices.nbytes + W.indptr.nbytes
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # an inf degree is refused by the client
+        degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
         total = float(degrees.sum())
-    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total)
+    flat = flat_block(W, r0) if finite else None
+    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total, flat)
 
 
 # ---------------------------------------------------------------- solver

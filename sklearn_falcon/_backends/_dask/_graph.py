@@ -44,9 +44,15 @@ class ShardedGraph:
         float32 or float64.
     persisted : bool
         Whether ``blocks`` are held in the workers' memory.
+    flat_weight : float or None
+        The off-diagonal weight of a complete graph of equal weights (and a
+        constant diagonal), whose every partition has the same NCut, else
+        None (:func:`~sklearn_falcon._affinity.flat_weight`, blockwise).
     """
 
-    def __init__(self, blocks, degrees, bounds, *, nnz, nbytes, dtype, persisted):
+    def __init__(self, blocks, degrees, bounds, *, nnz, nbytes, dtype, persisted,
+                 flat_weight=None):
+        self.flat_weight = flat_weight
         self.blocks = list(blocks)
         self.degrees = list(degrees)
         self.bounds = np.asarray(bounds, dtype=np.int64)
@@ -147,8 +153,10 @@ class ShardedGraph:
         else:
             blocks = raw
         dtype = W.dtype if W.dtype in (np.float32, np.float64) else np.float64
+        flats = {i[7] for i in infos}  # one (weight, diagonal) in every block
+        flat = flats.pop()[0] if len(flats) == 1 and None not in flats else None
         return cls(blocks, degrees, bounds, nnz=nnz, nbytes=nbytes, dtype=dtype,
-                   persisted=keep)
+                   persisted=keep, flat_weight=flat)
 
     @classmethod
     def from_matrix(cls, W, n_blocks=1):
@@ -235,7 +243,7 @@ def compute_scope():
 
 
 def _check_summaries(infos, bounds, name):
-    for b, (_, _, finite, _, _, _, _) in enumerate(infos):
+    for b, (_, _, finite, *_) in enumerate(infos):
         if not finite:
             raise ValueError(
                 f"Input {name} contains NaN or infinity (in the row block starting at "
