@@ -17,7 +17,7 @@ from .._structure import check_sparse_structure
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_dtype_kind", "check_finite_degrees", "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
-           "count_components",
+           "count_components", "float_sparse",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
            "warn_of_components",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
@@ -53,6 +53,17 @@ def check_dtype_kind(X, name="X"):
             f"Complex data not supported: {name} has dtype={dtype}. Pass real "
             "float32 or float64 values."
         )
+
+
+def float_sparse(X):
+    """``X`` itself, or, for a sparse ``X`` of integers, a float64 copy (its
+    duplicate entries kept), before ``check_array`` converts its format:
+    SciPy sums the duplicates of a COO matrix in their own dtype, where
+    uint8 or int8 weights wrap around (300 edges of weight 1 weighed 44),
+    while the metrics, which keep COO, sum them in float64."""
+    if sp.issparse(X) and X.dtype.kind in "iu":
+        return X.astype(np.float64)
+    return X
 
 
 def _is_clean_csr(W):
