@@ -788,6 +788,32 @@ def test_callable_affinity_of_float32_is_the_precomputed_one():
                                   ref.predict(kernel(X[:7], X)))
 
 
+def test_callable_affinity_of_integer_coo_duplicates_sums_them_without_wrapping():
+    # a callable returning a COO matrix of uint8 weights with repeated entries
+    # (300 parallel edges) had it converted with its duplicates summed in
+    # uint8 (300 -> 44): ncut_ was not normalized_cut of what it returned
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    G = sp.coo_matrix((np.ones(len(rows), np.uint8), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    A = sp.coo_matrix((np.ones(600, np.uint8), ([0] * 300 + [1] * 300,
+                                                [0] * 300 + [2] * 300)), shape=(2, 4))
+
+    def graph(X, Y=None):
+        return G if Y is None else A
+
+    X = np.arange(4.0)[:, None]
+    est = FalconNCut(2, affinity=graph, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.affinity_matrix_.toarray(), W)
+    assert est.ncut_ == pytest.approx(normalized_cut(G, est.labels_), rel=1e-12)
+    ref = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)
+    summed = np.array([[300.0, 0, 0, 0], [0, 0, 300, 0]])  # A, its duplicates summed
+    np.testing.assert_array_equal(est.predict(X[:2]), ref.predict(summed))
+
+
 def test_predict_searches_neighbours_on_its_own_n_jobs_and_cpus(monkeypatch, blobs):
     """The k-d tree's threads were fixed at fit, from the fitting machine's
     CPUs: a model fitted with ``n_jobs=-1`` on a large machine, loaded on a
