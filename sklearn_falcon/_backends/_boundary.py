@@ -124,7 +124,8 @@ def host_array(X):
     autograd) brought to the host: a NumPy array of its dtype (bfloat16 and
     the float8 types, which NumPy lacks, as float32), or a SciPy CSR matrix
     for a sparse one (COO, CSR, CSC, or the block layouts BSR and BSC; a
-    hybrid one, with dense dimensions, as a NumPy array), so that the input
+    hybrid one, with dense dimensions, as a NumPy array; float16, which
+    SciPy's matrices lack, as float64), so that the input
     checks see what the user passed.  A CPU tensor's array shares its
     memory, as ``tensor.numpy()`` does."""
     if not is_tensor(X):
@@ -147,6 +148,8 @@ def host_array(X):
             f"Expected a 2-D sparse tensor; got one of shape {tuple(X.shape)}.")
     if X.dense_dim():  # a hybrid layout (rows or blocks stored dense): dense
         return X.to_dense().resolve_conj().resolve_neg().cpu().numpy()
+    if X.dtype == torch.float16:  # as NumPy's float16 is read (check_array)
+        X = X.double()
     if X.layout in (torch.sparse_bsr, torch.sparse_bsc):
         X = X.to_sparse_coo()  # (torch converts no block layout to CSR)
     if X.layout != torch.sparse_csr:
