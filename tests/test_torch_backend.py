@@ -823,6 +823,28 @@ def test_sparse_float16_tensors_are_read_as_dense_float16_ones(layout):
     assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+def test_uncoalesced_integer_sparse_tensors_sum_without_wrapping(dtype):
+    """An uncoalesced COO tensor of small integer weights (an edge list with
+    repeated edges) was coalesced in its dtype: 300 parallel edges of
+    weight 1 weighed 44 (int8: refused as negative), where the same edges
+    as a SciPy COO matrix weigh 300; they are summed in float64."""
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    T = torch.sparse_coo_tensor(torch.tensor([rows, cols]),
+                                torch.ones(len(rows), dtype=dtype), (4, 4))
+    G = sp.coo_matrix((np.ones(len(rows), np.uint8), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    est = FalconNCut(2, affinity="precomputed", random_state=0).fit(T)
+    np.testing.assert_array_equal(est.affinity_matrix_.toarray(), W)
+    assert est.ncut_ == pytest.approx(normalized_cut(G, est.labels_), rel=1e-12)
+    assert normalized_cut(T, est.labels_) == pytest.approx(est.ncut_, rel=1e-12)
+    assert not T.is_coalesced()  # the caller's tensor is left as it was
+
+
 def test_batched_and_hybrid_sparse_tensors():
     """A 3-D sparse COO tensor of graphs (``torch.stack`` of sparse ones)
     made falcon_batch say "too many values to unpack (expected 2)", and a
