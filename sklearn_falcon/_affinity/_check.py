@@ -395,14 +395,17 @@ def _dense_n_components(W, chunk=1 << 22):
     return n_comp
 
 
-def warn_if_flat(flat, n_samples, cause, advice):
+def warn_if_flat(flat, n_samples, cause, advice, factor=1.0):
     """Warn, when ``flat`` (every affinity of the ``n_samples > 1`` samples
     is equal), that the graph is complete with equal weights and the labels
-    arbitrary; ``cause`` starts the warning and ``advice`` ends it."""
+    arbitrary; ``cause`` starts the warning and ``advice`` ends it.  Every
+    partition's NCut is ``(n_clusters - 1) * factor``: ``n w / d`` of off-
+    diagonal weight ``w`` and degree ``d``, 1 where the diagonal is ``w``."""
     if flat and n_samples > 1:
+        ncut = "n_clusters - 1" if factor == 1 else f"(n_clusters - 1) x {factor:.6g}"
         warn_user(
             f"{cause}, so the graph is complete with equal weights and every "
-            "partition has the same NCut (n_clusters - 1); the labels are "
+            f"partition has the same NCut ({ncut}); the labels are "
             f"arbitrary. {advice}"
         )
 

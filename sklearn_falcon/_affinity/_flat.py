@@ -41,7 +41,9 @@ def warn_if_flat_graph(W, degrees, name="X"):
     """Warn when the affinity ``W`` (``name``: a precomputed or callable
     one) is complete with equal weights (:func:`flat_weight`)."""
     w = flat_weight(W, degrees)
-    if w is not None:
-        warn_if_flat(True, W.shape[0],
+    if w is not None:  # every NCut: (K - 1) n w / d, K - 1 if the diagonal is w
+        n, diag = W.shape[0], float(W[0, 0])
+        warn_if_flat(True, n,
                      f"Every off-diagonal affinity of {name} is equal ({w:.6g})",
-                     CHECK_FLAT.format("y was"))
+                     CHECK_FLAT.format("y was"),
+                     factor=1.0 if diag == w else n * w / ((n - 1) * w + diag))
