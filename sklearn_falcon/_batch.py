@@ -25,6 +25,7 @@ from ._affinity import (
     check_sparse_structure,
     count_components,
     flat_weight,
+    float_sparse,
     make_affinity,
     restrict_to_active,
     start_graph,
@@ -136,6 +137,7 @@ def _check_graphs(graphs, affinity):
             G = G.compute()
         G = host_array(G)
         check_dtype_kind(G, name=name)
+        G = float_sparse(G)  # COO duplicates of uint8: summed without wrapping
         try:
             G = check_array(  # COO: as CSR
                 G, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),

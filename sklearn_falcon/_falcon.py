@@ -17,6 +17,7 @@ from ._affinity import (
     canonical_sparse,
     check_dtype_kind,
     check_sparse_structure,
+    float_sparse,
     start_graph,
 )
 from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
@@ -342,6 +343,7 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             X = X.compute()
         X = host_array(X)  # a torch tensor, on any device: on the host
         check_dtype_kind(X, name="X")
+        X = float_sparse(X)  # COO duplicates of uint8: summed without wrapping
         X = validate_data(self, X, accept_sparse="csr", dtype=(np.float64, np.float32),
                           ensure_min_samples=2 if reset else 1, reset=reset)
         check_sparse_structure(X, "X")  # indices past its shape: read unchecked

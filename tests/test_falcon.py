@@ -604,6 +604,38 @@ def test_sparse_features_with_duplicate_entries(affinity):
     np.testing.assert_array_equal(c.labels[0], b.labels[0])
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_integer_coo_duplicates_are_summed_without_wrapping(dtype):
+    # an edge list of repeated edges with small integer weights (a COO
+    # matrix of uint8 ones): SciPy's conversion to CSR summed the duplicates
+    # in uint8, so 300 parallel edges weighed 44 (int8: -16, refused as
+    # negative), where normalized_cut sums them in float64; ncut_ was then
+    # not the NCut of the matrix passed (0.044 against 0.0066)
+    from sklearn_falcon import falcon_batch
+
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    kept = G.copy()
+    est = FalconNCut(2, affinity="precomputed", random_state=0).fit(G)
+    ref = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)
+    np.testing.assert_array_equal(est.affinity_matrix_.toarray(), W)
+    assert est.ncut_ == pytest.approx(normalized_cut(G, est.labels_), rel=1e-12)
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)
+    A = sp.coo_matrix((np.ones(600, dtype), ([0] * 300 + [1] * 300,
+                                             [0] * 300 + [2] * 300)), shape=(2, 4))
+    summed = np.array([[300.0, 0, 0, 0], [0, 0, 300, 0]])  # predict's rows too
+    assert est.score(A) == pytest.approx(ref.score(summed), rel=1e-12)
+    np.testing.assert_array_equal(G.data, kept.data)  # the caller's is left alone
+    batch = falcon_batch([G], 2, affinity="precomputed", backend="numba")
+    assert batch.ncut[0] == pytest.approx(normalized_cut(W, batch.labels[0]),
+                                          rel=1e-12)
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_coo_and_csc_features_are_accepted(backend):
     pytest.importorskip("torch") if backend == "torch" else None
@@ -754,6 +786,32 @@ def test_callable_affinity_of_float32_is_the_precomputed_one():
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     np.testing.assert_array_equal(est.predict(X[:7]),
                                   ref.predict(kernel(X[:7], X)))
+
+
+def test_callable_affinity_of_integer_coo_duplicates_sums_them_without_wrapping():
+    # a callable returning a COO matrix of uint8 weights with repeated entries
+    # (300 parallel edges) had it converted with its duplicates summed in
+    # uint8 (300 -> 44): ncut_ was not normalized_cut of what it returned
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    G = sp.coo_matrix((np.ones(len(rows), np.uint8), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    A = sp.coo_matrix((np.ones(600, np.uint8), ([0] * 300 + [1] * 300,
+                                                [0] * 300 + [2] * 300)), shape=(2, 4))
+
+    def graph(X, Y=None):
+        return G if Y is None else A
+
+    X = np.arange(4.0)[:, None]
+    est = FalconNCut(2, affinity=graph, random_state=0).fit(X)
+    np.testing.assert_array_equal(est.affinity_matrix_.toarray(), W)
+    assert est.ncut_ == pytest.approx(normalized_cut(G, est.labels_), rel=1e-12)
+    ref = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)
+    summed = np.array([[300.0, 0, 0, 0], [0, 0, 300, 0]])  # A, its duplicates summed
+    np.testing.assert_array_equal(est.predict(X[:2]), ref.predict(summed))
 
 
 def test_predict_searches_neighbours_on_its_own_n_jobs_and_cpus(monkeypatch, blobs):

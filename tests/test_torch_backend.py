@@ -800,6 +800,51 @@ def test_torch_tensors_of_block_sparse_layouts_are_accepted(backend):
             normalized_cut(W, res.labels[0]), abs=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse BSR tensor support:UserWarning")
+@pytest.mark.parametrize("layout", ["coo", "csr", "bsr"])
+def test_sparse_float16_tensors_are_read_as_dense_float16_ones(layout):
+    """A sparse float16 tensor (a half-precision graph from a GPU) raised
+    SciPy's "scipy.sparse does not support dtype float16" from every entry
+    point, where the dense float16 tensor is accepted; it is read as
+    float64, as NumPy's float16 is."""
+    A = sp.random(30, 30, density=0.3, random_state=0)
+    W = torch.asarray((A + A.T).toarray()).half()
+    to = {"coo": lambda t: t.to_sparse_coo(), "csr": lambda t: t.to_sparse_csr(),
+          "bsr": lambda t: t.to_sparse_bsr((5, 5))}[layout]
+    kw = dict(affinity="precomputed", random_state=0, backend="numba")
+    ref = FalconNCut(3, **kw).fit(W)
+    est = FalconNCut(3, **kw).fit(to(W))
+    assert est.affinity_matrix_.dtype == np.float64
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(to(W[:5])), ref.predict(W[:5]))
+    assert normalized_cut(to(W), ref.labels_) == normalized_cut(W, ref.labels_)
+    res = falcon_batch([to(W)], 3, affinity="precomputed", init=[ref.labels_],
+                       backend="numba")
+    assert res.ncut[0] == pytest.approx(normalized_cut(W, res.labels[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+def test_uncoalesced_integer_sparse_tensors_sum_without_wrapping(dtype):
+    """An uncoalesced COO tensor of small integer weights (an edge list with
+    repeated edges) was coalesced in its dtype: 300 parallel edges of
+    weight 1 weighed 44 (int8: refused as negative), where the same edges
+    as a SciPy COO matrix weigh 300; they are summed in float64."""
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    T = torch.sparse_coo_tensor(torch.tensor([rows, cols]),
+                                torch.ones(len(rows), dtype=dtype), (4, 4))
+    G = sp.coo_matrix((np.ones(len(rows), np.uint8), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    est = FalconNCut(2, affinity="precomputed", random_state=0).fit(T)
+    np.testing.assert_array_equal(est.affinity_matrix_.toarray(), W)
+    assert est.ncut_ == pytest.approx(normalized_cut(G, est.labels_), rel=1e-12)
+    assert normalized_cut(T, est.labels_) == pytest.approx(est.ncut_, rel=1e-12)
+    assert not T.is_coalesced()  # the caller's tensor is left as it was
+
+
 def test_batched_and_hybrid_sparse_tensors():
     """A 3-D sparse COO tensor of graphs (``torch.stack`` of sparse ones)
     made falcon_batch say "too many values to unpack (expected 2)", and a

@@ -770,6 +770,29 @@ def test_a_precomputed_complete_graph_of_equal_weights_warns_that_it_is_flat(
                 sp.csr_matrix(G) if sparse else G)
 
 
+@pytest.mark.parametrize("diagonal", [0.0, 0.7, 2.0])
+def test_the_flat_warning_of_a_precomputed_graph_states_its_ncut(diagonal):
+    """The warning of a precomputed complete graph of equal weights said
+    that every partition has the NCut n_clusters - 1, which holds only
+    where the diagonal equals the other weights (a flat rbf or cosine
+    affinity); of an adjacency matrix of zero diagonal it is
+    (n_clusters - 1) n / (n - 1), 2.069 for n = 30 and 3 clusters."""
+    n, w = 30, 0.7
+    W = np.full((n, n), w)
+    np.fill_diagonal(W, diagonal)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        est = FalconNCut(3, affinity="precomputed", random_state=0).fit(W)
+    said = [str(r.message) for r in rec if "off-diagonal" in str(r.message)]
+    assert len(said) == 1, said
+    factor = n * w / ((n - 1) * w + diagonal)  # NCut = (K - 1) n w / d
+    assert est.ncut_ == pytest.approx(2 * factor, rel=1e-12)
+    if diagonal == w:
+        assert "the same NCut (n_clusters - 1);" in said[0], said
+    else:
+        assert f"the same NCut ((n_clusters - 1) x {factor:.6g});" in said[0], said
+
+
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_falcon_batch_warns_once_of_precomputed_graphs_that_are_flat(backend):
     """FalconNCut(affinity="precomputed") warns of a complete graph of equal

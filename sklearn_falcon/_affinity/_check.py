@@ -18,7 +18,7 @@ __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_distances", "check_dtype_kind", "check_finite_degrees",
            "check_finite_top",
            "check_nonnegative", "check_sparse_structure", "clean_csr",
-           "count_components",
+           "count_components", "float_sparse",
            "symmetric_part", "warn_if_disconnected", "warn_if_flat",
            "warn_of_components",
            "warn_if_flat_cosine", "active_subgraph", "restrict_to_active",
@@ -54,6 +54,17 @@ def check_dtype_kind(X, name="X"):
             f"Complex data not supported: {name} has dtype={dtype}. Pass real "
             "float32 or float64 values."
         )
+
+
+def float_sparse(X):
+    """``X`` itself, or, for a sparse ``X`` of integers, a float64 copy (its
+    duplicate entries kept), before ``check_array`` converts its format:
+    SciPy sums the duplicates of a COO matrix in their own dtype, where
+    uint8 or int8 weights wrap around (300 edges of weight 1 weighed 44),
+    while the metrics, which keep COO, sum them in float64."""
+    if sp.issparse(X) and X.dtype.kind in "iu":
+        return X.astype(np.float64)
+    return X
 
 
 def _is_clean_csr(W):
@@ -400,14 +411,17 @@ def _dense_n_components(W, chunk=1 << 22):
     return n_comp
 
 
-def warn_if_flat(flat, n_samples, cause, advice):
+def warn_if_flat(flat, n_samples, cause, advice, factor=1.0):
     """Warn, when ``flat`` (every affinity of the ``n_samples > 1`` samples
     is equal), that the graph is complete with equal weights and the labels
-    arbitrary; ``cause`` starts the warning and ``advice`` ends it."""
+    arbitrary; ``cause`` starts the warning and ``advice`` ends it.  Every
+    partition's NCut is ``(n_clusters - 1) * factor``: ``n w / d`` of off-
+    diagonal weight ``w`` and degree ``d``, 1 where the diagonal is ``w``."""
     if flat and n_samples > 1:
+        ncut = "n_clusters - 1" if factor == 1 else f"(n_clusters - 1) x {factor:.6g}"
         warn_user(
             f"{cause}, so the graph is complete with equal weights and every "
-            "partition has the same NCut (n_clusters - 1); the labels are "
+            f"partition has the same NCut ({ncut}); the labels are "
             f"arbitrary. {advice}"
         )
 

@@ -40,13 +40,18 @@ def flat_weight(W, degrees):
 def warn_if_flat_graph(W, degrees, name="X"):
     """Warn when the affinity ``W`` (``name``: a precomputed or callable
     one) is complete with equal weights (:func:`flat_weight`)."""
-    warn_of_flat_weight(flat_weight(W, degrees), W.shape[0], name)
+    warn_of_flat_weight(flat_weight(W, degrees), W.shape[0], name,
+                        float(W[0, 0]))
 
 
-def warn_of_flat_weight(w, n_samples, name="X"):
+def warn_of_flat_weight(w, n_samples, name="X", diagonal=None):
     """:func:`warn_if_flat_graph`'s warning, of the weight ``w`` (or None)
-    found elsewhere (a sharded graph's blocks)."""
-    if w is not None:
-        warn_if_flat(True, n_samples,
+    and the constant ``diagonal`` (``w`` if None) found here or elsewhere (a
+    sharded graph's blocks)."""
+    if w is not None:  # every NCut: (K - 1) n w / d, K - 1 if the diagonal is w
+        n = n_samples
+        diag = w if diagonal is None else diagonal
+        warn_if_flat(True, n,
                      f"Every off-diagonal affinity of {name} is equal ({w:.6g})",
-                     CHECK_FLAT.format("y was"))
+                     CHECK_FLAT.format("y was"),
+                     factor=1.0 if diag == w else n * w / ((n - 1) * w + diag))

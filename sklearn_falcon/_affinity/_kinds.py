@@ -548,7 +548,7 @@ class CallableAffinity(Affinity):
         # float32 kept, as a precomputed affinity: symmetric within its rounding
         dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.float64
         if sp.issparse(A):
-            A = sp.csr_matrix(A, dtype=dtype)
+            A = sp.csr_matrix(A.astype(dtype))  # COO: duplicates summed in dtype
             values = A.data
         else:
             A = A.astype(dtype, copy=False)

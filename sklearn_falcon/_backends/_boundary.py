@@ -124,7 +124,9 @@ def host_array(X):
     autograd) brought to the host: a NumPy array of its dtype (bfloat16 and
     the float8 types, which NumPy lacks, as float32), or a SciPy CSR matrix
     for a sparse one (COO, CSR, CSC, or the block layouts BSR and BSC; a
-    hybrid one, with dense dimensions, as a NumPy array), so that the input
+    hybrid one, with dense dimensions, as a NumPy array; float16, which
+    SciPy's matrices lack, and integers, whose duplicates torch would sum
+    with wrap-around, as float64), so that the input
     checks see what the user passed.  A CPU tensor's array shares its
     memory, as ``tensor.numpy()`` does."""
     if not is_tensor(X):
@@ -147,6 +149,9 @@ def host_array(X):
             f"Expected a 2-D sparse tensor; got one of shape {tuple(X.shape)}.")
     if X.dense_dim():  # a hybrid layout (rows or blocks stored dense): dense
         return X.to_dense().resolve_conj().resolve_neg().cpu().numpy()
+    if X.dtype == torch.float16 or not (X.dtype.is_floating_point
+                                        or X.dtype.is_complex or X.dtype == torch.bool):
+        X = X.double()  # float16 as NumPy's is read; integers summed without wrapping
     if X.layout in (torch.sparse_bsr, torch.sparse_bsc):
         X = X.to_sparse_coo()  # (torch converts no block layout to CSR)
     if X.layout != torch.sparse_csr:

@@ -134,7 +134,9 @@ def _fit_sharded(est, X):
         )
     if K > n:
         raise ValueError(f"n_clusters={K} must be <= n_samples={n}.")
-    warn_of_flat_weight(G.flat_weight, n)  # as the in-memory fit
+    if G.flat is not None:  # as the in-memory fit
+        w, diagonal = G.flat
+        warn_of_flat_weight(w, n, diagonal=diagonal)
     warm = (warm_labels(est.__dict__.get("labels_"), n, K, est.init, est.verbose)
             if est.warm_start else None)
     init = _check_init(est, est.init if warm is None else warm, n)

@@ -44,15 +44,16 @@ class ShardedGraph:
         float32 or float64.
     persisted : bool
         Whether ``blocks`` are held in the workers' memory.
-    flat_weight : float or None
-        The off-diagonal weight of a complete graph of equal weights (and a
-        constant diagonal), whose every partition has the same NCut, else
-        None (:func:`~sklearn_falcon._affinity.flat_weight`, blockwise).
+    flat : (float, float) or None
+        The off-diagonal weight and the diagonal of a complete graph of
+        equal weights (and a constant diagonal), whose every partition has
+        the same NCut, else None (:func:`~sklearn_falcon._affinity.flat_weight`,
+        blockwise).
     """
 
     def __init__(self, blocks, degrees, bounds, *, nnz, nbytes, dtype, persisted,
-                 flat_weight=None):
-        self.flat_weight = flat_weight
+                 flat=None):
+        self.flat = flat
         self.blocks = list(blocks)
         self.degrees = list(degrees)
         self.bounds = np.asarray(bounds, dtype=np.int64)
@@ -154,9 +155,9 @@ class ShardedGraph:
             blocks = raw
         dtype = W.dtype if W.dtype in (np.float32, np.float64) else np.float64
         flats = {i[7] for i in infos}  # one (weight, diagonal) in every block
-        flat = flats.pop()[0] if len(flats) == 1 and None not in flats else None
+        flat = flats.pop() if len(flats) == 1 and None not in flats else None
         return cls(blocks, degrees, bounds, nnz=nnz, nbytes=nbytes, dtype=dtype,
-                   persisted=keep, flat_weight=flat)
+                   persisted=keep, flat=flat)
 
     @classmethod
     def from_matrix(cls, W, n_blocks=1):
