@@ -408,7 +408,7 @@ def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
     from .image._extractors import OFFLINE_MODELS
-    from .image._io import opened_image
+    from .image._io import naming_file, opened_image
 
     paths = [p for arg in args.images for p in _expand(arg)]
     for p in paths:  # fail fast, before any model is built
@@ -463,7 +463,8 @@ def _run_segment(args):
         # one image decoded at a time: a folder of photos fits
         rgb = load_image(p)
         try:
-            labels = seg.segment(rgb)
+            with naming_file(p):  # "Image of size 2x2 (HxW) is ...": which one?
+                labels = seg.segment(rgb)
         except MemoryError as exc:
             raise MemoryError(
                 f"out of memory segmenting '{p}' ({rgb.shape[1]}x{rgb.shape[0]} "

@@ -694,3 +694,16 @@ def test_cli_a_closed_output_pipe_ends_it_quietly(tmp_path, buffering):
     assert rc == 1
     assert "Broken pipe" not in err and "BrokenPipeError" not in err, err
     assert "error" not in err, err
+
+
+def test_cli_a_size_refusal_names_the_file(tmp_path, capsys):
+    # "Image of size 4x40 (HxW) is smaller than one 8x8 patch": which file?
+    good, _ = _write(tmp_path)
+    small, _ = _write(tmp_path, "strip.png", shape=(4, 40))
+    rc = main(["segment", str(good), str(small), "-k", "3", "-o", str(tmp_path / "o")])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and f"'{small}'" in line and "smaller than one 8x8" in line, line
+    few, _ = _write(tmp_path, "few.png", shape=(8, 16))
+    assert main(["segment", str(few), "-k", "3", "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"'{few}'" in line and "fewer than --segments 3" in line, line

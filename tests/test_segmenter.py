@@ -985,3 +985,34 @@ def test_a_warning_every_frame_shares_is_given_once(monkeypatch):
             assert len(run()) == 3
         msgs = [str(w.message) for w in rec]
         assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs
+
+
+@pytest.mark.parametrize("how", ["segment", "fit", "segment_dataset", "device"])
+def test_a_size_refusal_names_the_file(tmp_path, monkeypatch, how):
+    """"Image of size 4x40 (HxW) is smaller than one 8x8 patch" (and "The
+    image yields only 2 patch tokens") did not say which of a folder's
+    images it was."""
+    from PIL import Image
+
+    good, small = tmp_path / "good.png", tmp_path / "thin strip.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(good)
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    seg = ImageSegmenter(n_segments=2, refine=None, random_state=0)
+    if how == "device":  # the batched solve of a torch device, on the CPU
+        torch = pytest.importorskip("torch")
+        monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                            lambda self: torch.device("cpu"))
+    call = {"segment": lambda: seg.segment(str(small)),
+            "fit": lambda: seg.fit([good, small]),
+            "segment_dataset": lambda: seg.segment_dataset([good, small]),
+            "device": lambda: seg.segment_dataset([good, small])}[how]
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch") as info:
+        call()
+    assert f"'{small}'" in str(info.value)
+    Image.fromarray(np.zeros((8, 16, 3), np.uint8)).save(small)  # 2 tokens
+    with pytest.raises(ValueError, match="yields only 2 patch tokens") as info:
+        ImageSegmenter(n_segments=3, refine=None).segment(small)
+    assert f"'{small}'" in str(info.value)
+    # an array has no name: its message is as it was
+    with pytest.raises(ValueError, match="^Image of size 4x40"):
+        seg.segment(np.zeros((4, 40, 3), np.uint8))

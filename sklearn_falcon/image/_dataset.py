@@ -10,7 +10,7 @@ from numbers import Integral
 import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
-from ._io import as_image_list, load_image
+from ._io import as_image_list, load_image, naming_file
 from ._video import progress_bar
 
 __all__ = ["image_seeds", "segment_batch_on_device", "segment_dataset",
@@ -108,7 +108,10 @@ def segment_batch_on_device(seg, batch, device):
 
     k = int(seg.n_segments)
     rgbs = [load_image(im) for im in batch]
-    prepared = [seg._prepare(rgb) for rgb in rgbs]
+    prepared = []
+    for im, rgb in zip(batch, rgbs):
+        with naming_file(im):  # as segment: which image is too small
+            prepared.append(seg._prepare(rgb))
     ext = seg._get_extractor()
     feats = [ext.extract(work) for _, work in prepared]
     for f in feats:

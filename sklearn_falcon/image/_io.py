@@ -16,7 +16,7 @@ import numpy as np
 from .._backends._boundary import host_array, is_tensor
 
 __all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
-           "opened_image"]
+           "opened_image", "naming_file"]
 
 PILLOW_HINT = "pip install 'sklearn-falcon[cli]' (or pip install pillow)"
 
@@ -235,6 +235,20 @@ def opened_image(path):
             msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
                     f"plugin: pip install {plugin}")
         raise ValueError(msg) from None
+
+
+@contextlib.contextmanager
+def naming_file(image):
+    """A ValueError in the block names the file ``image``, where it is a
+    path: a refusal of its size ("Image of size 2x2 (HxW) is smaller than
+    one 8x8 patch") did not say which of a folder's images it was."""
+    if not isinstance(image, (str, os.PathLike)):
+        yield
+        return
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"Cannot segment image '{Path(image)}': {exc}") from exc
 
 
 def load_image(image):

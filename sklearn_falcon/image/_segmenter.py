@@ -17,7 +17,7 @@ from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb, too_few_tokens
 from ._dataset import segment_dataset, segment_each
 from ._extractors import checkpoint_key, make_extractor, model_key
-from ._io import as_image_list, check_image_size, load_image
+from ._io import as_image_list, check_image_size, load_image, naming_file
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
 from ._video import segment_frames
@@ -474,8 +474,9 @@ class ImageSegmenter(BaseEstimator):
         """
         self._check_params()
         rgb = load_image(image)
-        plan, work = self._prepare(rgb)
-        return self._full(rgb, work, self._segment_work(work, plan))
+        with naming_file(image):  # a size refusal: which of a folder's images
+            plan, work = self._prepare(rgb)
+            return self._full(rgb, work, self._segment_work(work, plan))
 
     def segment_video(self, frames):
         """Segment the frames of a video with segment ids kept across frames.
