@@ -1016,3 +1016,15 @@ def test_a_size_refusal_names_the_file(tmp_path, monkeypatch, how):
     # an array has no name: its message is as it was
     with pytest.raises(ValueError, match="^Image of size 4x40"):
         seg.segment(np.zeros((4, 40, 3), np.uint8))
+
+
+def test_too_few_vit_tokens_names_the_resolution_in_use():
+    # "Use a larger resolution (now None)": resolution=None is the model's
+    pytest.importorskip("timm")
+    seg = ImageSegmenter(model="vit_tiny_patch16_224", max_tokens=3, n_segments=6)
+    with pytest.raises(ValueError, match="yields only 2 patch tokens") as info:
+        seg.segment(np.zeros((48, 64, 3), np.uint8))
+    assert "resolution (now 224)" in str(info.value), info.value
+    seg.set_params(resolution=112)
+    with pytest.raises(ValueError, match=r"resolution \(now 112\)"):
+        seg.segment(np.zeros((48, 64, 3), np.uint8))

@@ -337,9 +337,10 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            vit = hasattr(self._get_extractor(), "input_size")
-            raise too_few_tokens(n, k, name, self.max_tokens, self.resolution,
-                                 vit, resized)
+            ext = self._get_extractor()  # resolution=None: its model's ("now None")
+            raise too_few_tokens(n, k, name, self.max_tokens, self.resolution or
+                                 getattr(ext, "default_short", None),
+                                 hasattr(ext, "input_size"), resized)
         # W on one BLAS thread, whatever the process's (a joblib worker's is
         # cpu_count // n_jobs): the labels followed its rounding
         with fit_threads(None, limit_blas=self._torch_device() is None):
