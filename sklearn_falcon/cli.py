@@ -475,7 +475,8 @@ def _run_segment(args):
         ov = Image.fromarray(overlay(rgb, labels))
         _write_replacing(ov_path, lambda tmp: ov.save(tmp, format="PNG"))
         if not args.quiet:
-            _say(f"{p}: {int(labels.max()) + 1} segments -> {lab_path}, {ov_path}")
+            n = int(labels.max()) + 1  # (not "1 segments")
+            _say(f"{p}: {n} segment{'s' * (n != 1)} -> {lab_path}, {ov_path}")
 
 
 # the errors whose message is meaningful on its own; any other error is

@@ -707,3 +707,13 @@ def test_cli_a_size_refusal_names_the_file(tmp_path, capsys):
     assert main(["segment", str(few), "-k", "3", "-o", str(tmp_path / "o")]) == 1
     line = _one_error_line(capsys.readouterr().err)
     assert f"'{few}'" in line and "fewer than --segments 3" in line, line
+
+
+def test_cli_counts_of_one_are_singular(tmp_path, capsys):
+    # "img.png: 1 segments -> ...", "yields only 1 patch tokens"
+    path, _ = _write(tmp_path, shape=(8, 8))
+    assert main(["segment", str(path), "-k", "1", "-o", str(tmp_path / "o")]) == 0
+    assert ": 1 segment -> " in capsys.readouterr().out
+    assert main(["segment", str(path), "-k", "2", "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "yields only 1 patch token, fewer than --segments 2" in line, line

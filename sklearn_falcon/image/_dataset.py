@@ -116,9 +116,9 @@ def segment_batch_on_device(seg, batch, device):
     feats = [ext.extract(work) for _, work in prepared]
     for f in feats:
         if f.shape[0] * f.shape[1] < k:
-            raise ValueError(
-                f"An image yields only {f.shape[0] * f.shape[1]} patch tokens, "
-                f"fewer than n_segments={k}.")
+            n = f.shape[0] * f.shape[1]  # (not "1 patch tokens")
+            raise ValueError(f"An image yields only {n} patch token"
+                             f"{'s' * (n != 1)}, fewer than n_segments={k}.")
     if k == 1:
         toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
     else:
