@@ -63,7 +63,8 @@ def _write_replacing(path, write):
     replaced, its target never written."""
     path = Path(path)
     while True:  # not mkstemp, whose file is 0600: no one else could read it
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        # the name cut short: a name that fits did not with 18 more characters
+        tmp = path.parent / f".{path.name[:32]}.{secrets.token_hex(6)}.tmp"
         try:  # a new file, with the permissions of any (the umask's)
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             break

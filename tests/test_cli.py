@@ -717,3 +717,17 @@ def test_cli_counts_of_one_are_singular(tmp_path, capsys):
     assert main(["segment", str(path), "-k", "2", "-o", str(tmp_path / "o")]) == 1
     line = _one_error_line(capsys.readouterr().err)
     assert "yields only 1 patch token, fewer than --segments 2" in line, line
+
+
+def test_cli_writes_a_long_output_name_that_fits(tmp_path, capsys):
+    # "[Errno 36] File name too long" of a 247-character output name: its
+    # temporary name was 265 (".NAME.3f2a9c0d1e4b.tmp"), over 255
+    try:
+        os.close(os.open(tmp_path / ("q" * 247), os.O_CREAT | os.O_WRONLY))
+    except OSError:  # a file system of shorter names (eCryptfs: 143)
+        pytest.skip("the file system takes no 247-character name")
+    path, _ = _write(tmp_path, "p" * 236 + ".png")
+    out = tmp_path / "o"
+    assert main(["segment", str(path), "-k", "2", "-o", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert sorted(len(f.name) for f in out.iterdir()) == [247, 248]
