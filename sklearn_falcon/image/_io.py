@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .._backends._boundary import host_array, is_tensor
+from .._log import ignoring, warn_user
 
 __all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
            "opened_image", "naming_file"]
@@ -226,10 +227,21 @@ def opened_image(path):
 
     registered = _register_plugin(path)
     try:
-        with Image.open(path) as img:
+        with ignoring(Image.DecompressionBombWarning, module="PIL"):
+            opened = Image.open(path)  # its warning: which file? (below)
+        with opened as img:
+            n, limit = img.size[0] * img.size[1], Image.MAX_IMAGE_PIXELS
+            if limit and n > limit:
+                warn_user(f"Image '{path}' has {n} pixels, more than Pillow's "
+                          f"limit of {limit} against decompression bombs "
+                          "(PIL.Image.MAX_IMAGE_PIXELS).",
+                          Image.DecompressionBombWarning)
             yield img
-    except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+        # (UnidentifiedImageError is an OSError; the bomb's said no file)
         msg = f"Cannot read image '{path}': {exc}"
+        if isinstance(exc, Image.DecompressionBombError):
+            msg += " (PIL.Image.MAX_IMAGE_PIXELS, twice over)"
         if not registered:
             plugin = _PLUGINS[Path(path).suffix.lower()]
             msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
