@@ -1028,3 +1028,18 @@ def test_too_few_vit_tokens_names_the_resolution_in_use():
     seg.set_params(resolution=112)
     with pytest.raises(ValueError, match=r"resolution \(now 112\)"):
         seg.segment(np.zeros((48, 64, 3), np.uint8))
+
+
+def test_segment_video_names_the_frame_file_it_refuses(tmp_path):
+    # a frame file too small for a patch: "Image of size 4x40 (HxW) ...", of
+    # which of the video's frames?
+    from PIL import Image
+
+    good, small = tmp_path / "f0001.png", tmp_path / "f0002.png"
+    Image.fromarray(np.zeros((32, 40, 3), np.uint8)).save(good)
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    frames = ImageSegmenter(n_segments=2, refine=None).segment_video([good, small])
+    assert next(frames).shape == (32, 40)
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch") as info:
+        next(frames)
+    assert f"'{small}'" in str(info.value)
