@@ -441,3 +441,18 @@ def test_a_decompression_bomb_names_the_file(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="exceeds limit") as info:
         load_image(path)
     assert f"Cannot read image '{path}'" in str(info.value)
+
+
+def test_a_dark_16_bit_pgm_is_read_as_16_bit(tmp_path):
+    # Pillow opens a PGM of maxval 65535 in mode "I" (int32): one of values
+    # up to 199 was read as 8-bit, 257 times too bright (199, not 1)
+    grey = (np.arange(48 * 64).reshape(48, 64) % 200).astype(">u2")
+    path = tmp_path / "dark.pgm"
+    path.write_bytes(b"P5\n64 48\n65535\n" + grey.tobytes())
+    expected = np.round(grey.astype(np.float64) / 257).astype(np.uint8)
+    assert Image.open(path).mode == "I"
+    np.testing.assert_array_equal(load_image(path)[..., 0], expected)
+    with Image.open(path) as img:  # the PIL image of the file too
+        np.testing.assert_array_equal(load_image(img)[..., 1], expected)
+    # an int32 image of no such file is read by its values, as documented
+    assert load_image(Image.fromarray(grey.astype(np.int32))).max() == 199

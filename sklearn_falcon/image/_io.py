@@ -160,7 +160,13 @@ def _array_to_rgb(arr, *, source):
     return arr
 
 
-def _pil_to_rgb(img, *, source):
+# formats whose files Pillow opens in mode "I" only for 16-bit samples (a
+# PGM of maxval > 255, scaled to 0..65535; a 16-bit grey PNG before Pillow
+# 10): a dark one (values up to 255) was read as 8-bit, 257 times too bright
+_SIXTEEN_BIT_I = ("PPM", "PNG")
+
+
+def _pil_to_rgb(img, *, source, file_format=None):
     try:
         img.load()
     except AssertionError:  # Pillow's bare "assert self.fp is not None"
@@ -173,6 +179,8 @@ def _pil_to_rgb(img, *, source):
     if mode in ("RGB", "L"):
         arr = np.asarray(img)
     elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        arr = np.asarray(img).astype(np.uint16)
+    elif mode == "I" and (file_format or img.format) in _SIXTEEN_BIT_I:
         arr = np.asarray(img).astype(np.uint16)
     elif mode == "I":
         arr = np.asarray(img).astype(np.int64)
@@ -288,7 +296,8 @@ def load_image(image):
         linearly from 0..65535 to 0..255; other integer data is read by its
         values, as 8-bit when its maximum is at most 255, else as 16-bit (up
         to 65535; a darker 16-bit image in ``int32`` comes out brighter than
-        in ``uint16``: convert it with ``.astype(np.uint16)``);
+        in ``uint16``: convert it with ``.astype(np.uint16)``; a 16-bit PGM
+        or PNG file that Pillow opens as 32-bit is read as 16-bit);
         floating-point data must lie in [0, 1] (a float PIL image or file, in
         0..1, 0..255 or 0..65535); booleans map to 0/255.
 
@@ -326,10 +335,12 @@ def load_image(image):
         from PIL import ImageOps
         with opened_image(path) as img:
             img.load()
+            file_format = img.format  # (a turned image has none)
             if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:
                 # a phone photo: its pixels as a viewer shows them
                 img = ImageOps.exif_transpose(img)
-            return _pil_to_rgb(img, source=f"image '{path}'")
+            return _pil_to_rgb(img, source=f"image '{path}'",
+                               file_format=file_format)
     if _is_pil_image(image):
         return _pil_to_rgb(image, source="PIL image")
     if is_tensor(image):
