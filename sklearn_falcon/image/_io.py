@@ -161,8 +161,9 @@ def _array_to_rgb(arr, *, source):
 
 
 # formats whose files Pillow opens in mode "I" only for 16-bit samples (a
-# PGM of maxval > 255, scaled to 0..65535; a 16-bit grey PNG before Pillow
-# 10): a dark one (values up to 255) was read as 8-bit, 257 times too bright
+# PGM of maxval > 255, scaled to 0..65535; a 16-bit grey PNG in earlier
+# Pillow versions): a dark one (values up to 255) was read as 8-bit, 257
+# times too bright
 _SIXTEEN_BIT_I = ("PPM", "PNG")
 
 
