@@ -1043,3 +1043,14 @@ def test_segment_video_names_the_frame_file_it_refuses(tmp_path):
     with pytest.raises(ValueError, match="smaller than one 8x8 patch") as info:
         next(frames)
     assert f"'{small}'" in str(info.value)
+
+
+def test_a_model_error_is_not_blamed_on_the_image_file(tmp_path):
+    # "Cannot segment image 'photo.png': Unknown timm model name ..."
+    pytest.importorskip("timm")
+    from PIL import Image
+
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
+    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+        ImageSegmenter(model="no_such_vit").segment(path)

@@ -474,7 +474,7 @@ class ImageSegmenter(BaseEstimator):
             still allocate; the message names ``max_tokens``.
         """
         self._check_params()
-        rgb = load_image(image)
+        rgb, _ = load_image(image), self._get_extractor()  # (no image's error)
         with naming_file(image):  # a size refusal: which of a folder's images
             plan, work = self._prepare(rgb)
             return self._full(rgb, work, self._segment_work(work, plan))
