@@ -1054,3 +1054,23 @@ def test_a_model_error_is_not_blamed_on_the_image_file(tmp_path):
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
     with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
         ImageSegmenter(model="no_such_vit").segment(path)
+
+
+@pytest.mark.parametrize("how", ["segment_video", "device"])
+def test_a_model_error_is_not_blamed_on_a_frame_or_batch_file(tmp_path, monkeypatch,
+                                                               how):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from PIL import Image
+
+    path = tmp_path / "f0001.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
+    seg = ImageSegmenter(model="no_such_vit", n_segments=2)
+    if how == "device":  # the batched solve of a torch device, on the CPU
+        monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                            lambda self: torch.device("cpu"))
+    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+        if how == "device":
+            seg.segment_dataset([path])
+        else:
+            next(seg.segment_video([path]))

@@ -108,11 +108,11 @@ def segment_batch_on_device(seg, batch, device):
 
     k = int(seg.n_segments)
     rgbs = [load_image(im) for im in batch]
+    ext = seg._get_extractor()  # (its errors are no image's)
     prepared = []
     for im, rgb in zip(batch, rgbs):
         with naming_file(im):  # as segment: which image is too small
             prepared.append(seg._prepare(rgb))
-    ext = seg._get_extractor()
     feats = [ext.extract(work) for _, work in prepared]
     for f in feats:
         if f.shape[0] * f.shape[1] < k:

@@ -174,6 +174,7 @@ class _VideoFalcon:
 def _segment_frames(seg, frames):
     est, grid, prev, next_id, hist, blank = None, None, None, 0, None, False
     seen = set()  # a warning that the frames share is given once per video
+    seg._get_extractor()  # (its errors are no frame's: naming_file below)
     for frame in frames:
         rgb = load_image(frame)
         with given_once(seen), naming_file(frame):  # which frame is too small
