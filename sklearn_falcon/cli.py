@@ -349,6 +349,12 @@ def _output_paths(paths, out):
         used.add(stem.casefold())
         pair = (out / f"{stem}_labels.png", out / f"{stem}_overlay.png")
         for o in pair:
+            if o.is_dir() and not o.is_symlink():  # (a link is replaced)
+                # the rename failed after the work: "[Errno 21] Is a
+                # directory: 'out/.NAME_labels.png.3f2a9c0d1e4b.tmp' -> ..."
+                raise ValueError(
+                    f"The output '{o}' of '{p}' is a directory; remove it or "
+                    "choose another --out directory.")
             if _entry(o) in inputs:
                 raise ValueError(
                     f"The output '{o}' of '{p}' would overwrite the input image "

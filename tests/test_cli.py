@@ -731,3 +731,18 @@ def test_cli_writes_a_long_output_name_that_fits(tmp_path, capsys):
     assert main(["segment", str(path), "-k", "2", "-o", str(out)]) == 0, \
         capsys.readouterr().err
     assert sorted(len(f.name) for f in out.iterdir()) == [247, 248]
+
+
+def test_cli_a_directory_at_an_output_name_is_refused_before_any_work(
+        tmp_path, capsys, monkeypatch):
+    # "[Errno 21] Is a directory: 'o/.img_labels.png.3f2a9c0d1e4b.tmp' ->
+    # 'o/img_labels.png'", after the image was segmented
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    (tmp_path / "o" / "img_labels.png").mkdir(parents=True)
+    monkeypatch.setattr(ImageSegmenter, "segment", lambda *a: pytest.fail("work"))
+    assert main(["segment", str(path), "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"'{tmp_path / 'o' / 'img_labels.png'}'" in line and "is a directory" in line
+    assert ".tmp" not in line
