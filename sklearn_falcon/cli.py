@@ -335,13 +335,24 @@ def _check_out(out):
             return
 
 
+def _name_max(out):
+    """The longest file name (bytes) of ``out``'s file system, or None."""
+    for d in (out, *out.parents):
+        if d.exists():
+            try:
+                return os.pathconf(d, "PC_NAME_MAX")
+            except (AttributeError, OSError, ValueError):  # Windows: no pathconf
+                return None
+    return None
+
+
 def _output_paths(paths, out):
     """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
     repeated NAME takes a ``_``; names that differ only in case are the
     same file on Windows and macOS), refused where one is an input: it was
     overwritten, and the image later read from it was an earlier output."""
     inputs = {_entry(p): p for p in paths}
-    used, outputs = set(), []
+    used, outputs, limit = set(), [], _name_max(out)
     for p in paths:
         stem = p.stem
         while stem.casefold() in used:
@@ -355,6 +366,10 @@ def _output_paths(paths, out):
                 raise ValueError(
                     f"The output '{o}' of '{p}' is a directory; remove it or "
                     "choose another --out directory.")
+            if limit and len(os.fsencode(o.name)) > limit:  # after the work
+                raise ValueError(
+                    f"The output name '{o.name}' of '{p}' is longer than the "
+                    f"{limit} bytes the file system takes; rename the image.")
             if _entry(o) in inputs:
                 raise ValueError(
                     f"The output '{o}' of '{p}' would overwrite the input image "

@@ -746,3 +746,19 @@ def test_cli_a_directory_at_an_output_name_is_refused_before_any_work(
     line = _one_error_line(capsys.readouterr().err)
     assert f"'{tmp_path / 'o' / 'img_labels.png'}'" in line and "is a directory" in line
     assert ".tmp" not in line
+
+
+def test_cli_an_output_name_too_long_is_refused_before_any_work(
+        tmp_path, capsys, monkeypatch):
+    # "[Errno 36] File name too long" of NAME_overlay.png (256 characters),
+    # after the image was segmented and NAME_labels.png written
+    from sklearn_falcon.image import ImageSegmenter
+
+    if not hasattr(os, "pathconf") or os.pathconf(tmp_path, "PC_NAME_MAX") != 255:
+        pytest.skip("a file system of another name limit")
+    path, _ = _write(tmp_path, "p" * 244 + ".png")
+    monkeypatch.setattr(ImageSegmenter, "segment", lambda *a: pytest.fail("work"))
+    assert main(["segment", str(path), "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "p" * 244 + "_overlay.png' of" in line and "255 bytes" in line, line
+    assert not (tmp_path / "o").exists()
