@@ -63,7 +63,8 @@ def _write_replacing(path, write):
     replaced, its target never written."""
     path = Path(path)
     while True:  # not mkstemp, whose file is 0600: no one else could read it
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        # the name cut short: a name that fits did not with 18 more characters
+        tmp = path.parent / f".{path.name[:32]}.{secrets.token_hex(6)}.tmp"
         try:  # a new file, with the permissions of any (the umask's)
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             break
@@ -334,13 +335,24 @@ def _check_out(out):
             return
 
 
+def _name_max(out):
+    """The longest file name (bytes) of ``out``'s file system, or None."""
+    for d in (out, *out.parents):
+        if d.exists():
+            try:
+                return os.pathconf(d, "PC_NAME_MAX")
+            except (AttributeError, OSError, ValueError):  # Windows: no pathconf
+                return None
+    return None
+
+
 def _output_paths(paths, out):
     """``(NAME_labels.png, NAME_overlay.png)`` in ``out`` for each input (a
     repeated NAME takes a ``_``; names that differ only in case are the
     same file on Windows and macOS), refused where one is an input: it was
     overwritten, and the image later read from it was an earlier output."""
     inputs = {_entry(p): p for p in paths}
-    used, outputs = set(), []
+    used, outputs, limit = set(), [], _name_max(out)
     for p in paths:
         stem = p.stem
         while stem.casefold() in used:
@@ -348,6 +360,16 @@ def _output_paths(paths, out):
         used.add(stem.casefold())
         pair = (out / f"{stem}_labels.png", out / f"{stem}_overlay.png")
         for o in pair:
+            if o.is_dir() and not o.is_symlink():  # (a link is replaced)
+                # the rename failed after the work: "[Errno 21] Is a
+                # directory: 'out/.NAME_labels.png.3f2a9c0d1e4b.tmp' -> ..."
+                raise ValueError(
+                    f"The output '{o}' of '{p}' is a directory; remove it or "
+                    "choose another --out directory.")
+            if limit and len(os.fsencode(o.name)) > limit:  # after the work
+                raise ValueError(
+                    f"The output name '{o.name}' of '{p}' is longer than the "
+                    f"{limit} bytes the file system takes; rename the image.")
             if _entry(o) in inputs:
                 raise ValueError(
                     f"The output '{o}' of '{p}' would overwrite the input image "
@@ -408,7 +430,7 @@ def _run_segment(args):
     Image = _import_pillow()
     from .image import ImageSegmenter, load_image
     from .image._extractors import OFFLINE_MODELS
-    from .image._io import opened_image
+    from .image._io import naming_file, opened_image
 
     paths = [p for arg in args.images for p in _expand(arg)]
     for p in paths:  # fail fast, before any model is built
@@ -463,7 +485,8 @@ def _run_segment(args):
         # one image decoded at a time: a folder of photos fits
         rgb = load_image(p)
         try:
-            labels = seg.segment(rgb)
+            with naming_file(p):  # "Image of size 2x2 (HxW) is ...": which one?
+                labels = seg.segment(rgb)
         except MemoryError as exc:
             raise MemoryError(
                 f"out of memory segmenting '{p}' ({rgb.shape[1]}x{rgb.shape[0]} "
@@ -474,7 +497,8 @@ def _run_segment(args):
         ov = Image.fromarray(overlay(rgb, labels))
         _write_replacing(ov_path, lambda tmp: ov.save(tmp, format="PNG"))
         if not args.quiet:
-            _say(f"{p}: {int(labels.max()) + 1} segments -> {lab_path}, {ov_path}")
+            n = int(labels.max()) + 1  # (not "1 segments")
+            _say(f"{p}: {n} segment{'s' * (n != 1)} -> {lab_path}, {ov_path}")
 
 
 # the errors whose message is meaningful on its own; any other error is

@@ -6,6 +6,7 @@ or save them with Pillow).
 """
 
 import operator
+import os
 from numbers import Real
 
 import numpy as np
@@ -98,6 +99,10 @@ def overlay(image, labels, *, alpha=0.5):
     >>> overlay(np.zeros((2, 2, 3), np.uint8), np.array([[0, 1], [0, 1]])).shape
     (2, 2, 3)
     """
+    if isinstance(image, (str, bytes, os.PathLike)):  # it said "got shape ()"
+        raise TypeError(
+            f"image must be an image array or a PIL image; got the path {image!r}: "
+            "read it with sklearn_falcon.image.load_image(path).")
     mode = getattr(image, "mode", None) if type(image).__module__.startswith(
         "PIL.") else None
     if mode is not None and mode not in ("RGB", "RGBA", "L") and not mode.startswith(

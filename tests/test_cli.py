@@ -694,3 +694,71 @@ def test_cli_a_closed_output_pipe_ends_it_quietly(tmp_path, buffering):
     assert rc == 1
     assert "Broken pipe" not in err and "BrokenPipeError" not in err, err
     assert "error" not in err, err
+
+
+def test_cli_a_size_refusal_names_the_file(tmp_path, capsys):
+    # "Image of size 4x40 (HxW) is smaller than one 8x8 patch": which file?
+    good, _ = _write(tmp_path)
+    small, _ = _write(tmp_path, "strip.png", shape=(4, 40))
+    rc = main(["segment", str(good), str(small), "-k", "3", "-o", str(tmp_path / "o")])
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and f"'{small}'" in line and "smaller than one 8x8" in line, line
+    few, _ = _write(tmp_path, "few.png", shape=(8, 16))
+    assert main(["segment", str(few), "-k", "3", "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"'{few}'" in line and "fewer than --segments 3" in line, line
+
+
+def test_cli_counts_of_one_are_singular(tmp_path, capsys):
+    # "img.png: 1 segments -> ...", "yields only 1 patch tokens"
+    path, _ = _write(tmp_path, shape=(8, 8))
+    assert main(["segment", str(path), "-k", "1", "-o", str(tmp_path / "o")]) == 0
+    assert ": 1 segment -> " in capsys.readouterr().out
+    assert main(["segment", str(path), "-k", "2", "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "yields only 1 patch token, fewer than --segments 2" in line, line
+
+
+def test_cli_writes_a_long_output_name_that_fits(tmp_path, capsys):
+    # "[Errno 36] File name too long" of a 247-character output name: its
+    # temporary name was 265 (".NAME.3f2a9c0d1e4b.tmp"), over 255
+    try:
+        os.close(os.open(tmp_path / ("q" * 247), os.O_CREAT | os.O_WRONLY))
+    except OSError:  # a file system of shorter names (eCryptfs: 143)
+        pytest.skip("the file system takes no 247-character name")
+    path, _ = _write(tmp_path, "p" * 236 + ".png")
+    out = tmp_path / "o"
+    assert main(["segment", str(path), "-k", "2", "-o", str(out)]) == 0, \
+        capsys.readouterr().err
+    assert sorted(len(f.name) for f in out.iterdir()) == [247, 248]
+
+
+def test_cli_a_directory_at_an_output_name_is_refused_before_any_work(
+        tmp_path, capsys, monkeypatch):
+    # "[Errno 21] Is a directory: 'o/.img_labels.png.3f2a9c0d1e4b.tmp' ->
+    # 'o/img_labels.png'", after the image was segmented
+    from sklearn_falcon.image import ImageSegmenter
+
+    path, _ = _write(tmp_path)
+    (tmp_path / "o" / "img_labels.png").mkdir(parents=True)
+    monkeypatch.setattr(ImageSegmenter, "segment", lambda *a: pytest.fail("work"))
+    assert main(["segment", str(path), "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"'{tmp_path / 'o' / 'img_labels.png'}'" in line and "is a directory" in line
+    assert ".tmp" not in line
+
+
+def test_cli_an_output_name_too_long_is_refused_before_any_work(
+        tmp_path, capsys, monkeypatch):
+    # "[Errno 36] File name too long" of NAME_overlay.png (256 characters),
+    # after the image was segmented and NAME_labels.png written
+    from sklearn_falcon.image import ImageSegmenter
+
+    if not hasattr(os, "pathconf") or os.pathconf(tmp_path, "PC_NAME_MAX") != 255:
+        pytest.skip("a file system of another name limit")
+    path, _ = _write(tmp_path, "p" * 244 + ".png")
+    monkeypatch.setattr(ImageSegmenter, "segment", lambda *a: pytest.fail("work"))
+    assert main(["segment", str(path), "-o", str(tmp_path / "o")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert "p" * 244 + "_overlay.png' of" in line and "255 bytes" in line, line
+    assert not (tmp_path / "o").exists()

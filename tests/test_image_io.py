@@ -1,5 +1,6 @@
 import os
 import re
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -420,3 +421,38 @@ def test_the_shape_error_lists_grey_and_alpha():
                        r"\(2, 2, 5\)"):
         load_image(np.zeros((2, 2, 5), np.uint8))
     assert "(H, W, 2)" in load_image.__doc__
+
+
+def test_a_decompression_bomb_names_the_file(tmp_path, monkeypatch):
+    # PIL's "Image size (2500 pixels) exceeds limit of 2000 pixels, could be
+    # decompression bomb DOS attack." (a warning, twice over an error) named
+    # no file: which of a folder's images was it?
+    from PIL import Image
+
+    path = tmp_path / "pano.png"
+    Image.fromarray(np.zeros((50, 50, 3), np.uint8)).save(path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_image(path).shape == (50, 50, 3)
+    [w] = [w for w in caught if issubclass(w.category, Image.DecompressionBombWarning)]
+    assert f"'{path}'" in str(w.message) and "2500 pixels" in str(w.message)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    with pytest.raises(ValueError, match="exceeds limit") as info:
+        load_image(path)
+    assert f"Cannot read image '{path}'" in str(info.value)
+
+
+def test_a_dark_16_bit_pgm_is_read_as_16_bit(tmp_path):
+    # Pillow opens a PGM of maxval 65535 in mode "I" (int32): one of values
+    # up to 199 was read as 8-bit, 257 times too bright (199, not 1)
+    grey = (np.arange(48 * 64).reshape(48, 64) % 200).astype(">u2")
+    path = tmp_path / "dark.pgm"
+    path.write_bytes(b"P5\n64 48\n65535\n" + grey.tobytes())
+    expected = np.round(grey.astype(np.float64) / 257).astype(np.uint8)
+    assert Image.open(path).mode == "I"
+    np.testing.assert_array_equal(load_image(path)[..., 0], expected)
+    with Image.open(path) as img:  # the PIL image of the file too
+        np.testing.assert_array_equal(load_image(img)[..., 1], expected)
+    # an int32 image of no such file is read by its values, as documented
+    assert load_image(Image.fromarray(grey.astype(np.int32))).max() == 199

@@ -133,3 +133,13 @@ def test_overlay_shows_a_pil_image_in_its_colours(mode):
     pil = Image.fromarray(image).convert(mode)
     expected = overlay(np.asarray(pil.convert("RGB")), labels)
     np.testing.assert_array_equal(overlay(pil, labels), expected)
+
+
+def test_overlay_of_a_path_says_to_read_it():
+    # a file name, which segment takes: "image must have shape (H, W), ...;
+    # got shape ()"
+    from pathlib import Path
+
+    for path in ("photo.jpg", Path("photo.jpg")):
+        with pytest.raises(TypeError, match=r"got the path .*photo\.jpg.*load_image"):
+            overlay(path, np.zeros((4, 4), int))

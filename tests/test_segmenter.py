@@ -1057,3 +1057,92 @@ def test_a_warning_every_frame_shares_is_given_once(monkeypatch):
             assert len(run()) == 3
         msgs = [str(w.message) for w in rec]
         assert len(msgs) == 1 and "not fully connected" in msgs[0], msgs
+
+
+@pytest.mark.parametrize("how", ["segment", "fit", "segment_dataset", "device"])
+def test_a_size_refusal_names_the_file(tmp_path, monkeypatch, how):
+    """"Image of size 4x40 (HxW) is smaller than one 8x8 patch" (and "The
+    image yields only 2 patch tokens") did not say which of a folder's
+    images it was."""
+    from PIL import Image
+
+    good, small = tmp_path / "good.png", tmp_path / "thin strip.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(good)
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    seg = ImageSegmenter(n_segments=2, refine=None, random_state=0)
+    if how == "device":  # the batched solve of a torch device, on the CPU
+        torch = pytest.importorskip("torch")
+        monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                            lambda self: torch.device("cpu"))
+    call = {"segment": lambda: seg.segment(str(small)),
+            "fit": lambda: seg.fit([good, small]),
+            "segment_dataset": lambda: seg.segment_dataset([good, small]),
+            "device": lambda: seg.segment_dataset([good, small])}[how]
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch") as info:
+        call()
+    assert f"'{small}'" in str(info.value)
+    Image.fromarray(np.zeros((8, 16, 3), np.uint8)).save(small)  # 2 tokens
+    with pytest.raises(ValueError, match="yields only 2 patch tokens") as info:
+        ImageSegmenter(n_segments=3, refine=None).segment(small)
+    assert f"'{small}'" in str(info.value)
+    # an array has no name: its message is as it was
+    with pytest.raises(ValueError, match="^Image of size 4x40"):
+        seg.segment(np.zeros((4, 40, 3), np.uint8))
+
+
+def test_too_few_vit_tokens_names_the_resolution_in_use():
+    # "Use a larger resolution (now None)": resolution=None is the model's
+    pytest.importorskip("timm")
+    seg = ImageSegmenter(model="vit_tiny_patch16_224", max_tokens=3, n_segments=6)
+    with pytest.raises(ValueError, match="yields only 2 patch tokens") as info:
+        seg.segment(np.zeros((48, 64, 3), np.uint8))
+    assert "resolution (now 224)" in str(info.value), info.value
+    seg.set_params(resolution=112)
+    with pytest.raises(ValueError, match=r"resolution \(now 112\)"):
+        seg.segment(np.zeros((48, 64, 3), np.uint8))
+
+
+def test_segment_video_names_the_frame_file_it_refuses(tmp_path):
+    # a frame file too small for a patch: "Image of size 4x40 (HxW) ...", of
+    # which of the video's frames?
+    from PIL import Image
+
+    good, small = tmp_path / "f0001.png", tmp_path / "f0002.png"
+    Image.fromarray(np.zeros((32, 40, 3), np.uint8)).save(good)
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    frames = ImageSegmenter(n_segments=2, refine=None).segment_video([good, small])
+    assert next(frames).shape == (32, 40)
+    with pytest.raises(ValueError, match="smaller than one 8x8 patch") as info:
+        next(frames)
+    assert f"'{small}'" in str(info.value)
+
+
+def test_a_model_error_is_not_blamed_on_the_image_file(tmp_path):
+    # "Cannot segment image 'photo.png': Unknown timm model name ..."
+    pytest.importorskip("timm")
+    from PIL import Image
+
+    path = tmp_path / "photo.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
+    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+        ImageSegmenter(model="no_such_vit").segment(path)
+
+
+@pytest.mark.parametrize("how", ["segment_video", "device"])
+def test_a_model_error_is_not_blamed_on_a_frame_or_batch_file(tmp_path, monkeypatch,
+                                                               how):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("timm")
+    from PIL import Image
+
+    path = tmp_path / "f0001.png"
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
+    seg = ImageSegmenter(model="no_such_vit", n_segments=2)
+    if how == "device":  # the batched solve of a torch device, on the CPU
+        monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                            lambda self: torch.device("cpu"))
+    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+        if how == "device":
+            seg.segment_dataset([path])
+        else:
+            next(seg.segment_video([path]))

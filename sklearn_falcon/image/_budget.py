@@ -248,5 +248,5 @@ def too_few_tokens(n, k, name, max_tokens, resolution, vit, resized):
         size, what = ("", ""), f"The image, resized for max_tokens={max_tokens},"
         hint = f"a larger max_tokens (now {max_tokens}) "
     return ValueError(
-        f"{what} yields only {n} patch tokens, fewer than {name}={k}. "
+        f"{what} yields only {n} patch token{'s' * (n != 1)}, fewer than {name}={k}. "
         f"Use {size[0]}{hint}{size[1]}or fewer segments.")

@@ -11,7 +11,7 @@ import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
 from .._threads import N_JOBS_CONSTRAINT
-from ._io import as_image_list, load_image
+from ._io import as_image_list, load_image, naming_file
 from ._video import progress_bar
 
 __all__ = ["image_seeds", "segment_batch_on_device", "segment_dataset",
@@ -108,14 +108,17 @@ def segment_batch_on_device(seg, batch, device):
 
     k = int(seg.n_segments)
     rgbs = [load_image(im) for im in batch]
-    prepared = [seg._prepare(rgb) for rgb in rgbs]
-    ext = seg._get_extractor()
+    ext = seg._get_extractor()  # (its errors are no image's)
+    prepared = []
+    for im, rgb in zip(batch, rgbs):
+        with naming_file(im):  # as segment: which image is too small
+            prepared.append(seg._prepare(rgb))
     feats = [ext.extract(work) for _, work in prepared]
     for f in feats:
         if f.shape[0] * f.shape[1] < k:
-            raise ValueError(
-                f"An image yields only {f.shape[0] * f.shape[1]} patch tokens, "
-                f"fewer than n_segments={k}.")
+            n = f.shape[0] * f.shape[1]  # (not "1 patch tokens")
+            raise ValueError(f"An image yields only {n} patch token"
+                             f"{'s' * (n != 1)}, fewer than n_segments={k}.")
     if k == 1:
         toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
     else:

@@ -14,9 +14,10 @@ import numpy as np
 
 from .._backends._boundary import host_array, is_tensor
 from .._backends._device import import_library
+from .._log import ignoring, warn_user
 
 __all__ = ["as_image_list", "load_image", "check_image_size", "import_pillow",
-           "opened_image"]
+           "opened_image", "naming_file"]
 
 PILLOW_HINT = "`pip install 'sklearn-falcon[cli]'` (or `pip install pillow`)"
 
@@ -145,7 +146,14 @@ def _array_to_rgb(arr, *, source):
     return arr
 
 
-def _pil_to_rgb(img, *, source):
+# formats whose files Pillow opens in mode "I" only for 16-bit samples (a
+# PGM of maxval > 255, scaled to 0..65535; a 16-bit grey PNG in earlier
+# Pillow versions): a dark one (values up to 255) was read as 8-bit, 257
+# times too bright
+_SIXTEEN_BIT_I = ("PPM", "PNG")
+
+
+def _pil_to_rgb(img, *, source, file_format=None):
     try:
         img.load()
     except AssertionError:  # Pillow's bare "assert self.fp is not None"
@@ -158,6 +166,8 @@ def _pil_to_rgb(img, *, source):
     if mode in ("RGB", "L"):
         arr = np.asarray(img)
     elif mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        arr = np.asarray(img).astype(np.uint16)
+    elif mode == "I" and (file_format or img.format) in _SIXTEEN_BIT_I:
         arr = np.asarray(img).astype(np.uint16)
     elif mode == "I":
         arr = np.asarray(img).astype(np.int64)
@@ -212,15 +222,40 @@ def opened_image(path):
 
     registered = _register_plugin(path)
     try:
-        with Image.open(path) as img:
+        with ignoring(Image.DecompressionBombWarning, module="PIL"):
+            opened = Image.open(path)  # its warning: which file? (below)
+        with opened as img:
+            n, limit = img.size[0] * img.size[1], Image.MAX_IMAGE_PIXELS
+            if limit and n > limit:
+                warn_user(f"Image '{path}' has {n} pixels, more than Pillow's "
+                          f"limit of {limit} against decompression bombs "
+                          "(PIL.Image.MAX_IMAGE_PIXELS).",
+                          Image.DecompressionBombWarning)
             yield img
-    except (OSError, SyntaxError) as exc:  # UnidentifiedImageError is an OSError
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+        # (UnidentifiedImageError is an OSError; the bomb's said no file)
         msg = f"Cannot read image '{path}': {exc}"
+        if isinstance(exc, Image.DecompressionBombError):
+            msg += " (PIL.Image.MAX_IMAGE_PIXELS, twice over)"
         if not registered:
             plugin = _PLUGINS[Path(path).suffix.lower()]
             msg += (f". Pillow reads {Path(path).suffix} files through the {plugin} "
                     f"plugin: pip install {plugin}")
         raise ValueError(msg) from None
+
+
+@contextlib.contextmanager
+def naming_file(image):
+    """A ValueError in the block names the file ``image``, where it is a
+    path: a refusal of its size ("Image of size 2x2 (HxW) is smaller than
+    one 8x8 patch") did not say which of a folder's images it was."""
+    if not isinstance(image, (str, os.PathLike)):
+        yield
+        return
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"Cannot segment image '{Path(image)}': {exc}") from exc
 
 
 def load_image(image):
@@ -248,7 +283,8 @@ def load_image(image):
         linearly from 0..65535 to 0..255; other integer data is read by its
         values, as 8-bit when its maximum is at most 255, else as 16-bit (up
         to 65535; a darker 16-bit image in ``int32`` comes out brighter than
-        in ``uint16``: convert it with ``.astype(np.uint16)``);
+        in ``uint16``: convert it with ``.astype(np.uint16)``; a 16-bit PGM
+        or PNG file that Pillow opens as 32-bit is read as 16-bit);
         floating-point data must lie in [0, 1] (a float PIL image or file, in
         0..1, 0..255 or 0..65535); booleans map to 0/255.
 
@@ -286,10 +322,12 @@ def load_image(image):
         from PIL import ImageOps
         with opened_image(path) as img:
             img.load()
+            file_format = img.format  # (a turned image has none)
             if img.getexif().get(_EXIF_ORIENTATION, 1) != 1:
                 # a phone photo: its pixels as a viewer shows them
                 img = ImageOps.exif_transpose(img)
-            return _pil_to_rgb(img, source=f"image '{path}'")
+            return _pil_to_rgb(img, source=f"image '{path}'",
+                               file_format=file_format)
     if _is_pil_image(image):
         return _pil_to_rgb(image, source="PIL image")
     if is_tensor(image):

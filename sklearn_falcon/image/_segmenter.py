@@ -17,7 +17,7 @@ from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb, too_few_tokens
 from ._dataset import segment_dataset, segment_each
 from ._extractors import checkpoint_key, make_extractor, model_key
-from ._io import as_image_list, check_image_size, load_image
+from ._io import as_image_list, check_image_size, load_image, naming_file
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
 from ._video import segment_frames
@@ -337,9 +337,10 @@ class ImageSegmenter(BaseEstimator):
         k, name = ((int(self.auto_range[0]), "auto_range[0]") if auto
                    else (int(self.n_segments), "n_segments"))
         if k > n:
-            vit = hasattr(self._get_extractor(), "input_size")
-            raise too_few_tokens(n, k, name, self.max_tokens, self.resolution,
-                                 vit, resized)
+            ext = self._get_extractor()  # resolution=None: its model's ("now None")
+            raise too_few_tokens(n, k, name, self.max_tokens, self.resolution or
+                                 getattr(ext, "default_short", None),
+                                 hasattr(ext, "input_size"), resized)
         # W on one BLAS thread, whatever the process's (a joblib worker's is
         # cpu_count // n_jobs): the labels followed its rounding
         with fit_threads(None, limit_blas=self._torch_device() is None):
@@ -373,8 +374,7 @@ class ImageSegmenter(BaseEstimator):
         grid_shape : (int, int), default=None
             The tokens' grid ``(gh, gw)`` (row-major, ``gh * gw ==
             n_tokens``), for the spatial test of ``n_segments="auto"``
-            (``auto_grid_threshold``); None skips that test.  Checked
-            with any ``n_segments``.
+            (``auto_grid_threshold``); None skips it; checked with any ``n_segments``.
 
         Returns
         -------
@@ -476,9 +476,10 @@ class ImageSegmenter(BaseEstimator):
             still allocate; the message names ``max_tokens``.
         """
         self._check_params()
-        rgb = load_image(image)
-        plan, work = self._prepare(rgb)
-        return self._full(rgb, work, self._segment_work(work, plan))
+        rgb, _ = load_image(image), self._get_extractor()  # (no image's error)
+        with naming_file(image):  # a size refusal: which of a folder's images
+            plan, work = self._prepare(rgb)
+            return self._full(rgb, work, self._segment_work(work, plan))
 
     def segment_video(self, frames):
         """Segment the frames of a video with segment ids kept across frames.

@@ -7,7 +7,7 @@ from scipy.optimize import linear_sum_assignment
 
 from .._backends._boundary import is_tensor
 from .._log import given_once
-from ._io import _is_pil_image, load_image
+from ._io import _is_pil_image, load_image, naming_file
 
 __all__ = ["colour_histogram", "is_blank", "match_ids", "progress_bar",
            "resize_labels", "segment_frames"]
@@ -174,9 +174,10 @@ class _VideoFalcon:
 def _segment_frames(seg, frames):
     est, grid, prev, next_id, hist, blank = None, None, None, 0, None, False
     seen = set()  # a warning that the frames share is given once per video
+    seg._get_extractor()  # (its errors are no frame's: naming_file below)
     for frame in frames:
         rgb = load_image(frame)
-        with given_once(seen):
+        with given_once(seen), naming_file(frame):  # which frame is too small
             plan, work = seg._prepare(rgb)
             if seg.n_segments != "auto" and int(seg.n_segments) > 1:
                 affinity = "precomputed" if plan.graph == "knn" else "cosine"
