@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions, validate_params
 
@@ -250,8 +251,9 @@ def _warn_of_complete(graphs, affinity, n_neighbors):
     (complete, of equal weights), as FalconNCut warns of each: one a graph
     ("n_samples=5", "n_samples=6", ...) flooded a batch."""
     small = {b: G.shape[0] for b, G in enumerate(graphs)
-             if 1 < G.shape[0] <= n_neighbors}
-    if affinity == "nearest_neighbors" and small:
+             if 1 < G.shape[0] <= n_neighbors  # (sparse distances: unwarned,
+             and (affinity == "nearest_neighbors" or not sp.issparse(G))}  # as fit)
+    if affinity in ("nearest_neighbors", "precomputed_nearest_neighbors") and small:
         warn_user(
             f"n_neighbors={n_neighbors} >= n_samples in {len(small)} of the "
             f"{len(graphs)} graphs ({_listing(small, ' samples')}): every sample "

@@ -822,3 +822,35 @@ def test_falcon_batch_takes_a_3d_dask_array():
     assert len(res.labels) == 3
     for a, b in zip(res.labels, ref.labels):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_integer_coo_blocks_are_summed_without_wrapping(dtype):
+    # the blocks of a sharded graph as COO matrices of small integer weights
+    # with repeated edges: as_csr converted them to CSR in their dtype, so
+    # 300 parallel edges weighed 44 (int8: -16, refused as negative), where
+    # the in-memory fit of the same matrix sums them in float64
+    from sklearn_falcon._backends._dask._blocks import as_csr
+
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    rows, cols = np.array(rows), np.array(cols)
+    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    np.testing.assert_array_equal(as_csr(G).toarray(), W)
+
+    def block(r0):
+        m = (rows >= r0) & (rows < r0 + 2)
+        return sp.coo_matrix((np.ones(m.sum(), dtype), (rows[m] - r0, cols[m])),
+                             shape=(2, 4))
+
+    meta = sp.coo_matrix((0, 0), dtype=dtype)
+    X = da.concatenate([da.from_delayed(dask.delayed(block)(r0), shape=(2, 4),
+                                        dtype=dtype, meta=meta) for r0 in (0, 2)])
+    est = FalconNCut(2, affinity="precomputed", random_state=0).fit(X)
+    ref = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    assert est.ncut_ == pytest.approx(ref.ncut_, rel=1e-12)

@@ -867,3 +867,30 @@ def test_falcon_batch_warns_once_of_small_knn_graphs():
         "partition has the same NCut; their labels are arbitrary. Use fewer "
         "neighbours than samples."], msgs
     assert {w.filename for w in rec} == {__file__}
+
+
+def test_falcon_batch_warns_of_small_precomputed_knn_graphs():
+    """The batch's one warning of its kNN graphs of no more samples than
+    ``n_neighbors`` dropped every per-graph warning, also those of
+    ``affinity="precomputed_nearest_neighbors"`` (dense distances), whose
+    graphs it then left unwarned; it names them as of "nearest_neighbors"."""
+    from sklearn_falcon import falcon_batch
+
+    rng = np.random.default_rng(0)
+    X = [rng.random((n, 3)) for n in (5, 6, 30)]
+    D = [np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1)) for x in X]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        falcon_batch(D, 2, affinity="precomputed_nearest_neighbors",
+                     n_neighbors=10, random_state=0)
+    msgs = [str(w.message) for w in rec if "neighbour of every" in str(w.message)]
+    assert len(msgs) == 1 and msgs[0].startswith(
+        "n_neighbors=10 >= n_samples in 2 of the 3 graphs (graphs[0]: 5 samples, "
+        "graphs[1]: 6 samples)"), msgs
+    # sparse distances: no warning, as FalconNCut gives none of them
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        falcon_batch([sp.csr_matrix(d) for d in D], 2,
+                     affinity="precomputed_nearest_neighbors", n_neighbors=10,
+                     random_state=0)
+    assert not [w for w in rec if "neighbour of every" in str(w.message)]

@@ -42,6 +42,8 @@ def as_csr(block):
     Dense blocks are converted: every task runs the CSR kernels.
     """
     if sp.issparse(block):
+        if block.dtype.kind in "iu":  # COO duplicates: summed in float64, unwrapped
+            block = block.astype(np.float64)
         W = block.tocsr()
     elif isinstance(block, np.ndarray) and block.ndim == 2:
         if block.dtype in (np.float16, object):  # dtypes scipy.sparse refuses
