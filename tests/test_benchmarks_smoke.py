@@ -540,6 +540,25 @@ def test_bench_image_scale_records_its_options(monkeypatch, tmp_path):
     assert "| 64x64 |" in text and "| 128x128 |" in text and "12 MP" not in text
 
 
+def test_bench_compile_records_its_options(monkeypatch, tmp_path):
+    # the table said `python -m benchmarks.bench_compile --repeats R`
+    # whatever --no-prebuild and --out were
+    from benchmarks import bench_compile as BC
+
+    run = dict(first_fit_s=[1.0, 0.9], second_fit_s=0.1, import_s=[0.2, 0.2],
+               sklearn=0.3, falcon=0.1, spectral_after=0.1, modules={"torch": False},
+               stderr="", compiles=[], parts={"lower": 0.5}, fit=1.0,
+               numba_import=0.2)
+    monkeypatch.setattr(BC, "_child", lambda *args, **kwargs: dict(run))
+    out = tmp_path / "compile.md"
+    BC.main(["--repeats", "1", "--no-prebuild", "--out", str(out)])
+    assert (f"with `python -m benchmarks.bench_compile --repeats 1 --no-prebuild "
+            f"--out {out}` on a shared") in out.read_text()
+    args = BC.argparse.Namespace(repeats=3, no_prebuild=False, baseline=[],
+                                 out=str(BC.RESULTS / "compile.md"))
+    assert BC._command(args) == "python -m benchmarks.bench_compile --repeats 3"
+
+
 def test_write_docs_reproduces_the_committed_page(tmp_path):
     # `python -m benchmarks.run --write-docs` assembles docs/benchmarks.rst
     # from benchmarks/results/; its header (run.DOCS_HEADER) had fallen
