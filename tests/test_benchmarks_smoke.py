@@ -559,6 +559,28 @@ def test_bench_compile_records_its_options(monkeypatch, tmp_path):
     assert BC._command(args) == "python -m benchmarks.bench_compile --repeats 3"
 
 
+def test_bench_dask_writes_and_records_its_out(monkeypatch, tmp_path):
+    # it had no --out: --quick always wrote over the tracked
+    # benchmarks/results/quick/dask.*, and its table named no folder
+    from benchmarks import bench_dask as BD
+
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "times.json").write_text("{}")
+    monkeypatch.setattr(BD, "run_part", lambda name, d, mode, reuse=False: {})
+    got = {}
+    monkeypatch.setattr(BD, "report", lambda *args, out=None: got.update(out=out))
+    BD.main(["--quick", "--keep", str(keep), "--out", str(tmp_path / "o")])
+    assert got["out"] == str(tmp_path / "o")
+    assert (BD.command("quick", tmp_path / "o")
+            == f"python -m benchmarks.bench_dask --quick --out {tmp_path / 'o'}")
+    assert BD.command("quick", BD.RESULTS / "quick") == (
+        "python -m benchmarks.bench_dask --quick")
+    assert BD.command("full", BD.RESULTS) == "python -m benchmarks.bench_dask"
+    assert BD.command("full", BD.RESULTS / "quick") == (
+        "python -m benchmarks.bench_dask --out benchmarks/results/quick")
+
+
 def test_write_docs_reproduces_the_committed_page(tmp_path):
     # `python -m benchmarks.run --write-docs` assembles docs/benchmarks.rst
     # from benchmarks/results/; its header (run.DOCS_HEADER) had fallen
