@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -189,6 +190,22 @@ def _kernel_table(records):
     return sorted(rows.items(), key=lambda kv: -kv[1][0])
 
 
+def _command(args):
+    """The command that measures again what ``args`` asked: its options,
+    ``--out`` for a file other than the default (relative to the repository
+    when inside it), a baseline named by its commit."""
+    words = ["python -m benchmarks.bench_compile", f"--repeats {args.repeats}"]
+    if args.no_prebuild:
+        words.append("--no-prebuild")
+    out = Path(args.out).resolve() if args.out else None
+    if out is None or out != RESULTS / "compile.md":
+        words.append("--out " + shlex.quote(
+            "" if out is None else str(out.relative_to(ROOT)
+                                       if out.is_relative_to(ROOT) else out)))
+    words += [f"--baseline <checkout of {_rev(b)}>" for b in args.baseline]
+    return " ".join(words)
+
+
 def _rev(checkout):
     """Short commit hash of a checkout (its path when git cannot tell)."""
     out = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h"],
@@ -246,9 +263,7 @@ def main(argv=None):
 
     lines = ["## Cold start", "",
              f"Measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime(t_start))} UTC "
-             f"with `python -m benchmarks.bench_compile --repeats {R}"
-             + "".join(f" --baseline <checkout of {_rev(b)}>" for b in args.baseline)
-             + "` on a shared "
+             f"with `{_command(args)}` on a shared "
              f"machine ({os.cpu_count()} cores, load average {load[0]:.1f} at the "
              f"start, {platform.python_version()}, numba "
              f"{_numba_version()}).  Median [min, max] of {R} fresh processes "

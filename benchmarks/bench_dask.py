@@ -8,8 +8,10 @@ Usage::
     python -m benchmarks.bench_dask --quick    # 60k nodes -> benchmarks/results/quick/
     python -m benchmarks.bench_dask --keep DIR # keep the parts' results in DIR
                                                # and reuse those found there
+    python -m benchmarks.bench_dask --quick --out DIR  # the tables in DIR
 
-Writes ``dask.md`` (and ``.rst``, ``.json``) to ``benchmarks/results/``.
+Writes ``dask.md`` (and ``.rst``, ``.json``) to ``benchmarks/results/``
+(``--quick``: ``benchmarks/results/quick/``) or ``--out``.
 Every part runs in a fresh subprocess, so that the memory of one does not
 weigh on the next; the shards are ``.npz`` files read by the workers
 (``scipy.sparse.load_npz`` inside ``dask.delayed``), never by the client.
@@ -21,6 +23,7 @@ side by side (interleaved repeats, medians).  The machine may be shared.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -326,7 +329,26 @@ def _diff(d, a, b, renamed=False):
     return int(x.size - C[r, c].sum())
 
 
-def report(d, cfg, mode, meta, single, dsk, scal, ooc, elapsed):
+def command(mode, out):
+    """The command that writes the tables again: ``--quick``, and ``--out``
+    for a folder other than the mode's own (relative to the repository when
+    inside it)."""
+    words = ["python -m benchmarks.bench_dask"] + (["--quick"] if mode == "quick"
+                                                   else [])
+    out = Path(out).resolve()
+    if out != default_out(mode):
+        root = RESULTS.parent.parent
+        words += ["--out", shlex.quote(str(out.relative_to(root)
+                                           if out.is_relative_to(root) else out))]
+    return " ".join(words)
+
+
+def default_out(mode):
+    return RESULTS / "quick" if mode == "quick" else RESULTS
+
+
+def report(d, cfg, mode, meta, single, dsk, scal, ooc, elapsed, out=None):
+    out = default_out(mode) if out is None else Path(out)
     K, n = cfg["K"], meta["n"]
     res = SuiteResult(
         "dask", f"Dask backend: a {n:,}-node SBM in {cfg['shards']} shards, "
@@ -337,8 +359,7 @@ def report(d, cfg, mode, meta, single, dsk, scal, ooc, elapsed):
                "shards read by the workers. Cluster: `LocalCluster(n_workers=2, "
                "threads_per_worker=1, processes=True)` on the same 2-core machine "
                "as the Numba runs (shared with other jobs: read the ratios). "
-               "Command: `python -m benchmarks.bench_dask"
-               + (" --quick" if mode == "quick" else "") + "`."))
+               f"Command: `{command(mode, out)}`."))
     s, q = single["default"], dsk["coarsened"]
     rel = q["ncut"] / s["ncut"] - 1
     res.target("NCut within 1% of the single-machine fit (default init; Dask "
@@ -423,7 +444,6 @@ def report(d, cfg, mode, meta, single, dsk, scal, ooc, elapsed):
     res.tables.append(oc)
     res.notes += NOTES
     res.elapsed = elapsed
-    out = RESULTS / ("quick" if mode == "quick" else "")
     res.write(out, machine_info(), mode)
     print(f"[bench_dask] wrote {out / 'dask.md'}")
 
@@ -464,6 +484,8 @@ def main(argv=None):
     ap.add_argument("--part", choices=sorted(PARTS))
     ap.add_argument("--dir")
     ap.add_argument("--mode", default="full")
+    ap.add_argument("--out", metavar="DIR", help="write the tables in DIR "
+                    "(default: benchmarks/results/, --quick: its quick/)")
     ap.add_argument("--keep", metavar="DIR",
                     help="work in DIR and keep it; parts whose result is there "
                     "already are not run again")
@@ -488,7 +510,7 @@ def main(argv=None):
         got = {name: run_part(name, d, mode, reuse=bool(args.keep))
                for name in ("write", "single", "dask", "scaling", "ooc")}
         elapsed = sum(json.loads((d / "times.json").read_text()).values())
-        report(d, cfg, mode, *got.values(), elapsed)
+        report(d, cfg, mode, *got.values(), elapsed, out=args.out)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 For each graph, on the *same* affinity matrix, this runs
 ``SpectralClustering(affinity="precomputed", eigen_solver="lobpcg")`` with
 each ``assign_labels`` in {kmeans, discretize, cluster_qr} and
-``FalconNCut(affinity="precomputed")`` with default parameters, and reports
-NCut (lower is better), ARI against the planted labels and wall time.
+``FalconNCut(affinity="precomputed")`` with default parameters (after an
+untimed fit on each graph, which compiles its kernels), and reports NCut
+(lower is better), ARI against the planted labels and wall time.
 
 The acceptance rule of issue 2: Falcon's NCut <= the best spectral NCut on
 every graph, and Falcon's ARI >= (ARI of that best-NCut spectral run) - 0.02.
@@ -77,6 +78,10 @@ def run(quick=False, seeds=3):
                 if best is None or (short, nc) < (best[3], best[0]):
                     best = (nc, adjusted_rand_score(y, labels), t, short)
             res[f"spectral-lobpcg/{assign}"] = best
+        # untimed: the first fit on a graph compiles the kernels its path
+        # needs (seconds with an empty Numba cache), which no seed's time
+        # should count
+        FalconNCut(n_clusters=K, affinity="precomputed", random_state=0).fit(W)
         ncs, aris, ts = [], [], []
         for seed in range(seeds):
             est = FalconNCut(n_clusters=K, affinity="precomputed", random_state=seed)

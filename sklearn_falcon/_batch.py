@@ -39,6 +39,7 @@ from ._backends import BACKENDS, DEVICE_CONSTRAINT, host_array, resolve_backend
 from ._backends._boundary import is_tensor
 from ._inits import INITS, InitContext, check_init_labels, fill_empty, make_starts
 from ._log import log_stage, logs_progress, unwarned, warn_user, warns_once
+from ._memory import available_memory_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
@@ -465,7 +466,8 @@ def falcon_batch(
     tau_arr = np.asarray(host_array(tau), dtype=np.float64)  # (a tensor too)
     if not np.all((tau_arr > 0) & np.isfinite(tau_arr)):  # as a float tau
         raise ValueError(f"tau must be > 0 and finite; got tau={tau!r}.")
-    graphs = _check_graphs(graphs, affinity)
+    with available_memory_once():  # not once a graph (0.4 ms: a small one's copy)
+        graphs = _check_graphs(graphs, affinity)
     B = len(graphs)
     if tau_arr.ndim and tau_arr.shape != (B,):
         raise ValueError(

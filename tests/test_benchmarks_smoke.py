@@ -540,6 +540,105 @@ def test_bench_image_scale_records_its_options(monkeypatch, tmp_path):
     assert "| 64x64 |" in text and "| 128x128 |" in text and "12 MP" not in text
 
 
+def test_bench_compile_records_its_options(monkeypatch, tmp_path):
+    # the table said `python -m benchmarks.bench_compile --repeats R`
+    # whatever --no-prebuild and --out were
+    from benchmarks import bench_compile as BC
+
+    run = dict(first_fit_s=[1.0, 0.9], second_fit_s=0.1, import_s=[0.2, 0.2],
+               sklearn=0.3, falcon=0.1, spectral_after=0.1, modules={"torch": False},
+               stderr="", compiles=[], parts={"lower": 0.5}, fit=1.0,
+               numba_import=0.2)
+    monkeypatch.setattr(BC, "_child", lambda *args, **kwargs: dict(run))
+    out = tmp_path / "compile.md"
+    BC.main(["--repeats", "1", "--no-prebuild", "--out", str(out)])
+    assert (f"with `python -m benchmarks.bench_compile --repeats 1 --no-prebuild "
+            f"--out {out}` on a shared") in out.read_text()
+    args = BC.argparse.Namespace(repeats=3, no_prebuild=False, baseline=[],
+                                 out=str(BC.RESULTS / "compile.md"))
+    assert BC._command(args) == "python -m benchmarks.bench_compile --repeats 3"
+
+
+def test_bench_dask_writes_and_records_its_out(monkeypatch, tmp_path):
+    # it had no --out: --quick always wrote over the tracked
+    # benchmarks/results/quick/dask.*, and its table named no folder
+    from benchmarks import bench_dask as BD
+
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "times.json").write_text("{}")
+    monkeypatch.setattr(BD, "run_part", lambda name, d, mode, reuse=False: {})
+    got = {}
+    monkeypatch.setattr(BD, "report", lambda *args, out=None: got.update(out=out))
+    BD.main(["--quick", "--keep", str(keep), "--out", str(tmp_path / "o")])
+    assert got["out"] == str(tmp_path / "o")
+    assert (BD.command("quick", tmp_path / "o")
+            == f"python -m benchmarks.bench_dask --quick --out {tmp_path / 'o'}")
+    assert BD.command("quick", BD.RESULTS / "quick") == (
+        "python -m benchmarks.bench_dask --quick")
+    assert BD.command("full", BD.RESULTS) == "python -m benchmarks.bench_dask"
+    assert BD.command("full", BD.RESULTS / "quick") == (
+        "python -m benchmarks.bench_dask --out benchmarks/results/quick")
+
+
+def test_bench_fm_warm_up_reaches_the_kernels_of_its_graphs():
+    # its warm-up (an SBM) never moved a node by flows nor counted the
+    # weights to own clusters: with an empty Numba cache the first pixel
+    # graph's timed fits compiled move_nodes_csr and _own_weights_ser
+    # (old: 1.2 s, new/old 0.04 on davis)
+    code = """
+import sys
+from benchmarks import bench_fm as BF
+from sklearn_falcon._backends._numba import _csr, _flow
+BF._warm_up(*BF._variants("fm"))
+print(len(_flow.move_nodes_csr.signatures), len(_csr._own_weights_ser.signatures))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1],
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    called = [int(x) for x in out.stdout.split()]
+    assert len(called) == 2 and min(called) > 0, out.stdout
+
+
+def test_bench_quality_times_no_first_fit_of_falcon(monkeypatch):
+    # Falcon's first fit on each graph was timed: with an empty Numba cache
+    # it compiled its kernels inside the first seed's time (all of the time
+    # of a --seeds 1 run)
+    from benchmarks import bench_quality as BQ
+
+    W, y = G.sbm_graph(300, 3, avg_degree=15, p_in_ratio=0.9, seed=0)
+    monkeypatch.setattr(BQ, "quality_graphs", lambda quick: [
+        ("a", W, y, 3), ("b", W, y, 2)])
+    timing, fits = [False], []
+
+    def timed(fn):
+        timing[0] = True
+        try:
+            return fn(), 0.1
+        finally:
+            timing[0] = False
+
+    class Falcon:
+        def __init__(self, n_clusters, **kw):
+            self.k = n_clusters
+
+        def fit(self, W):
+            fits.append((self.k, timing[0]))
+            self.ncut_ = 0.5
+            return self
+
+        def fit_predict(self, W):
+            return self.fit(W) and y % self.k
+
+    monkeypatch.setattr(BQ, "_timed", timed)
+    monkeypatch.setattr(BQ, "FalconNCut", Falcon)
+    monkeypatch.setattr(BQ, "SpectralClustering", lambda n_clusters, **kw: (
+        type("S", (), {"fit_predict": lambda self, W: y % n_clusters})()))
+    BQ.run(seeds=1)
+    assert fits == [(3, False), (3, True), (2, False), (2, True)]
+
+
 def test_write_docs_reproduces_the_committed_page(tmp_path):
     # `python -m benchmarks.run --write-docs` assembles docs/benchmarks.rst
     # from benchmarks/results/; its header (run.DOCS_HEADER) had fallen

@@ -722,6 +722,16 @@ def test_row_blocks_of_complex_or_text_values_are_refused_by_name():
                 FalconNCut(2, affinity="precomputed").fit(X)
 
 
+def test_a_row_block_of_the_wrong_shape_is_named_by_its_parameter():
+    """The shape check of a row block named "X" whatever ``name`` its
+    validation was given (its other messages use ``name``)."""
+    from sklearn_falcon._backends._dask._blocks import summary_task
+
+    with pytest.raises(ValueError, match=r"The row block of affinity starting "
+                       r"at row 4 has shape \(3, 8\); its chunk says \(4, 8\)"):
+        summary_task(np.ones((3, 8)), 4, 4, 8, 7, name="affinity")
+
+
 @pytest.fixture
 def no_pool_per_compute(monkeypatch):
     """Dask's "processes" scheduler fails a compute that would spawn a

@@ -33,6 +33,30 @@ def test_check_allocation_unknown_memory(monkeypatch):
     _memory.check_allocation(2**80, "anything")  # unknown: never refuses
 
 
+def test_falcon_batch_reads_the_available_memory_once(monkeypatch):
+    """falcon_batch(affinity="precomputed") read the available memory (psutil
+    and the cgroup files, about 0.4 ms) for the copy of every dense graph,
+    most of its validation's time on small graphs; it reads it once, and
+    each graph's copy takes its share off it, as the copies it holds do."""
+    from sklearn_falcon import falcon_batch
+
+    reads = []
+
+    def available():
+        reads.append(1)
+        return 60_000
+
+    monkeypatch.setattr(_memory, "available_memory", available)
+    W = np.kron(np.eye(2), np.ones((30, 30))) + 0.01  # 28.8 kB a copy
+    res = falcon_batch([W, W], 2, affinity="precomputed", random_state=0)
+    assert len(reads) == 1 and res.ncut.shape == (2,)
+    with pytest.raises(MemoryError, match=r"copy of the dense \(60, 60\) affinity "
+                       r"graphs\[2\] needs about 28.1 KiB, but only 2.34 KiB"):
+        falcon_batch([W, W, W], 2, affinity="precomputed")
+    _memory.check_allocation(50_000, "after the batch")  # read again: fits
+    assert len(reads) == 3
+
+
 def test_cgroup_limit_is_respected(monkeypatch, tmp_path):
     (tmp_path / "memory.max").write_text("1000\n")
     (tmp_path / "memory.current").write_text("400\n")

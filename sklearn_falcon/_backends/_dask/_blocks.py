@@ -148,7 +148,7 @@ def summary_task(block, r0, n_rows, n, salt, name="X"):
     W = as_csr(block)
     if W.shape != (n_rows, n):
         raise ValueError(
-            f"The row block of X starting at row {r0} has shape {W.shape}; its "
+            f"The row block of {name} starting at row {r0} has shape {W.shape}; its "
             f"chunk says ({n_rows}, {n})."
         )
     data = W.data
