@@ -312,4 +312,4 @@ def test_bench_dinov2_quick_keeps_the_options_and_records_them(tmp_path, monkeyp
     out = str(tmp_path / "both.md")
     assert BD.main(["--only", "speed,position", "--out", out]) == 0
     assert seen == {"n_images": 16, "repeats": 5}
-    assert "bench_dinov2 --only speed,position`" in (tmp_path / "both.md").read_text()
+    assert "bench_dinov2 --only position,speed`" in (tmp_path / "both.md").read_text()
