@@ -624,6 +624,42 @@ def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
     assert not hasattr(est, "labels_")
 
 
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_client_closed_during_a_fit_says_what_happened(graph, monkeypatch,
+                                                         in_memory):
+    """client.close() during a fit left its next compute, now on Dask's
+    local scheduler, with futures of the closed client: the fit ended with
+    "ValueError: Missing dependency getitem-... for dependents
+    {'step_task-...'}" (or, where the client stayed current, Dask's
+    ClosedClientError), which names neither the client nor what to do.  It
+    raises a RuntimeError that says both, from Dask's error."""
+    W, y = graph
+    y0 = noisy(y, K, 0.5, seed=6)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        client = distributed.Client(cluster)  # the default client, as in a script
+        try:
+            step = DaskProblem.step
+            calls = []
+
+            def step_and_close(self, *args):
+                calls.append(1)
+                if len(calls) == 2:
+                    client.close()
+                return step(self, *args)
+
+            monkeypatch.setattr(DaskProblem, "step", step_and_close)
+            est = _est(init=y0, backend="dask")
+            with pytest.raises(RuntimeError,
+                               match=r"client the fit ran on was closed .*Run it "
+                               "again on an open client. Dask said: ") as info:
+                est.fit(W if in_memory else shards(W, 4))
+        finally:
+            client.close()
+    assert info.value.__cause__ is not None
+    assert not hasattr(est, "labels_")
+
+
 @pytest.mark.parametrize("max_entries", [None, 3000])
 def test_a_disconnected_sharded_graph_is_warned_of_as_in_memory(max_entries):
     """A Dask fit of a graph of several components said nothing, where the
