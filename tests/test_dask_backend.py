@@ -466,6 +466,33 @@ def test_verbose_logs_the_starts_as_on_one_machine(init, caplog):
         assert logs[1] == logs[0]
 
 
+def test_verbose_logs_the_start_of_a_worker_process_on_the_client(caplog):
+    """The graph start runs on one worker; its progress ("level: hierarchy
+    of 5 levels", ...) was logged on the synchronous and threaded
+    schedulers, but in a worker process, whose logging the client does not
+    see, it was lost.  The worker's records are logged on the client."""
+    W, _ = planted(1200, 4, seed=0)
+    logs = []
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1,
+                                       processes=True, dashboard_address=":0")
+    for on_cluster in (False, True):
+        caplog.clear()
+        client = distributed.Client(cluster) if on_cluster else None
+        try:
+            with caplog.at_level(logging.INFO, logger="sklearn_falcon"), (
+                    dask.config.set(scheduler="sync") if client is None else
+                    warnings.catch_warnings()):
+                FalconNCut(4, affinity="precomputed", init="multilevel", verbose=1,
+                           random_state=0).fit(shards(W, 2))
+        finally:
+            if client is not None:
+                client.close()
+        logs.append([r.getMessage() for r in caplog.records
+                     if getattr(r, "stage", None) == "level"])
+    cluster.close()
+    assert logs[0] and logs[1] == logs[0]
+
+
 def test_invalid_calls_name_the_parameter(graph):
     W, _ = graph
     X = shards(W, 2)
