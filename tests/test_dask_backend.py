@@ -657,8 +657,8 @@ def test_a_client_closed_during_a_fit_says_what_happened(graph, monkeypatch,
     """client.close() during a fit left its next compute, now on Dask's
     local scheduler, with futures of the closed client: the fit ended with
     "ValueError: Missing dependency getitem-... for dependents
-    {'step_task-...'}" (or, where the client stayed current, Dask's
-    ClosedClientError), which names neither the client nor what to do.  It
+    {'step_task-...'}" (or, where the client was the configured scheduler,
+    Dask's ClosedClientError), which names neither the client nor what to do.  It
     raises a RuntimeError that says both, from Dask's error."""
     W, y = graph
     y0 = noisy(y, K, 0.5, seed=6)
@@ -677,9 +677,11 @@ def test_a_client_closed_during_a_fit_says_what_happened(graph, monkeypatch,
 
             monkeypatch.setattr(DaskProblem, "step", step_and_close)
             est = _est(init=y0, backend="dask")
+            # on this client alone (not on another test's, once it is closed)
             with pytest.raises(RuntimeError,
                                match=r"client the fit ran on was closed .*Run it "
-                               "again on an open client. Dask said: ") as info:
+                               "again on an open client. Dask said: ") as info, (
+                    dask.config.set(scheduler=client)):
                 est.fit(W if in_memory else shards(W, 4))
         finally:
             client.close()

@@ -231,7 +231,7 @@ def compute_scope():
     error (which names a task key and "lost dependencies"); so is a compute
     that failed because the distributed client the fit began on was closed
     during it (Dask's "Missing dependency getitem-..." of its next compute)."""
-    client = _current_client()
+    client = _scheduler_client()
     if client is not None and client.status != "running":
         client = None
     with one_process_pool():
@@ -297,6 +297,15 @@ def _current_client():
         return default_client()
     except (ImportError, ValueError):
         return None
+
+
+def _scheduler_client():
+    """The ``distributed.Client`` that Dask computes on here (the configured
+    scheduler, else the current client), or None on a local scheduler."""
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    return client if type(client).__name__ == "Client" else None
 
 
 def _worker_memory_limits():
