@@ -466,6 +466,33 @@ def test_verbose_logs_the_starts_as_on_one_machine(init, caplog):
         assert logs[1] == logs[0]
 
 
+def test_verbose_logs_the_start_of_a_worker_process_on_the_client(caplog):
+    """The graph start runs on one worker; its progress ("level: hierarchy
+    of 5 levels", ...) was logged on the synchronous and threaded
+    schedulers, but in a worker process, whose logging the client does not
+    see, it was lost.  The worker's records are logged on the client."""
+    W, _ = planted(1200, 4, seed=0)
+    logs = []
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1,
+                                       processes=True, dashboard_address=":0")
+    for on_cluster in (False, True):
+        caplog.clear()
+        client = distributed.Client(cluster) if on_cluster else None
+        try:
+            with caplog.at_level(logging.INFO, logger="sklearn_falcon"), (
+                    dask.config.set(scheduler="sync") if client is None else
+                    warnings.catch_warnings()):
+                FalconNCut(4, affinity="precomputed", init="multilevel", verbose=1,
+                           random_state=0).fit(shards(W, 2))
+        finally:
+            if client is not None:
+                client.close()
+        logs.append([r.getMessage() for r in caplog.records
+                     if getattr(r, "stage", None) == "level"])
+    cluster.close()
+    assert logs[0] and logs[1] == logs[0]
+
+
 def test_invalid_calls_name_the_parameter(graph):
     W, _ = graph
     X = shards(W, 2)
@@ -621,6 +648,44 @@ def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
                                match=r"restarted .*Run it again") as info:
                 est.fit(W if in_memory else shards(W, 4))
     assert isinstance(info.value.__cause__, CancelledError)
+    assert not hasattr(est, "labels_")
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_a_client_closed_during_a_fit_says_what_happened(graph, monkeypatch,
+                                                         in_memory):
+    """client.close() during a fit left its next compute, now on Dask's
+    local scheduler, with futures of the closed client: the fit ended with
+    "ValueError: Missing dependency getitem-... for dependents
+    {'step_task-...'}" (or, where the client was the configured scheduler,
+    Dask's ClosedClientError), which names neither the client nor what to do.  It
+    raises a RuntimeError that says both, from Dask's error."""
+    W, y = graph
+    y0 = noisy(y, K, 0.5, seed=6)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster:
+        client = distributed.Client(cluster)  # the default client, as in a script
+        try:
+            step = DaskProblem.step
+            calls = []
+
+            def step_and_close(self, *args):
+                calls.append(1)
+                if len(calls) == 2:
+                    client.close()
+                return step(self, *args)
+
+            monkeypatch.setattr(DaskProblem, "step", step_and_close)
+            est = _est(init=y0, backend="dask")
+            # on this client alone (not on another test's, once it is closed)
+            with pytest.raises(RuntimeError,
+                               match=r"client the fit ran on was closed .*Run it "
+                               "again on an open client. Dask said: ") as info, (
+                    dask.config.set(scheduler=client)):
+                est.fit(W if in_memory else shards(W, 4))
+        finally:
+            client.close()
+    assert info.value.__cause__ is not None
     assert not hasattr(est, "labels_")
 
 

@@ -30,7 +30,10 @@ P`` keeps the internal weights as self-loops), so the candidates compare
 fairly on the coarsest graph.
 """
 
+import contextlib
 import copy
+import logging
+import os
 import time
 from numbers import Real
 
@@ -47,7 +50,7 @@ from .._backends._dask._graph import decide_persist, persist_compute
 from .._inits import InitContext, fill_empty, make_starts
 from .._inits._coarsen import coarsen
 from .._inits._contract import coarsen_csr
-from .._log import warn_user
+from .._log import logger, warn_user
 from .._solver import solve
 from .._stats import best_result, with_isolated
 from ._starts import random_start
@@ -129,12 +132,61 @@ def _global_map(offsets, *maps):
     return np.concatenate([mp + off for mp, off in zip(maps, offsets[:-1])])
 
 
-def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, *parts):
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append((record.levelno, record.getMessage(),
+                             getattr(record, "stage", None)))
+
+
+@contextlib.contextmanager
+def _progress_of_worker(client_pid, verbose):
+    """The package's progress records logged within the block, as a list of
+    ``(level, message, stage)``, when it runs in another process than the
+    client's (a worker of Dask's ``"processes"`` scheduler or of a
+    distributed cluster, whose logging the client does not see) and
+    ``verbose``; else an empty list (in the client's process they are
+    logged as they come)."""
+    if os.getpid() == client_pid or not verbose:
+        yield []
+        return
+    handler = _Records()
+    kept = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(kept[0])
+        logger.propagate = kept[1]
+
+
+def _relog(records):
+    """Log, in the client, the records of :func:`_progress_of_worker`."""
+    for level, message, stage in records:
+        logger.log(level, "%s", message, extra={"stage": stage})
+
+
+def _coarse_init_task(n_clusters, init, n_init, rng, options, n_blocks, client_pid,
+                      *parts):
     """The single-machine start on the joined coarsest graph (``parts``: the
     blocks' degrees, then the blocks): the best, by ``f``, of the registry's
-    candidates solved with the Numba backend, and the connected components
+    candidates solved with the Numba backend, the connected components
     of the graph of its nodes of nonzero degree (those of the finest graph:
-    a matching contracts edges only)."""
+    a matching contracts edges only), and its progress records when it ran
+    in another process than the client's (:func:`_progress_of_worker`)."""
+    with _progress_of_worker(client_pid, options.verbose) as records:
+        labels, n_comp = _coarse_init(n_clusters, init, n_init, rng, options,
+                                      n_blocks, *parts)
+    return labels, n_comp, records
+
+
+def _coarse_init(n_clusters, init, n_init, rng, options, n_blocks, *parts):
     W = sp.vstack([as_csr(b) for b in parts[n_blocks:]], format="csr")
     d = np.concatenate(parts[:n_blocks])
     active = d > 0
@@ -282,9 +334,11 @@ def multilevel_start(G, init, n_clusters, rng, options, n_init=1, *,
                 "guide).")
         start = dask.delayed(_coarse_init_task)(
             n_clusters, init, n_init, copy.deepcopy(rng), options, top.n_blocks,
-            *top.degrees, *top.blocks)
+            os.getpid(), *top.degrees, *top.blocks)
         start = dask.persist(start)[0]
-        warn_of_components(dask.compute(start[1])[0], n_clusters)  # (waits)
+        n_comp, records = dask.compute(start[1], start[2])  # (waits)
+        _relog(records)
+        warn_of_components(n_comp, n_clusters)
         blocks = [dask.delayed(_slice_task)(start[0], a, b) for a, b in
                   zip(top.starts, top.starts[1:] + [top.n])]
     if info is not None:

@@ -228,11 +228,26 @@ def compute_scope():
     ``"processes"`` scheduler (:func:`one_process_pool`), and a cancelled
     compute (``client.restart()``, or the fit's persisted data released,
     during the fit) reported as what happened and what to do, from Dask's
-    error (which names a task key and "lost dependencies")."""
+    error (which names a task key and "lost dependencies"); so is a compute
+    that failed because the distributed client the fit began on was closed
+    during it (Dask's "Missing dependency getitem-..." of its next compute)."""
+    client = _scheduler_client()
+    if client is not None and client.status != "running":
+        client = None
     with one_process_pool():
         try:
             yield
-        except CancelledError as exc:
+        except Exception as exc:
+            if client is not None and client.status != "running":
+                raise RuntimeError(
+                    "The Dask client the fit ran on was closed (or lost its "
+                    "scheduler) while the fit ran (FalconNCut.fit, falcon_batch): "
+                    "the data its workers held for the fit is gone, so it cannot go "
+                    "on. Run it again on an open client. Dask said: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            if not isinstance(exc, CancelledError):
+                raise
             raise RuntimeError(
                 "The Dask fit lost the data its workers held for it (the persisted "
                 "graph blocks and solver state): the cluster was restarted (e.g. "
@@ -274,14 +289,30 @@ def _check_summaries(infos, bounds, name):
         )
 
 
-def _worker_memory_limits():
-    """The memory_limit of each worker of the current distributed client, or
-    None without one."""
+def _current_client():
+    """The current ``distributed.Client``, or None without one."""
     try:
         from distributed import default_client
 
-        client = default_client()
+        return default_client()
     except (ImportError, ValueError):
+        return None
+
+
+def _scheduler_client():
+    """The ``distributed.Client`` that Dask computes on here (the configured
+    scheduler, else the current client), or None on a local scheduler."""
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    return client if type(client).__name__ == "Client" else None
+
+
+def _worker_memory_limits():
+    """The memory_limit of each worker of the current distributed client, or
+    None without one."""
+    client = _current_client()
+    if client is None:
         return None
     try:
         info = client.scheduler_info(n_workers=-1)
