@@ -249,8 +249,8 @@ def _warn_of_flat(Ws, degrees):
 
 def _warn_of_complete(graphs, affinity, n_neighbors):
     """One warning of the kNN graphs of no more samples than ``n_neighbors``
-    (complete, of equal weights), as FalconNCut warns of each: one a graph
-    ("n_samples=5", "n_samples=6", ...) flooded a batch."""
+    (complete, of equal weights), as FalconNCut warns of each: a warning
+    per graph ("n_samples=5", "n_samples=6", ...) flooded a batch."""
     small = {b: G.shape[0] for b, G in enumerate(graphs)
              if 1 < G.shape[0] <= n_neighbors  # (sparse distances: unwarned,
              and (affinity == "nearest_neighbors" or not sp.issparse(G))}  # as fit)
