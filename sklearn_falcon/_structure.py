@@ -8,13 +8,13 @@ such a matrix by name before anything reads it.
 
 This module imports nothing from the package (layer 0): the affinities'
 validation (``_affinity``) and the Dask backend's validation of row blocks
-(``_backends._dask``) both use it.
+(``_backends._dask``) both use it, and :func:`sparse_astype`.
 """
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["check_sparse_structure"]
+__all__ = ["check_sparse_structure", "sparse_astype"]
 
 
 def check_sparse_structure(W, name="X"):
@@ -45,3 +45,15 @@ def check_sparse_structure(W, name="X"):
     if problem is not None:
         raise ValueError(
             f"The sparse matrix {name} of shape {W.shape} is malformed: {problem}.")
+
+
+def sparse_astype(W, dtype):
+    """A copy of the sparse ``W`` in ``dtype``, its duplicate entries kept
+    (to be summed in ``dtype`` later): SciPy before 1.11 sums a COO matrix's
+    duplicates in its own dtype in ``astype``, where uint8 or int8 weights
+    wrap around (300 edges of weight 1 weighed 44)."""
+    if W.format not in ("coo", "csr", "csc", "bsr"):  # (no duplicates)
+        return W.astype(dtype)
+    W = W.copy()
+    W.data = W.data.astype(dtype)
+    return W

@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import validate_params
 
-from ._affinity import check_affinity, check_dtype_kind
+from ._affinity import check_affinity, check_dtype_kind, float_sparse
 from ._backends import host_array
 from ._miou import miou
 from ._stats import cluster_statistics, ncut_of, objective_of
@@ -18,9 +18,9 @@ __all__ = ["normalized_cut", "normalized_association", "miou"]
 def _cluster_terms(W, labels):
     W, labels = host_array(W), host_array(labels)  # torch tensors: on the host
     check_dtype_kind(W, name="W")
-    W = check_array(
-        W, accept_sparse=("csr", "csc", "coo"), dtype=(np.float64, np.float32),
-        input_name="W",
+    W = check_array(  # (integer COO duplicates: summed in float64)
+        float_sparse(W), accept_sparse=("csr", "csc", "coo"),
+        dtype=(np.float64, np.float32), input_name="W",
     )
     if W.shape[0] != W.shape[1]:
         raise ValueError(f"W must be a square affinity matrix; got shape={W.shape}.")

@@ -12,7 +12,7 @@ from scipy.sparse.csgraph import connected_components
 from .._jit import jit
 from .._log import warn_user
 from .._memory import check_allocation
-from .._structure import check_sparse_structure
+from .._structure import check_sparse_structure, sparse_astype
 
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_distances", "check_dtype_kind", "check_finite_degrees",
@@ -63,7 +63,7 @@ def float_sparse(X):
     uint8 or int8 weights wrap around (300 edges of weight 1 weighed 44),
     while the metrics, which keep COO, sum them in float64."""
     if sp.issparse(X) and X.dtype.kind in "iu":
-        return X.astype(np.float64)
+        return sparse_astype(X, np.float64)
     return X
 
 

@@ -26,6 +26,7 @@ from sklearn.utils.extmath import row_norms, safe_sparse_dot
 
 from .._log import warn_user
 from .._memory import check_allocation, dense_nbytes
+from .._structure import sparse_astype
 from ._check import (
     check_affinity,
     check_cross_affinity,
@@ -548,7 +549,7 @@ class CallableAffinity(Affinity):
         # float32 kept, as a precomputed affinity: symmetric within its rounding
         dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.float64
         if sp.issparse(A):
-            A = sp.csr_matrix(A.astype(dtype))  # COO: duplicates summed in dtype
+            A = sp.csr_matrix(sparse_astype(A, dtype))  # COO: summed in dtype
             values = A.data
         else:
             A = A.astype(dtype, copy=False)

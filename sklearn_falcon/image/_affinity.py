@@ -12,6 +12,7 @@ from .._affinity import (
     check_affinity,
     check_dtype_kind,
     check_sparse_structure,
+    float_sparse,
     clean_csr,
     cosine_power,
     zero_norm,
@@ -95,7 +96,7 @@ def check_token_affinity(W, n_segments, auto_range=(1, 1)):
     if dask:
         return W
     check_dtype_kind(W, name="W")
-    W = check_array(W, accept_sparse=("csr", "csc", "coo"),
+    W = check_array(float_sparse(W), accept_sparse=("csr", "csc", "coo"),
                     dtype=(np.float64, np.float32), input_name="W")
     check_sparse_structure(W, "W")
     return check_affinity(canonical_sparse(W), name="W", copy=False)

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, validate_params
 
-from .._affinity import check_affinity, check_dtype_kind
+from .._affinity import check_affinity, check_dtype_kind, float_sparse
 from .._backends import host_array
 from .._log import unwarned
 from .._stats import cluster_pair_weights
@@ -85,7 +85,7 @@ def select_n_segments(W, labels, *, min_segments=2, threshold=0.3):
             f"W of shape {shape} and labels of shape {labels.shape} do not match; "
             "expected (n, n) and (n,).")
     check_dtype_kind(W, name="W")  # bool, complex
-    W = check_array(_native_float(W), accept_sparse=("csr", "csc", "coo"),
+    W = check_array(_native_float(float_sparse(W)), accept_sparse=("csr", "csc", "coo"),
                     dtype=(np.float64, np.float32), input_name="W")
     labels = check_label_values(labels)
     # its index arrays within its shape (read unchecked by the kernels),
