@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from ._io import _to_uint8, check_image_size, load_image, range_text
-from ._position import check_seed
+from ._position import check_seed, generator
 from ._timm import TimmFeatures
 
 __all__ = ["ColorPositionFeatures", "TimmFeatures", "rgb_to_lab"]
@@ -209,7 +209,7 @@ class ColorPositionFeatures:
         self.position_scale = float(position_scale)
         self.n_components = int(n_components)
         self.random_state = check_seed(random_state, type(self).__name__)
-        rng = np.random.default_rng(random_state)
+        rng = generator(random_state)
         n_desc = 9 if self.context == 0 else 12
         self._omega = rng.standard_normal((n_desc, self.n_components)).astype(np.float32)
         self._beta = rng.uniform(0, 2 * np.pi, self.n_components).astype(np.float32)

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 
 __all__ = ["N_POSITION", "check_position", "check_seed", "fourier_basis",
-           "grid_positions", "position_features"]
+           "generator", "grid_positions", "position_features"]
 
 #: Number of random Fourier features.
 N_POSITION = 64
@@ -43,10 +43,19 @@ def check_seed(random_state, caller):
     return random_state
 
 
+def generator(random_state):
+    """``numpy.random.default_rng(random_state)``, of a ``RandomState`` too:
+    a Generator of its bit generator, as NumPy 1.25 and later make it (NumPy
+    1.24, which the package admits, refused it: "SeedSequence expects int")."""
+    if isinstance(random_state, np.random.RandomState):
+        return np.random.Generator(random_state._bit_generator)
+    return np.random.default_rng(random_state)
+
+
 def fourier_basis(random_state, n_features=N_POSITION):
     """Frequencies ``(2, n)`` and phases ``(n,)``, float32, drawn from
-    ``numpy.random.default_rng(random_state)``."""
-    rng = np.random.default_rng(random_state)
+    :func:`generator` of ``random_state``."""
+    rng = generator(random_state)
     omega = rng.standard_normal((2, n_features)).astype(np.float32)
     beta = rng.uniform(0, 2 * np.pi, n_features).astype(np.float32)
     return omega, beta

@@ -31,8 +31,8 @@ from .._threads import fit_threads
 from ._features import _cell_edges, as_rgb, check_int, rgb_to_lab
 from ._io import check_image_size
 from ._position import (
-    N_POSITION, check_position, check_seed, fourier_basis, grid_positions,
-    position_features,
+    N_POSITION, check_position, check_seed, fourier_basis, generator,
+    grid_positions, position_features,
 )
 
 __all__ = ["ColorTextureFeatures"]
@@ -261,7 +261,7 @@ class ColorTextureFeatures:
         rgb = np.asarray(rgb)
         h, w = rgb.shape[:2]
         lab = rgb_to_lab(rgb)
-        rng = np.random.default_rng(self.random_state)
+        rng = generator(self.random_state)
         n = h * w
         sample = rng.choice(n, size=min(self.n_samples, n), replace=False)
         # filter responses and colours are in L*a*b* units; /10 keeps the
