@@ -46,6 +46,22 @@ def random_graph(n=60, seed=0, density=0.2, dtype=np.float64, diagonal=None):
     return W, sp.csr_matrix(W)
 
 
+def parallel_edges(dtype):
+    """``(rows, cols, G, W)``: a 4-node edge list of repeated edges (300
+    parallel edges 0-1 and 2-3 of weight 1, one 1-2 and one 0-3) as the COO
+    matrix ``G`` of ``dtype`` ones with its duplicates, and its float64 sum
+    ``W``: summed in uint8 they weigh 44 (int8: -16)."""
+    rows, cols = [], []
+    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
+        rows += [a, b] * m
+        cols += [b, a] * m
+    rows, cols = np.array(rows), np.array(cols)
+    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
+    W = np.zeros((4, 4))
+    np.add.at(W, (rows, cols), 1.0)
+    return rows, cols, G, W
+
+
 def planted(n=1500, K=5, seed=0, degree=12, p_in=0.8):
     """An SBM (``benchmarks.graphs.sbm_graph``) with symmetric random weights
     in [0.5, 1.5], and its planted labels."""

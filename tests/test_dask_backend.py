@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from shared import noisy, planted
+from shared import noisy, parallel_edges, planted
 
 from sklearn_falcon import FalconNCut, normalized_cut
 from sklearn_falcon._backends import make_problem
@@ -907,14 +907,7 @@ def test_integer_coo_blocks_are_summed_without_wrapping(dtype):
     # the in-memory fit of the same matrix sums them in float64
     from sklearn_falcon._backends._dask._blocks import as_csr
 
-    rows, cols = [], []
-    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
-        rows += [a, b] * m
-        cols += [b, a] * m
-    rows, cols = np.array(rows), np.array(cols)
-    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
-    W = np.zeros((4, 4))
-    np.add.at(W, (rows, cols), 1.0)
+    rows, cols, G, W = parallel_edges(dtype)
     np.testing.assert_array_equal(as_csr(G).toarray(), W)
 
     def block(r0):

@@ -16,6 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from benchmarks.graphs import sbm_graph
+from shared import parallel_edges
 from sklearn_falcon import FalconNCut, normalized_cut
 
 
@@ -613,13 +614,7 @@ def test_integer_coo_duplicates_are_summed_without_wrapping(dtype):
     # not the NCut of the matrix passed (0.044 against 0.0066)
     from sklearn_falcon import falcon_batch
 
-    rows, cols = [], []
-    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
-        rows += [a, b] * m
-        cols += [b, a] * m
-    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
-    W = np.zeros((4, 4))
-    np.add.at(W, (rows, cols), 1.0)
+    _, _, G, W = parallel_edges(dtype)
     kept = G.copy()
     est = FalconNCut(2, affinity="precomputed", random_state=0).fit(G)
     ref = FalconNCut(2, affinity="precomputed", random_state=0).fit(W)

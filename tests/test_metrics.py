@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from shared import random_graph
+from shared import parallel_edges, random_graph
 
 from sklearn_falcon import normalized_cut
 from sklearn_falcon.metrics import normalized_association
@@ -221,13 +221,7 @@ def test_integer_coo_duplicates_are_summed_in_float64_everywhere(dtype):
     from sklearn_falcon import ImageSegmenter
     from sklearn_falcon.image import select_n_segments
 
-    rows, cols = [], []
-    for a, b, m in [(0, 1, 300), (2, 3, 300), (1, 2, 1), (0, 3, 1)]:
-        rows += [a, b] * m
-        cols += [b, a] * m
-    G = sp.coo_matrix((np.ones(len(rows), dtype), (rows, cols)), shape=(4, 4))
-    W = np.zeros((4, 4))
-    np.add.at(W, (rows, cols), 1.0)
+    _, _, G, W = parallel_edges(dtype)
     y = np.array([0, 0, 1, 1])
     assert normalized_cut(G, y) == normalized_cut(W, y)
     assert normalized_association(G, y) == normalized_association(W, y)
