@@ -8,13 +8,13 @@ such a matrix by name before anything reads it.
 
 This module imports nothing from the package (layer 0): the affinities'
 validation (``_affinity``) and the Dask backend's validation of row blocks
-(``_backends._dask``) both use it, and :func:`sparse_astype`.
+(``_backends._dask``) both use it, and :func:`float_sparse`.
 """
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["check_sparse_structure", "sparse_astype"]
+__all__ = ["check_sparse_structure", "float_sparse", "sparse_astype"]
 
 
 def check_sparse_structure(W, name="X"):
@@ -57,3 +57,14 @@ def sparse_astype(W, dtype):
     W = W.copy()
     W.data = W.data.astype(dtype)
     return W
+
+
+def float_sparse(X):
+    """``X`` itself, or, for a sparse ``X`` of integers, a float64 copy (its
+    duplicate entries kept), before ``check_array`` converts its format:
+    SciPy sums the duplicates of a COO matrix in their own dtype, where
+    uint8 or int8 weights wrap around (300 edges of weight 1 weighed 44),
+    while the metrics, which keep COO, sum them in float64."""
+    if sp.issparse(X) and X.dtype.kind in "iu":
+        return sparse_astype(X, np.float64)
+    return X

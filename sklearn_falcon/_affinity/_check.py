@@ -12,7 +12,7 @@ from scipy.sparse.csgraph import connected_components
 from .._jit import jit
 from .._log import warn_user
 from .._memory import check_allocation
-from .._structure import check_sparse_structure, sparse_astype
+from .._structure import check_sparse_structure, float_sparse
 
 __all__ = ["canonical_sparse", "check_affinity", "check_cross_affinity",
            "check_distances", "check_dtype_kind", "check_finite_degrees",
@@ -54,17 +54,6 @@ def check_dtype_kind(X, name="X"):
             f"Complex data not supported: {name} has dtype={dtype}. Pass real "
             "float32 or float64 values."
         )
-
-
-def float_sparse(X):
-    """``X`` itself, or, for a sparse ``X`` of integers, a float64 copy (its
-    duplicate entries kept), before ``check_array`` converts its format:
-    SciPy sums the duplicates of a COO matrix in their own dtype, where
-    uint8 or int8 weights wrap around (300 edges of weight 1 weighed 44),
-    while the metrics, which keep COO, sum them in float64."""
-    if sp.issparse(X) and X.dtype.kind in "iu":
-        return sparse_astype(X, np.float64)
-    return X
 
 
 def _is_clean_csr(W):

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..._jit import jit
-from ..._structure import check_sparse_structure, sparse_astype
+from ..._structure import check_sparse_structure, float_sparse
 from .._numba._kernels import (
     _argmax_with_inertia_ser,
     _cluster_weights_csr_ser,
@@ -42,9 +42,7 @@ def as_csr(block):
     Dense blocks are converted: every task runs the CSR kernels.
     """
     if sp.issparse(block):
-        if block.dtype.kind in "iu":  # COO duplicates: summed in float64, unwrapped
-            block = sparse_astype(block, np.float64)
-        W = block.tocsr()
+        W = float_sparse(block).tocsr()  # COO duplicates: summed in float64
     elif isinstance(block, np.ndarray) and block.ndim == 2:
         if block.dtype in (np.float16, object):  # dtypes scipy.sparse refuses
             block = block.astype(np.float64)
