@@ -571,6 +571,22 @@ def test_device_is_read_as_in_memory(graph):
 
 
 # ------------------------------------------------------------ process cluster
+def _at_the_second_step(monkeypatch, action):
+    """Run ``action`` (a worker killed, the client restarted or closed) at
+    the fit's second solver step; returns the list of the steps' calls."""
+    step = DaskProblem.step
+    calls = []
+
+    def step_then_act(self, *args):
+        calls.append(1)
+        if len(calls) == 2:
+            action()
+        return step(self, *args)
+
+    monkeypatch.setattr(DaskProblem, "step", step_then_act)
+    return calls
+
+
 def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
         graph, monkeypatch, tmp_path):
     """Two worker processes; the row blocks carry a guard that fails if it
@@ -586,16 +602,8 @@ def test_process_cluster_never_gathers_the_graph_and_survives_a_killed_worker(
             X = write_shards(W, 4, tmp_path)
             ref = _est(init=y0).fit(X)
             pids = list(client.run(os.getpid).values())
-            step = DaskProblem.step
-            calls = []
-
-            def step_and_kill(self, *args):
-                calls.append(1)
-                if len(calls) == 2:
-                    os.kill(pids[0], signal.SIGKILL)
-                return step(self, *args)
-
-            monkeypatch.setattr(DaskProblem, "step", step_and_kill)
+            calls = _at_the_second_step(
+                monkeypatch, lambda: os.kill(pids[0], signal.SIGKILL))
             est = _est(init=y0).fit(X)
             assert len(calls) > 2
             assert pids[0] not in client.run(os.getpid).values()
@@ -633,16 +641,7 @@ def test_a_restart_of_the_cluster_during_a_fit_says_what_happened(
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster:
         with distributed.Client(cluster) as client:
-            step = DaskProblem.step
-            calls = []
-
-            def step_and_restart(self, *args):
-                calls.append(1)
-                if len(calls) == 2:
-                    client.restart()
-                return step(self, *args)
-
-            monkeypatch.setattr(DaskProblem, "step", step_and_restart)
+            _at_the_second_step(monkeypatch, client.restart)
             est = _est(init=y0, backend="dask")
             with pytest.raises(RuntimeError,
                                match=r"restarted .*Run it again") as info:
@@ -662,20 +661,14 @@ def test_a_client_closed_during_a_fit_says_what_happened(graph, monkeypatch,
     raises a RuntimeError that says both, from Dask's error."""
     W, y = graph
     y0 = noisy(y, K, 0.5, seed=6)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster:
+    # the Client makes itself Dask's scheduler; closed within the scheduler
+    # pinned below, it left "dask.distributed" configured for the next tests
+    with dask.config.set(scheduler=None), distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster:
         client = distributed.Client(cluster)  # the default client, as in a script
         try:
-            step = DaskProblem.step
-            calls = []
-
-            def step_and_close(self, *args):
-                calls.append(1)
-                if len(calls) == 2:
-                    client.close()
-                return step(self, *args)
-
-            monkeypatch.setattr(DaskProblem, "step", step_and_close)
+            _at_the_second_step(monkeypatch, client.close)
             est = _est(init=y0, backend="dask")
             # on this client alone (not on another test's, once it is closed)
             with pytest.raises(RuntimeError,
