@@ -45,16 +45,23 @@ N_JOBS_CONSTRAINT = [Interval(Integral, None, -1, closed="right"),
 
 @functools.cache
 def _threadpool_controller():
-    """One ThreadpoolController per process (finding the libraries takes ms)."""
-    from threadpoolctl import ThreadpoolController
+    """One ThreadpoolController per process (finding the libraries takes
+    ms): scikit-learn's own, which its ``KMeans`` limits BLAS with."""
+    try:
+        from sklearn.utils.parallel import _get_threadpool_controller
+    except ImportError:  # pragma: no cover - a scikit-learn that moved it
+        from threadpoolctl import ThreadpoolController
 
-    return ThreadpoolController()
+        return ThreadpoolController()
+    return _get_threadpool_controller()
 
 
 # Built on import, before fits run in threads: its search of the loaded
 # libraries (dl_iterate_phdr, holding the loader's lock) in a first fit,
 # while another thread's first fit imported an extension module (dlopen,
-# holding the GIL on Python 3.10), deadlocked the two.
+# holding the GIL on Python 3.10), deadlocked the two.  scikit-learn builds
+# its controller in the first KMeans fit (the "kmeans" init) and hung so:
+# it is the one built here.
 _threadpool_controller()
 
 

@@ -259,7 +259,8 @@ def test_first_fits_of_a_process_in_several_threads():
     import subprocess
 
     code = """if True:
-        import threading, warnings
+        import faulthandler, threading, warnings
+        faulthandler.dump_traceback_later(270, exit=True)  # a hang shows where
         import numpy as np
         warnings.simplefilter("ignore")
         from sklearn.datasets import make_blobs
@@ -279,8 +280,31 @@ def test_first_fits_of_a_process_in_several_threads():
     for _ in range(2):  # it failed on most runs
         out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                              text=True, timeout=300)
-        assert out.returncode == 0 and "Error" not in out.stderr, out.stderr[-2000:]
+        assert out.returncode == 0 and "Error" not in out.stderr, out.stderr[-8000:]
         assert out.stdout.split("\n")[-2] == "[True, True, True, True]", out.stdout
+
+
+def test_scikit_learns_threadpool_controller_is_built_on_import():
+    """scikit-learn builds its threadpool controller (a search of the loaded
+    libraries with dl_iterate_phdr, which holds the loader's lock and calls
+    back into Python) in its first KMeans fit: in the "kmeans" init of a
+    first fit while another thread imported an extension module (dlopen,
+    which holds the GIL on Python 3.10), the two deadlocked; the oldest-
+    versions CI job hung on test_first_fits_of_a_process_in_several_threads.
+    The package builds it on import, and limits BLAS with it."""
+    import subprocess
+
+    parallel = pytest.importorskip("sklearn.utils.parallel")
+    if not hasattr(parallel, "_threadpool_controller"):
+        pytest.skip("this scikit-learn keeps no threadpool controller")
+    code = ("import sklearn_falcon, sklearn.utils.parallel as p\n"
+            "from sklearn_falcon import _threads\n"
+            "print(p._threadpool_controller is not None, "
+            "_threads._threadpool_controller() is p._threadpool_controller)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True"]
 
 
 def test_fits_while_another_thread_imports_torch_or_dask(monkeypatch):
