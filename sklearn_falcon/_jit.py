@@ -56,6 +56,7 @@ import contextlib
 import functools
 import gc
 import hashlib
+import importlib
 import logging
 import os
 import re
@@ -114,9 +115,12 @@ class Kernel:
         return d
 
     def _build(self):
-        with _lock:
+        with _lock:  # Numba is imported under it (and _threads._numba)
+            _setup_numba()
+        from numba.core.compiler_lock import global_compiler_lock
+        # Numba's lock first, as in a compile that types (builds) its callees
+        with global_compiler_lock, _lock:
             if self._dispatcher is None:
-                _setup_numba()
                 self._dispatcher = _make_dispatcher(self.py_func, self.options)
         return self._dispatcher
 
@@ -234,12 +238,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def _kernel_named(module, qualname):
-    import importlib
-
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
+    return functools.reduce(getattr, qualname.split("."),
+                            importlib.import_module(module))
 
 
 def jit(fn=None, *, inline=False):

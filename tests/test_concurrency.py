@@ -284,6 +284,54 @@ def test_first_fits_of_a_process_in_several_threads():
         assert out.stdout.split("\n")[-2] == "[True, True, True, True]", out.stdout
 
 
+def test_kernels_are_built_with_numbas_compiler_lock_taken_first():
+    """The first kernel of a process was built under the package's kernel
+    lock, and its dispatcher took Numba's compiler lock (creating Numba's
+    target context): the reverse of a compile, which holds the compiler lock
+    and builds the kernels it types under the kernel lock.  Two first fits in
+    two threads could each hold one.  A kernel is built with the compiler
+    lock taken first."""
+    import subprocess
+
+    code = """if True:
+        from numba.core import compiler_lock
+        from sklearn_falcon import _jit
+        from sklearn_falcon._affinity._check import n_components_csr
+        events = []
+        class Recorded:
+            def __init__(self, lock, name):
+                self.lock, self.name = lock, name
+            def acquire(self, *args):
+                events.append(self.name)
+                return self.lock.acquire(*args)
+            def release(self):
+                events.append("/" + self.name)
+                self.lock.release()
+            def __enter__(self):
+                self.acquire()
+            def __exit__(self, *args):
+                self.release()
+            def _is_owned(self):
+                return self.lock._is_owned()
+        cl = compiler_lock.global_compiler_lock
+        cl._lock = Recorded(cl._lock, "compiler")
+        _jit._lock = Recorded(_jit._lock, "kernel")
+        n_components_csr.dispatcher
+        held, inverted = [], False
+        for e in events:
+            if e.startswith("/"):
+                held.remove(e[1:])
+            else:
+                inverted |= e == "compiler" and "kernel" in held and "compiler" not in held
+                held.append(e)
+        print(inverted, "compiler" in events)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_scikit_learns_threadpool_controller_is_built_on_import():
     """scikit-learn builds its threadpool controller (a search of the loaded
     libraries with dl_iterate_phdr, which holds the loader's lock and calls
