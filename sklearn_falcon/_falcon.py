@@ -211,9 +211,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         products and eigensolves can round differently on another CPU).
 
     verbose : int, default=0
-        ``0`` is silent; ``1`` logs each stage (``affinity``, ``init``,
-        ``level``, ``solve``, ``polish``: every iteration and sweep, with the
-        elapsed time) to the :mod:`logging` logger ``"sklearn_falcon"``,
+        ``0`` is silent; ``1`` logs the stages (``init``; ``level``, of the
+        multilevel start; ``solve`` and ``polish``: every iteration and
+        sweep, with the elapsed time; ``affinity``, of a matrix-free torch
+        fit only) to the :mod:`logging` logger ``"sklearn_falcon"``,
         printed to stderr when logging is not configured; ``2`` adds the
         inner solves of the initialization.  See :ref:`progress`.
 
