@@ -127,8 +127,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           spectral, recursive bisection) improved by split-and-merge and pair
           re-bisections, refinement and FM searches on every level, a
           spectral candidate of a sparse input when ``nnz * K <= 2e6``,
-          V-cycles, then max-flow refinement.  Each ``n_init`` restart draws
-          its own matchings.
+          V-cycles, then max-flow refinement.  A dense ``W`` (``"rbf"``
+          and ``"cosine"`` but on the torch backend, a dense array of
+          ``"precomputed"`` or of a callable) gets a lighter scheme: one
+          candidate refined up the levels, with no FM searches, spectral
+          candidate, V-cycles or flows.  Each ``n_init`` restart draws its
+          own matchings.
         - ``"multilevel_fast"``: one pass of it down and up, fewer coarse
           starts (no spectral one above K of about 70), no spectral
           candidate, V-cycles or flows: several times faster, for a few
