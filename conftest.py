@@ -1,7 +1,7 @@
 """pytest's collection of the package's doctests (``--doctest-modules`` in
 setup.cfg) where torch or timm is not installed (the core and its tests run
 without them): the modules that import them at their top are left out, and
-the examples that run a torch problem are skipped."""
+the examples that run a torch problem or build a timm model are skipped."""
 
 import importlib.util
 from pathlib import Path
@@ -11,8 +11,11 @@ import pytest
 _PACKAGE = Path(__file__).resolve().parent / "sklearn_falcon"
 _MISSING = [name for name in ("torch", "timm")
             if importlib.util.find_spec(name) is None]
-# examples in modules that do not import torch themselves
-_EXAMPLES_NEEDING_TORCH = {"sklearn_falcon._backends.make_problem_from_features"}
+# examples in modules that do not import what they need at their top
+_EXAMPLES_NEEDING = {
+    "sklearn_falcon._backends.make_problem_from_features": ("torch",),
+    "sklearn_falcon.image._timm.TimmFeatures": ("torch", "timm"),
+}
 
 collect_ignore = []
 for _name in _MISSING:
@@ -23,9 +26,10 @@ for _name in _MISSING:
 
 
 def pytest_collection_modifyitems(config, items):
-    if "torch" not in _MISSING:
-        return
-    skip = pytest.mark.skip(reason="the example needs torch, which is not installed")
     for item in items:
-        if item.name in _EXAMPLES_NEEDING_TORCH:
-            item.add_marker(skip)
+        missing = [name for name in _EXAMPLES_NEEDING.get(item.name, ())
+                   if name in _MISSING]
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=(
+                f"the example needs {' and '.join(missing)}, which "
+                f"{'is' if len(missing) == 1 else 'are'} not installed")))

@@ -127,8 +127,12 @@ class FalconNCut(ClusterMixin, BaseEstimator):
           spectral, recursive bisection) improved by split-and-merge and pair
           re-bisections, refinement and FM searches on every level, a
           spectral candidate of a sparse input when ``nnz * K <= 2e6``,
-          V-cycles, then max-flow refinement.  Each ``n_init`` restart draws
-          its own matchings.
+          V-cycles, then max-flow refinement.  A dense ``W`` (``"rbf"``
+          and ``"cosine"`` but on the torch backend, a dense array of
+          ``"precomputed"`` or of a callable) gets a lighter scheme: one
+          candidate refined up the levels, with no FM searches, spectral
+          candidate, V-cycles or flows.  Each ``n_init`` restart draws its
+          own matchings.
         - ``"multilevel_fast"``: one pass of it down and up, fewer coarse
           starts (no spectral one above K of about 70), no spectral
           candidate, V-cycles or flows: several times faster, for a few
@@ -211,9 +215,10 @@ class FalconNCut(ClusterMixin, BaseEstimator):
         products and eigensolves can round differently on another CPU).
 
     verbose : int, default=0
-        ``0`` is silent; ``1`` logs each stage (``affinity``, ``init``,
-        ``level``, ``solve``, ``polish``: every iteration and sweep, with the
-        elapsed time) to the :mod:`logging` logger ``"sklearn_falcon"``,
+        ``0`` is silent; ``1`` logs the stages (``init``; ``level``, of the
+        multilevel start; ``solve`` and ``polish``: every iteration and
+        sweep, with the elapsed time; ``affinity``, of a matrix-free torch
+        fit only) to the :mod:`logging` logger ``"sklearn_falcon"``,
         printed to stderr when logging is not configured; ``2`` adds the
         inner solves of the initialization.  See :ref:`progress`.
 

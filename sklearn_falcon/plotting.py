@@ -79,11 +79,12 @@ def overlay(image, labels, *, alpha=0.5):
         refused: :func:`sklearn_falcon.image.load_image` converts any image
         to this form.
     labels : ndarray of shape (H, W), int
-        Segment ids (NaN is refused).  Ids in ``0..65535`` take colour
-        ``label_colors(id)``, so an id has the same colour in every map (the
-        frames of
-        :meth:`~sklearn_falcon.ImageSegmenter.segment_video`); other
-        ids are coloured in the order of their values.
+        Segment ids (NaN is refused).  In a map whose ids are all integers
+        in ``0..65535``, id ``i`` takes colour ``label_colors(i)``, so an
+        id has the same colour in every such map (the frames of
+        :meth:`~sklearn_falcon.ImageSegmenter.segment_video`); a map with
+        any other id (negative, larger, a float or a string) is coloured
+        by the rank of its ids, its ids in ``0..65535`` included.
     alpha : float in [0, 1], default=0.5
         Weight of the segment colours (:func:`label_colors`).
 

@@ -1112,11 +1112,38 @@ def test_offline_extractors_refuse_a_bad_random_state_by_name(bad):
 def test_make_extractor_names_every_kind_of_model_it_takes(bad):
     """A model of the wrong type was refused as "model must be 'color', a
     timm model name or a torch.nn.Module; got int": without the value, and
-    without 'color-position' or a checkpoint path, which it takes."""
+    without 'color-position', which it takes.  (It then named "a checkpoint
+    path" too, which is no model: see the test below.)"""
     from sklearn_falcon.image import make_extractor
 
     with pytest.raises(TypeError, match=re.escape(
-            "model must be 'color', 'color-position', a timm model name, a "
-            f"checkpoint path or a torch.nn.Module; got model={bad!r} "
-            f"({type(bad).__name__}).")):
+            "model must be 'color', 'color-position', a timm model name (a "
+            "'local-dir:' or 'hf-hub:' one too) or a torch.nn.Module; got "
+            f"model={bad!r} ({type(bad).__name__}).")):
         make_extractor(bad)
+
+
+def test_a_path_as_model_is_refused_with_where_it_goes(tmp_path):
+    """make_extractor's refusal of a wrong model listed "a checkpoint path"
+    among the models it takes, but a path (a str or a Path) is read as a timm
+    name: a checkpoint file or a model folder was refused as "Unknown timm
+    model name '/.../dinov2.pth'; see timm.list_models()".  The refusal says
+    where each goes: a file to checkpoint_path, a folder to "local-dir:"."""
+    pytest.importorskip("timm")
+    from sklearn_falcon.image import make_extractor
+
+    ckpt = tmp_path / "dinov2.pth"
+    ckpt.write_bytes(b"weights")
+    for model in (ckpt, str(ckpt)):
+        with pytest.raises(ValueError, match=re.escape(
+                f"Unknown timm model name {str(ckpt)!r}; see timm.list_models(). "
+                "It is a file: pass the timm name of its architecture as model "
+                f"and the file as checkpoint_path (e.g. model='vit_small_patch14_"
+                f"dinov2', checkpoint_path={str(ckpt)!r}).")):
+            make_extractor(model)
+    with pytest.raises(ValueError, match=re.escape(
+            "It is a folder: a model saved by timm (config.json and the "
+            f"weights) is read from it by model='local-dir:{tmp_path}'.")):
+        make_extractor(tmp_path)
+    with pytest.raises(ValueError, match=r"timm.list_models\(\)\.$"):
+        make_extractor("no_such_vit")  # not a path: as before

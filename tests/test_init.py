@@ -996,3 +996,33 @@ def test_falcon_batch_n_clusters_as_a_narrow_numpy_integer(backend, dtype):
         want = falcon_batch([W], K, **kw)
         np.testing.assert_array_equal(got.labels[0], want.labels[0])
         assert got.ncut[0] == want.ncut[0]
+
+
+def test_the_docstring_says_that_a_dense_graph_gets_the_lighter_multilevel_scheme(
+        caplog):
+    """FalconNCut's docstring listed FM searches, the spectral candidate,
+    V-cycles and flows as steps of ``init="multilevel"``; a dense ``W`` (the
+    rbf and cosine affinities, a dense precomputed array) gets none of them
+    (``_multilevel.DENSE``), so the same kNN graph, passed dense, had a
+    lighter start than passed sparse.  The docstring says so."""
+    import logging
+
+    from numpydoc.docscrape import ClassDoc
+    from sklearn.datasets import make_blobs
+    from sklearn.neighbors import kneighbors_graph
+
+    X = make_blobs(n_samples=200, centers=3, random_state=0)[0]
+    C = kneighbors_graph(X, 10, include_self=True)
+    W = ((C + C.T) / 2).tocsr()
+    cycles = {}
+    for name, graph in (("sparse", W), ("dense", W.toarray())):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+            FalconNCut(3, affinity="precomputed", verbose=1,
+                       random_state=0).fit(graph)
+        cycles[name] = sum("V-cycle" in r.getMessage() for r in caplog.records)
+    assert cycles["sparse"] > 0 and cycles["dense"] == 0
+    doc = ClassDoc(FalconNCut, config={"show_class_members": False})
+    (init,) = [p for p in doc["Parameters"] if p.name == "init"]
+    text = " ".join(" ".join(init.desc).split())
+    assert "A dense ``W``" in text and "gets a lighter scheme" in text

@@ -36,6 +36,24 @@ def test_verbose_logs_every_stage(X, caplog):
         assert r.getMessage().startswith(f"{r.stage}: ")
 
 
+def test_the_verbose_docstring_says_which_fits_log_the_affinity_stage(X, caplog):
+    """FalconNCut's docstring listed ``affinity`` first among the stages
+    that ``verbose=1`` logs, but a fit logs it on the matrix-free torch path
+    only (as the progress guide says): a Numba fit of the kNN graph logs
+    none.  The docstring says so."""
+    from numpydoc.docscrape import ClassDoc
+
+    with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
+        FalconNCut(3, init="random", verbose=1, random_state=0,
+                   backend="numba").fit(X)
+    stages = _stages(caplog.records)
+    assert "affinity" not in stages and {"init", "solve"} <= stages
+    doc = ClassDoc(FalconNCut, config={"show_class_members": False})
+    (verbose,) = [p for p in doc["Parameters"] if p.name == "verbose"]
+    text = " ".join(" ".join(verbose.desc).split())
+    assert "``affinity``, of a matrix-free torch fit only" in text
+
+
 @pytest.mark.skipif(not torch_available(), reason="torch is not installed")
 def test_matrix_free_fit_logs_its_cost(X, caplog):
     with caplog.at_level(logging.INFO, logger="sklearn_falcon"):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["check_checkpoint_path", "check_layer", "load_checkpoint",
-           "registry_depth"]
+           "path_hint", "registry_depth"]
 
 #: parameters of a classifier that the token features never use
 _IGNORED = ("head.", "fc_norm.", "head_drop.")
@@ -20,6 +20,21 @@ _IGNORED = ("head.", "fc_norm.", "head_drop.")
 _PREFIXES = ("module.", "_orig_mod.", "backbone.", "model.")
 #: suffixes of weight files, named when a directory is given
 _SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+
+
+def path_hint(model):
+    """The end of the refusal of ``model``, an unknown timm name, where it
+    names a local file or folder: a checkpoint is ``checkpoint_path``'s, a
+    folder in timm's format ``"local-dir:"``'s ("" otherwise)."""
+    path = Path(model)
+    if path.is_file():
+        return (" It is a file: pass the timm name of its architecture as model "
+                "and the file as checkpoint_path (e.g. model='vit_small_patch14_"
+                f"dinov2', checkpoint_path={str(model)!r}).")
+    if path.is_dir():  # (no apostrophe: the command line renames outside quotes)
+        return (" It is a folder: a model saved by timm (config.json and the "
+                f"weights) is read from it by model='local-dir:{model}'.")
+    return ""
 
 
 def check_layer(layer, n_blocks):

@@ -97,7 +97,8 @@ def make_extractor(
     model : str or torch.nn.Module, default="color"
         ``"color"`` for the offline colour + texture features,
         ``"color-position"`` for the colour + position ones, else a timm
-        model name, a checkpoint-backed timm name, or a module.
+        model name (``"local-dir:/folder"`` and ``"hf-hub:..."`` ones too; a
+        checkpoint file is ``checkpoint_path``'s), or a module.
     patch_size : int, default=None
         Cell size of the offline features (8 when None); must be None for
         a ViT, whose patch size is the model's.
@@ -190,7 +191,7 @@ def make_extractor(
             position_weight=0.0 if position_weight is None else position_weight,
             smoothing=smoothing,
         )
-    raise TypeError(  # ('color-position' and paths were left out)
-        "model must be 'color', 'color-position', a timm model name, a "
-        f"checkpoint path or a torch.nn.Module; got model={model!r} "
-        f"({type(model).__name__}).")
+    raise TypeError(  # ('color-position' was left out; a checkpoint is no model)
+        "model must be 'color', 'color-position', a timm model name (a "
+        "'local-dir:' or 'hf-hub:' one too) or a torch.nn.Module; got "
+        f"model={model!r} ({type(model).__name__}).")

@@ -15,7 +15,7 @@ from .._backends._boundary import tensor_version, torch_device
 from .._backends._device import import_library
 from ._budget import grid_under_budget
 from ._checkpoint import check_checkpoint_path, check_layer, load_checkpoint
-from ._checkpoint import registry_depth
+from ._checkpoint import path_hint, registry_depth
 from ._io import check_image_size, load_image
 from ._position import check_position, fourier_basis, grid_positions, position_features
 
@@ -167,8 +167,8 @@ class TimmFeatures:
     --------
     >>> import numpy as np
     >>> from sklearn_falcon.image import TimmFeatures
-    >>> ext = TimmFeatures("vit_tiny_patch16_224", resolution=64)  # doctest: +SKIP
-    >>> ext.extract(np.zeros((64, 96, 3), np.uint8)).shape  # doctest: +SKIP
+    >>> ext = TimmFeatures("vit_tiny_patch16_224", resolution=64)  # random weights
+    >>> ext.extract(np.zeros((64, 96, 3), np.uint8)).shape
     (4, 6, 192)
     """
 
@@ -234,9 +234,9 @@ class TimmFeatures:
             # from the model's folder or repository: no registry name
             source = model.partition(":")[0] if ":" in model else ""
             if source not in ("local-dir", "hf-hub") and not timm.is_model(model):
-                raise ValueError(
+                raise ValueError(  # (a path: of checkpoint_path or "local-dir:")
                     f"Unknown timm model name {model!r}; see timm.list_models()."
-                )
+                    + path_hint(model))
             # the weights' random initialization (all of them without
             # pretrained weights) draws from a generator of its own, seeded:
             # the same model every time, and torch's global state untouched
