@@ -865,6 +865,25 @@ def test_a_random_state_instance_gives_maps_independent_of_n_jobs():
         np.testing.assert_array_equal(a, c)
 
 
+def test_a_random_state_instance_builds_the_extractor_once(monkeypatch):
+    """With a RandomState instance, ``fit`` and each task of
+    ``segment_dataset`` segmented each image with a copy of the segmenter
+    that built its own extractor (a ViT's weights loaded once per image),
+    where each task builds it once."""
+    from sklearn_falcon.image import _segmenter
+
+    built, make = [], _segmenter.make_extractor
+    monkeypatch.setattr(_segmenter, "make_extractor",
+                        lambda *a, **k: built.append(1) or make(*a, **k))
+    images = [_square_on_halves(t) for t in range(3)]
+    for run in (lambda seg: seg.fit(images),
+                lambda seg: seg.segment_dataset(images, n_jobs=1, batch_size=3,
+                                                progress=False)):
+        built.clear()
+        run(ImageSegmenter(n_segments=2, refine=None,
+                           random_state=np.random.RandomState(0)))
+        assert len(built) == 1
+
 def test_warnings_of_worker_processes_reach_the_caller():
     """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
     worker's stderr, attributed to ``multiprocessing/process.py``, past the

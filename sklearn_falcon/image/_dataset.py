@@ -35,6 +35,7 @@ def segment_each(seg, images, seeds=None):
     ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is; a
     warning that the images share is given once."""
     seeds = image_seeds(seg.random_state, len(images)) if seeds is None else seeds
+    seg._get_extractor()  # built once, here: each copy below built its own
     out = []
     for im, seed in zip(images, seeds):
         one = seg
