@@ -884,6 +884,21 @@ def test_a_random_state_instance_builds_the_extractor_once(monkeypatch):
                            random_state=np.random.RandomState(0)))
         assert len(built) == 1
 
+def test_an_error_of_an_array_of_a_dataset_names_its_index():
+    """``segment_dataset`` and ``fit`` of a list of arrays refused one with
+    "Image of size 4x4 (HxW) is smaller than one 8x8 patch" (or "image must
+    be a file path, ...; got NoneType"): not which of the list's arrays (a
+    file is named by its path); its index in the list is named."""
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for bad, kind, text in ((np.zeros((4, 4, 3), np.uint8), ValueError, "4x4"),
+                            (None, TypeError, "NoneType")):
+        images = [_square_on_halves(t) for t in range(3)] + [bad]
+        for run in (lambda: seg.segment_dataset(images, n_jobs=1, batch_size=2,
+                                                progress=False),
+                    lambda: seg.fit(images)):
+            with pytest.raises(kind, match=rf"^Cannot segment images\[3\]: .*{text}"):
+                run()
+
 def test_warnings_of_worker_processes_reach_the_caller():
     """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
     worker's stderr, attributed to ``multiprocessing/process.py``, past the
