@@ -783,6 +783,22 @@ def test_segment_video_refuses_one_image():
         assert len(list(seg.segment_video(torch.from_numpy(grey)))) == 2
 
 
+
+def test_segment_video_refuses_an_animated_image_with_its_frames_iterator(tmp_path):
+    """``segment_video(Image.open("clip.gif"))`` advised "Pass [image] for a
+    one-frame video": its first frame alone; the advice names PIL's
+    iterator of its frames, which segment_video reads."""
+    from PIL import Image, ImageSequence
+
+    frames = [Image.fromarray(_moving_square(t, 64)) for t in range(3)]
+    frames[0].save(tmp_path / "clip.gif", save_all=True, append_images=frames[1:])
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    with Image.open(tmp_path / "clip.gif") as gif:
+        with pytest.raises(TypeError, match=r"Pass PIL\.ImageSequence\.Iterator\("
+                                            r"image\) for its 3 frames\.$"):
+            seg.segment_video(gif)
+        assert len(list(seg.segment_video(ImageSequence.Iterator(gif)))) == 3
+
 # --------------------------------------------------- batched device path
 def test_segment_dataset_batched_solve_on_cpu_torch():
     torch = pytest.importorskip("torch")
