@@ -346,6 +346,33 @@ def test_fit_and_segment_dataset_take_an_iterator_of_images(tmp_path):
         seg.fit({"image": expected[0], "label": 0})
 
 
+
+def test_fit_and_segment_dataset_take_the_frames_of_a_gif(tmp_path):
+    """``fit(ImageSequence.Iterator(gif))`` (and ``segment_dataset``) said
+    "image must be a file path, ...; got Iterator": an object of a PIL module
+    was taken for one image; and the iterator yields one image, moved to the
+    next frame, so a list of its items held the same frame N times."""
+    from PIL import ImageSequence
+
+    from sklearn_falcon import ImageSegmenter
+
+    frames = []
+    for s in range(3):
+        f = np.zeros((24, 32, 3), np.uint8)
+        f[:, 6 + 8 * s:] = 200
+        frames.append(f)
+    path = tmp_path / "clip.gif"
+    Image.fromarray(frames[0]).save(path, save_all=True, append_images=[
+        Image.fromarray(f) for f in frames[1:]])
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    expected = [seg.segment(f) for f in frames]
+    with Image.open(path) as gif:
+        got = seg.segment_dataset(ImageSequence.Iterator(gif), progress=False)
+    assert len(got) == 3 and all(map(np.array_equal, got, expected))
+    with Image.open(path) as gif:
+        got = seg.fit(ImageSequence.Iterator(gif)).labels_
+    assert len(got) == 3 and all(map(np.array_equal, got, expected))
+
 @pytest.mark.parametrize("transparency", ["bytes", "index"])
 def test_palette_image_with_transparency_loads_without_warning(tmp_path,
                                                                transparency):

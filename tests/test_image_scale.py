@@ -783,6 +783,22 @@ def test_segment_video_refuses_one_image():
         assert len(list(seg.segment_video(torch.from_numpy(grey)))) == 2
 
 
+
+def test_segment_video_refuses_an_animated_image_with_its_frames_iterator(tmp_path):
+    """``segment_video(Image.open("clip.gif"))`` advised "Pass [image] for a
+    one-frame video": its first frame alone; the advice names PIL's
+    iterator of its frames, which segment_video reads."""
+    from PIL import Image, ImageSequence
+
+    frames = [Image.fromarray(_moving_square(t, 64)) for t in range(3)]
+    frames[0].save(tmp_path / "clip.gif", save_all=True, append_images=frames[1:])
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    with Image.open(tmp_path / "clip.gif") as gif:
+        with pytest.raises(TypeError, match=r"Pass PIL\.ImageSequence\.Iterator\("
+                                            r"image\) for its 3 frames\.$"):
+            seg.segment_video(gif)
+        assert len(list(seg.segment_video(ImageSequence.Iterator(gif)))) == 3
+
 # --------------------------------------------------- batched device path
 def test_segment_dataset_batched_solve_on_cpu_torch():
     torch = pytest.importorskip("torch")
@@ -794,6 +810,22 @@ def test_segment_dataset_batched_solve_on_cpu_torch():
     assert miou(out, masks) > 0.75  # the batched solve starts from a kNN graph
     assert all(len(np.unique(o)) <= 3 for o in out)
 
+
+def test_segment_dataset_on_a_device_names_an_image_of_too_few_tokens(tmp_path):
+    # the batched path said "An image yields only 4 patch tokens, fewer than
+    # n_segments=6.": not which of a folder's images, nor what to change
+    torch = pytest.importorskip("torch")
+    PIL = pytest.importorskip("PIL.Image")
+    path = tmp_path / "tiny.png"
+    PIL.fromarray(_blocks(64, 96, seed=0)[0][:16, :16]).save(path)
+    seg = ImageSegmenter(n_segments=6, random_state=0)
+    images = [_blocks(64, 96, seed=0)[0], str(path)]
+    with pytest.raises(ValueError) as cpu:
+        seg.segment(str(path))
+    with pytest.raises(ValueError) as dev:
+        segment_batch_on_device(seg, images, torch.device("cpu"))
+    assert str(dev.value) == str(cpu.value)
+    assert "tiny.png" in str(dev.value) and "smaller patch_size" in str(dev.value)
 
 def test_segment_dataset_on_a_device_keeps_n_init(monkeypatch):
     # on a CUDA device, segment_dataset solved each batch with falcon_batch,

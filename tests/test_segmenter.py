@@ -865,6 +865,40 @@ def test_a_random_state_instance_gives_maps_independent_of_n_jobs():
         np.testing.assert_array_equal(a, c)
 
 
+def test_a_random_state_instance_builds_the_extractor_once(monkeypatch):
+    """With a RandomState instance, ``fit`` and each task of
+    ``segment_dataset`` segmented each image with a copy of the segmenter
+    that built its own extractor (a ViT's weights loaded once per image),
+    where each task builds it once."""
+    from sklearn_falcon.image import _segmenter
+
+    built, make = [], _segmenter.make_extractor
+    monkeypatch.setattr(_segmenter, "make_extractor",
+                        lambda *a, **k: built.append(1) or make(*a, **k))
+    images = [_square_on_halves(t) for t in range(3)]
+    for run in (lambda seg: seg.fit(images),
+                lambda seg: seg.segment_dataset(images, n_jobs=1, batch_size=3,
+                                                progress=False)):
+        built.clear()
+        run(ImageSegmenter(n_segments=2, refine=None,
+                           random_state=np.random.RandomState(0)))
+        assert len(built) == 1
+
+def test_an_error_of_an_array_of_a_dataset_names_its_index():
+    """``segment_dataset`` and ``fit`` of a list of arrays refused one with
+    "Image of size 4x4 (HxW) is smaller than one 8x8 patch" (or "image must
+    be a file path, ...; got NoneType"): not which of the list's arrays (a
+    file is named by its path); its index in the list is named."""
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for bad, kind, text in ((np.zeros((4, 4, 3), np.uint8), ValueError, "4x4"),
+                            (None, TypeError, "NoneType")):
+        images = [_square_on_halves(t) for t in range(3)] + [bad]
+        for run in (lambda: seg.segment_dataset(images, n_jobs=1, batch_size=2,
+                                                progress=False),
+                    lambda: seg.fit(images)):
+            with pytest.raises(kind, match=rf"^Cannot segment images\[3\]: .*{text}"):
+                run()
+
 def test_warnings_of_worker_processes_reach_the_caller():
     """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
     worker's stderr, attributed to ``multiprocessing/process.py``, past the

@@ -1,6 +1,7 @@
 """Many images at once (ImageSegmenter.segment_dataset): joblib tasks on the
 CPU, one batched Falcon call per group of images on a CUDA device."""
 
+import contextlib
 import os
 import sys
 import threading
@@ -11,6 +12,7 @@ import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
 from .._threads import N_JOBS_CONSTRAINT
+from ._budget import too_few_tokens
 from ._io import as_image_list, load_image, naming_file
 from ._video import progress_bar
 
@@ -29,19 +31,37 @@ def image_seeds(random_state, n):
 
 
 @warns_once  # (ImageSegmenter.fit gave one per image)
-def segment_each(seg, images, seeds=None):
+def segment_each(seg, images, seeds=None, start=0):
     """``seg.segment`` of each image, image ``i`` with the random_state
     ``seeds[i]`` (:func:`image_seeds` when None), ``seg`` left as it is; a
-    warning that the images share is given once."""
+    warning that the images share is given once.  ``start``: the index of
+    ``images[0]`` among the caller's images, which an error names."""
     seeds = image_seeds(seg.random_state, len(images)) if seeds is None else seeds
+    seg._get_extractor()  # built once, here: each copy below built its own
     out = []
-    for im, seed in zip(images, seeds):
+    for i, (im, seed) in enumerate(zip(images, seeds), start):
         one = seg
         if seed is not seg.random_state:  # a copy that shares the extractor
             one = object.__new__(type(seg))  # (copy.copy drops it: __getstate__)
             one.__dict__.update(vars(seg), random_state=seed)
-        out.append(one.segment(im))
+        with _naming_index(im, i):
+            out.append(one.segment(im))
     return out
+
+
+@contextlib.contextmanager
+def _naming_index(image, i):
+    """A ValueError or TypeError of ``image``, not a path (``segment`` names
+    a file), names its index ``i``: "Image of size 4x4 (HxW) is smaller than
+    one 8x8 patch" did not say which of a list's arrays it was."""
+    if isinstance(image, (str, os.PathLike)):
+        yield
+        return
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        kind = ValueError if isinstance(exc, ValueError) else TypeError
+        raise kind(f"Cannot segment images[{i}]: {exc}") from exc
 
 
 @warns_once  # a warning that the images share (in this process): once
@@ -79,6 +99,7 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
             out = Parallel(n_jobs=n_jobs, return_as="generator")(
                 delayed(_segment_batch)(type(seg), params, batch,
                                         seeds[i * batch_size: (i + 1) * batch_size],
+                                        i * batch_size,
                                         (os.getpid(), threading.get_ident()))
                 for i, batch in enumerate(batches))
         registry = {}  # (as a module's: the "default" action shows one once)
@@ -114,11 +135,13 @@ def segment_batch_on_device(seg, batch, device):
         with naming_file(im):  # as segment: which image is too small
             prepared.append(seg._prepare(rgb))
     feats = [ext.extract(work) for _, work in prepared]
-    for f in feats:
-        if f.shape[0] * f.shape[1] < k:
-            n = f.shape[0] * f.shape[1]  # (not "1 patch tokens")
-            raise ValueError(f"An image yields only {n} patch token"
-                             f"{'s' * (n != 1)}, fewer than n_segments={k}.")
+    for im, (plan, _), f in zip(batch, prepared, feats):
+        if f.shape[0] * f.shape[1] < k:  # as segment's: which image, what to do
+            with naming_file(im):  # ("An image yields only 4 patch tokens")
+                raise too_few_tokens(
+                    f.shape[0] * f.shape[1], k, "n_segments", seg.max_tokens,
+                    seg.resolution or getattr(ext, "default_short", None),
+                    hasattr(ext, "input_size"), plan.resized)
     if k == 1:
         toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
     else:
@@ -133,9 +156,10 @@ def segment_batch_on_device(seg, batch, device):
     return out
 
 
-def _segment_batch(cls, params, batch, seeds, caller):
+def _segment_batch(cls, params, batch, seeds, start, caller):
     """A joblib task: a segmenter made from ``params`` (its extractor built
-    once) segments each image of ``batch``, with ``seeds``; returns the
+    once) segments each image of ``batch`` (the first, the caller's
+    ``start``-th), with ``seeds``; returns the
     label maps and, run elsewhere than in the thread ``caller`` (``(pid,
     thread id)``), its warnings, which the caller issues: a worker printed
     them on its stderr (attributed to ``multiprocessing/process.py``, past
@@ -148,15 +172,15 @@ def _segment_batch(cls, params, batch, seeds, caller):
     DeprecationWarnings) apply as with ``n_jobs=1``."""
     seg = cls(**params)
     if (os.getpid(), threading.get_ident()) == caller:
-        return segment_each(seg, batch, seeds), [], []
+        return segment_each(seg, batch, seeds, start), [], []
     own = []
     if os.getpid() == caller[0] or threading.current_thread() is not (
             threading.main_thread()):  # (catch_warnings: one thread at a time)
         with recorded(own):
-            return segment_each(seg, batch, seeds), own, []
+            return segment_each(seg, batch, seeds, start), own, []
     with recorded(own), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        labels = segment_each(seg, batch, seeds)
+        labels = segment_each(seg, batch, seeds, start)
     names = {w.filename: None for w in caught}  # (one search of each file)
     names = {f: _module_name(f) for f in names}
     return labels, own, [(w.category, str(w.message), w.filename, w.lineno,

@@ -437,15 +437,19 @@ def _patch_pair(patch_size):
 def as_image_list(images):
     """A single image (path, PIL image, 2-D/3-D array or tensor) or a
     sequence or iterator of images (``Path("photos").glob("*.jpg")``, a
-    generator: read once, into a list)."""
+    generator: read once, into a list).  A PIL image that an iterator yields
+    is copied as it comes: ``PIL.ImageSequence.Iterator`` (a GIF's frames)
+    yields one image, moved to the next frame each time."""
     if isinstance(images, np.ndarray) and images.ndim in (2, 3) and images.dtype != object:
         return [images]
     if is_tensor(images):
         return [images] if images.ndim in (2, 3) else list(images)
     if isinstance(images, (str, bytes, os.PathLike, dict)):
         return [images]
-    if type(images).__module__.startswith("PIL"):
+    if _is_pil_image(images):  # (the module's test took PIL's iterators too)
         return [images]
     if not (hasattr(images, "__len__") or hasattr(images, "__iter__")):
         return [images]
+    if hasattr(images, "__next__"):  # an iterator: its frames, not its last
+        return [im.copy() if _is_pil_image(im) else im for im in images]
     return list(images)

@@ -89,11 +89,14 @@ def segment_frames(seg, frames):
             "video file's frames first, e.g. with imageio.v3.imiter(path) or "
             "torchvision.io.read_video(path).")
     one = _one_image(frames)
-    if one:
+    if one:  # an animated GIF's advice was [image]: its first frame alone
+        n = int(getattr(frames, "n_frames", 1)) if _is_pil_image(frames) else 1
         raise TypeError(
             f"frames must be an iterable of frames; got one image ({one}), whose "
-            "rows or channels would be taken for frames. Pass [image] for a "
-            "one-frame video, or segment(image).")
+            "rows or channels would be taken for frames. " + (
+                f"Pass PIL.ImageSequence.Iterator(image) for its {n} frames."
+                if n > 1 else
+                "Pass [image] for a one-frame video, or segment(image)."))
     return _segment_frames(seg, frames)
 
 
