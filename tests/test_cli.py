@@ -308,9 +308,15 @@ def test_cli_smoothing(tmp_path, capsys, monkeypatch):
     assert _segment(tmp_path) == 0
     assert seen == [0.0]
     # the offline features have no tokens to smooth: one line naming it
-    rc = _segment(tmp_path, "--smoothing", "1")
-    line = _one_error_line(capsys.readouterr().err)
-    assert rc == 1 and "smoothing" in line
+    # by the options typed and their values ("smoothing applies to ViT
+    # tokens only; ... (got --smoothing 1.0)" named neither --model nor
+    # the parameter at the start of its sentence)
+    for model in ("color", "color-position"):
+        rc = _segment(tmp_path, "--smoothing", "1", "--model", model)
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 1 and line == (
+            "sklearn-falcon: error: --smoothing 1.0 applies to ViT tokens only; "
+            f"--model '{model}' is an offline extractor, which takes none.")
 
 
 def test_cli_position_weight(tmp_path, capsys, monkeypatch):

@@ -156,9 +156,9 @@ def make_extractor(
                 f"; model={model!r} is an offline extractor, which takes none "
                 "(its resolution is set by patch_size and max_tokens).")
         if smoothing:
-            raise ValueError(
-                "smoothing applies to ViT tokens only; the offline models "
-                f"('color', 'color-position') take none (got smoothing={smoothing!r}).")
+            raise ValueError(  # (the command line names its options)
+                f"smoothing={smoothing!r} applies to ViT tokens only; "
+                f"model={model!r} is an offline extractor, which takes none.")
         ps = 8 if patch_size is None else patch_size
         if model == "color-position":
             if position_weight is not None:
