@@ -272,9 +272,15 @@ def _check_summaries(infos, bounds, name):
             f"{dmin:.6g}."
         )
     total = sum(float(i[6]) for i in infos)
-    if not total < float(np.finfo(np.float64).max):  # inf, from a block or the sum
+    limit = float(np.finfo(np.float64).max)
+    if not total < limit:  # inf, from a block or the sum
+        # what the in-memory check says (check_finite_degrees)
+        what = f": its largest entry is {max(float(i[8]) for i in infos):.3g}"
+        if (top := max(float(i[9]) for i in infos)) < limit:
+            what = (" in their total (the volume): its largest degree is "
+                    f"{top:.3g}")
         raise ValueError(
-            f"The degrees (row sums) of the affinity {name} overflow float64. "
+            f"The degrees (row sums) of the affinity {name} overflow float64{what}. "
             f"Divide {name} by its maximum; the normalized cut does not change "
             "when the affinity is scaled."
         )
