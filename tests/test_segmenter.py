@@ -1124,8 +1124,24 @@ def test_a_model_error_is_not_blamed_on_the_image_file(tmp_path):
 
     path = tmp_path / "photo.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
-    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
-        ImageSegmenter(model="no_such_vit").segment(path)
+    for method in ("segment", "extract_features"):
+        with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+            getattr(ImageSegmenter(model="no_such_vit"), method)(path)
+
+
+def test_extract_features_names_the_file_it_refuses(tmp_path):
+    # "Image of size 4x40 (HxW) is smaller than one 8x8 patch": of which
+    # file? (segment and the command line name it)
+    from PIL import Image
+
+    small = tmp_path / "small.png"
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    for path in (small, str(small)):
+        with pytest.raises(ValueError, match=r"^Cannot extract the features of image "
+                           rf"'{re.escape(str(small))}': Image of size 4x40 \(HxW\)"):
+            ImageSegmenter().extract_features(path)
+    with pytest.raises(ValueError, match=r"^Image of size 4x40 \(HxW\)"):  # no file
+        ImageSegmenter().extract_features(np.zeros((4, 40, 3), np.uint8))
 
 
 @pytest.mark.parametrize("how", ["segment_video", "device"])

@@ -7,7 +7,8 @@ from .._backends._device import is_torch_device, normalize_device, torch_availab
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
-__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key"]
+__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key",
+           "segmenter_extractor"]
 
 #: ``model`` names of the offline (weight-free) extractors.
 OFFLINE_MODELS = ("color", "color-position")
@@ -194,3 +195,26 @@ def make_extractor(
         "model must be 'color', 'color-position', a timm model name, a "
         f"checkpoint path or a torch.nn.Module; got model={model!r} "
         f"({type(model).__name__}).")
+
+
+def segmenter_extractor(seg):
+    """The extractor of the :class:`ImageSegmenter` ``seg``'s parameters,
+    kept on ``seg`` (``_extractor_cache``) until one of them, or a module's
+    weights changed in place since (:func:`model_key`), makes it stale; a
+    ViT's input size obeys ``seg.max_tokens``."""
+    key = (model_key(seg.model), seg.pretrained, checkpoint_key(seg.checkpoint_path),
+           seg.layer, seg.feature, str(seg.resolution), seg.pos_interpolation,
+           seg.position_weight, seg.smoothing, seg.patch_size, seg.device)
+    cache = getattr(seg, "_extractor_cache", None)
+    if cache is None or cache[0] != key:
+        ext = make_extractor(
+            seg.model, patch_size=seg.patch_size, pretrained=seg.pretrained,
+            checkpoint_path=seg.checkpoint_path, layer=seg.layer,
+            feature=seg.feature, resolution=seg.resolution, device=seg.device,
+            pos_interpolation=seg.pos_interpolation,
+            position_weight=seg.position_weight, smoothing=seg.smoothing)
+        seg._extractor_cache = (key, ext)
+    ext = seg._extractor_cache[1]
+    if hasattr(ext, "max_tokens"):  # a ViT: its input size obeys the budget
+        ext.max_tokens = int(seg.max_tokens)
+    return ext
