@@ -597,10 +597,11 @@ def test_falcon_batch_names_the_graph_it_refuses(bad):
         falcon_batch([X, bad], 2, backend="numba")
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -1.0, "not square"])
 def test_falcon_batch_names_the_distance_matrix_it_refuses(bad):
     # precomputed_nearest_neighbors checked its distances only in the
-    # affinity's fit, which named "X" in a batch of graphs
+    # affinity's fit, which named "X" in a batch of graphs (a distance matrix
+    # that is not square: until it was checked in the batch too)
     import sklearn
 
     from sklearn_falcon import falcon_batch
@@ -608,7 +609,10 @@ def test_falcon_batch_names_the_distance_matrix_it_refuses(bad):
     P = np.random.default_rng(0).random((20, 2))
     D = np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1))
     B = D.copy()
-    B[2, 1] = B[1, 2] = bad
+    if bad == "not square":
+        B = B[:, :15]
+    else:
+        B[2, 1] = B[1, 2] = bad
     with sklearn.config_context(assume_finite=True):
         with pytest.raises(ValueError, match=r"graphs\[1\]"):
             falcon_batch([D, B], 2, affinity="precomputed_nearest_neighbors",
