@@ -619,6 +619,27 @@ def test_falcon_batch_names_the_distance_matrix_it_refuses(bad):
                          backend="numba")
 
 
+def test_falcon_batch_checks_precomputed_distances_once(monkeypatch):
+    # _check_graphs checked each graph's distances, and the affinity's fit
+    # checked them again (2 ms of a 0.35 s batch of 200 graphs of 60 nodes)
+    from sklearn_falcon import falcon_batch
+    from sklearn_falcon._affinity import _kinds
+
+    rng = np.random.default_rng(0)
+    graphs = []
+    for _ in range(3):
+        P = rng.random((20, 2))
+        graphs.append(np.sqrt(((P[:, None] - P[None]) ** 2).sum(-1)))
+    calls = []
+    check = _kinds.check_distances
+    monkeypatch.setattr(_kinds, "check_distances",
+                        lambda X, name="X": calls.append(name) or check(X, name))
+    res = falcon_batch(graphs, 2, affinity="precomputed_nearest_neighbors",
+                       n_neighbors=5, backend="numba", random_state=0)
+    assert calls == ["graphs[0]", "graphs[1]", "graphs[2]"]
+    assert [len(labels) for labels in res.labels] == [20, 20, 20]
+
+
 def test_falcon_batch_says_why_it_refuses_graphs():
     """An empty list was refused as "must be a non-empty list ...; got
     list", and one graph (a 2-D array) as "...; got ndarray": neither said
