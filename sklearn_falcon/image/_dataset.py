@@ -11,6 +11,7 @@ import numpy as np
 
 from .._log import ignoring, recorded, warn_user, warns_once
 from .._threads import N_JOBS_CONSTRAINT
+from ._budget import too_few_tokens
 from ._io import as_image_list, load_image, naming_file
 from ._video import progress_bar
 
@@ -114,11 +115,13 @@ def segment_batch_on_device(seg, batch, device):
         with naming_file(im):  # as segment: which image is too small
             prepared.append(seg._prepare(rgb))
     feats = [ext.extract(work) for _, work in prepared]
-    for f in feats:
-        if f.shape[0] * f.shape[1] < k:
-            n = f.shape[0] * f.shape[1]  # (not "1 patch tokens")
-            raise ValueError(f"An image yields only {n} patch token"
-                             f"{'s' * (n != 1)}, fewer than n_segments={k}.")
+    for im, (plan, _), f in zip(batch, prepared, feats):
+        if (n := f.shape[0] * f.shape[1]) < k:  # segment's message, and file
+            with naming_file(im):  # ("An image yields only 30 patch tokens")
+                raise too_few_tokens(n, k, "n_segments", seg.max_tokens,
+                                     seg.resolution or getattr(
+                                         ext, "default_short", None),
+                                     hasattr(ext, "input_size"), plan.resized)
     if k == 1:
         toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
     else:
