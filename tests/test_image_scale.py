@@ -748,6 +748,12 @@ def test_segment_video_auto_and_errors():
     for path in ("clip.mp4", Path("clip.mp4"), b"clip.mp4"):
         with pytest.raises(TypeError, match="got the path 'clip.mp4'. Decode"):
             ImageSegmenter(n_segments=2).segment_video(path)  # raised at once
+    # no iterable: Python's "'int' object is not iterable" at the first
+    # frame read, naming no parameter
+    for bad, name in ((5, "int"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=r"^frames must be an iterable of frames "
+                           rf"\(.*\); got {name}\.$"):
+            ImageSegmenter(n_segments=2).segment_video(bad)  # raised at once
 
 
 def test_segment_video_refuses_one_image():

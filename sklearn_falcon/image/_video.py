@@ -94,6 +94,12 @@ def segment_frames(seg, frames):
             f"frames must be an iterable of frames; got one image ({one}), whose "
             "rows or channels would be taken for frames. Pass [image] for a "
             "one-frame video, or segment(image).")
+    try:  # (a list, a generator: read when the maps are)
+        iter(frames)
+    except TypeError:  # "'int' object is not iterable", at the first frame
+        raise TypeError(
+            "frames must be an iterable of frames (arrays, PIL images, tensors "
+            f"or image paths); got {type(frames).__name__}.") from None
     return _segment_frames(seg, frames)
 
 
