@@ -439,6 +439,14 @@ def test_overflowing_degrees_are_refused_as_on_one_machine(dense):
                 shards(W * scale, 2, dense=dense))
         assert f"overflow float64{' ' * (what[0] == 'i')}{what}" in str(on_one.value)
         assert str(sharded.value) == str(on_one.value)
+    # float32 blocks, whose row sums overflow float32: it said "float64"
+    W32 = (W * 1e38).astype(np.float32)
+    with pytest.raises(ValueError) as on_one:
+        FalconNCut(2, affinity="precomputed").fit(W32)
+    with pytest.raises(ValueError) as sharded:
+        FalconNCut(2, affinity="precomputed").fit(shards(W32, 2, dense=dense))
+    assert "overflow float32: its largest entry is 1e+38" in str(on_one.value)
+    assert str(sharded.value) == str(on_one.value)
 
 
 @pytest.mark.parametrize("dense", [False, True])
