@@ -319,6 +319,14 @@ def test_cli_smoothing(tmp_path, capsys, monkeypatch):
             f"--model '{model}' is an offline extractor, which takes none.")
 
 
+def test_cli_patch_size_of_a_vit_names_the_option_and_value(tmp_path, capsys):
+    # "--patch-size only applies to the offline models ...": which value?
+    rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--patch-size", "8")
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and line.startswith(
+        "sklearn-falcon: error: --patch-size 8 only applies to the offline models")
+
+
 def test_cli_position_weight(tmp_path, capsys, monkeypatch):
     from sklearn_falcon.image import ImageSegmenter
 

@@ -175,8 +175,8 @@ def make_extractor(
     if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
         if patch_size is not None:
             raise ValueError(
-                "patch_size only applies to the offline models ('color', "
-                "'color-position'); a ViT's patch size is fixed "
+                f"patch_size={patch_size!r} only applies to the offline models "
+                "('color', 'color-position'); a ViT's patch size is fixed "
                 "by its architecture."
             )
         return TimmFeatures(
