@@ -415,7 +415,8 @@ def _in_options(msg, command):
 
     # what is quoted (a file's name, a value) is left as it is
     parts = re.split(r"('[^']*')", msg)
-    return "".join(p if i % 2 else rename(p) for i, p in enumerate(parts))
+    msg = "".join(p if i % 2 else rename(p) for i, p in enumerate(parts))
+    return msg.replace("--pretrained True", "--pretrained")  # (a flag)
 
 
 def _check_segmenter(seg):

@@ -327,6 +327,23 @@ def test_cli_patch_size_of_a_vit_names_the_option_and_value(tmp_path, capsys):
         "sklearn-falcon: error: --patch-size 8 only applies to the offline models")
 
 
+@pytest.mark.parametrize("extra, given", [
+    (["--pretrained"], "--pretrained"),
+    (["--checkpoint", "w.pt"], "--checkpoint 'w.pt'"),
+    (["--pretrained", "--checkpoint", "w.pt"], "--pretrained, --checkpoint 'w.pt'"),
+])
+def test_cli_weights_of_an_offline_model_name_the_options(tmp_path, capsys, extra,
+                                                          given):
+    # "it takes no pretrained weights or --checkpoint.": --pretrained was
+    # not named, nor the checkpoint given
+    rc = _segment(tmp_path, *extra)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and line == (
+        "sklearn-falcon: error: --model 'color' is a non-learned offline "
+        "extractor; it takes no pretrained weights or --checkpoint (got "
+        f"{given}).")
+
+
 def test_cli_position_weight(tmp_path, capsys, monkeypatch):
     from sklearn_falcon.image import ImageSegmenter
 

@@ -141,10 +141,11 @@ def make_extractor(
     if isinstance(model, str) and model in OFFLINE_MODELS:
         _check_device_name(device)
         if checkpoint_path is not None or pretrained:
+            given = [f"pretrained={pretrained!r}"] * bool(pretrained) + [
+                f"checkpoint_path={checkpoint_path!r}"] * (checkpoint_path is not None)
             raise ValueError(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
-                "pretrained weights or checkpoint_path."
-            )
+                f"pretrained weights or checkpoint_path (got {', '.join(given)}).")
         vit_only = [f"{name}={value!r}" for name, value, default in (
             ("layer", layer, -1), ("feature", feature, "token"),
             ("resolution", resolution, None),
