@@ -404,6 +404,8 @@ def _in_options(msg, command):
     name = re.match(r"The '(\w+)' parameter of \w+ ", msg)
     if name and name.group(1) in options:  # scikit-learn's validation
         return f"{options[name.group(1)]}: {msg}"
+    if msg.startswith("Unknown timm model name") and "model" in options:
+        return f"--model: {msg}"  # (a name, not model=: no option said)
     names = "|".join(sorted(options, key=len, reverse=True))
     bare = "|".join(n for n in options if "_" in n)
 

@@ -54,7 +54,9 @@ def test_cli_refine_none_and_auto(tmp_path):
     [
         (["missing.png"], "not found"),
         (["BAD"], "Cannot read image"),
-        (["GOOD", "--model", "no_such_vit_model"], "Unknown timm model"),
+        # (the option named, as of the other refusals of a value)
+        (["GOOD", "--model", "no_such_vit_model"],
+         "error: --model: Unknown timm model name 'no_such_vit_model'"),
     ],
 )
 def test_cli_errors_one_line(tmp_path, capsys, args, msg):
