@@ -525,9 +525,10 @@ def falcon_batch(
     elif affinity == "precomputed":
         Ws = graphs  # validated by _check_graphs
     else:
+        checked = {"checked": True} if affinity in PRECOMPUTED else {}  # _check_graphs
         with unwarned(" is a neighbour of every other"):  # given once, below
             Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
-                                power=power).fit(G) for G in graphs]
+                                power=power).fit(G, **checked) for G in graphs]
         _warn_of_complete(graphs, affinity, n_neighbors)
 
     if not matrix_free:

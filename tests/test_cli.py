@@ -54,7 +54,9 @@ def test_cli_refine_none_and_auto(tmp_path):
     [
         (["missing.png"], "not found"),
         (["BAD"], "Cannot read image"),
-        (["GOOD", "--model", "no_such_vit_model"], "Unknown timm model"),
+        # (the option named, as of the other refusals of a value)
+        (["GOOD", "--model", "no_such_vit_model"],
+         "error: --model: Unknown timm model name 'no_such_vit_model'"),
     ],
 )
 def test_cli_errors_one_line(tmp_path, capsys, args, msg):
@@ -308,9 +310,40 @@ def test_cli_smoothing(tmp_path, capsys, monkeypatch):
     assert _segment(tmp_path) == 0
     assert seen == [0.0]
     # the offline features have no tokens to smooth: one line naming it
-    rc = _segment(tmp_path, "--smoothing", "1")
+    # by the options typed and their values ("smoothing applies to ViT
+    # tokens only; ... (got --smoothing 1.0)" named neither --model nor
+    # the parameter at the start of its sentence)
+    for model in ("color", "color-position"):
+        rc = _segment(tmp_path, "--smoothing", "1", "--model", model)
+        line = _one_error_line(capsys.readouterr().err)
+        assert rc == 1 and line == (
+            "sklearn-falcon: error: --smoothing 1.0 applies to ViT tokens only; "
+            f"--model '{model}' is an offline extractor, which takes none.")
+
+
+def test_cli_patch_size_of_a_vit_names_the_option_and_value(tmp_path, capsys):
+    # "--patch-size only applies to the offline models ...": which value?
+    rc = _segment(tmp_path, "--model", "vit_tiny_patch16_224", "--patch-size", "8")
     line = _one_error_line(capsys.readouterr().err)
-    assert rc == 1 and "smoothing" in line
+    assert rc == 1 and line.startswith(
+        "sklearn-falcon: error: --patch-size 8 only applies to the offline models")
+
+
+@pytest.mark.parametrize("extra, given", [
+    (["--pretrained"], "--pretrained"),
+    (["--checkpoint", "w.pt"], "--checkpoint 'w.pt'"),
+    (["--pretrained", "--checkpoint", "w.pt"], "--pretrained, --checkpoint 'w.pt'"),
+])
+def test_cli_weights_of_an_offline_model_name_the_options(tmp_path, capsys, extra,
+                                                          given):
+    # "it takes no pretrained weights or --checkpoint.": --pretrained was
+    # not named, nor the checkpoint given
+    rc = _segment(tmp_path, *extra)
+    line = _one_error_line(capsys.readouterr().err)
+    assert rc == 1 and line == (
+        "sklearn-falcon: error: --model 'color' is a non-learned offline "
+        "extractor; it takes no pretrained weights or --checkpoint (got "
+        f"{given}).")
 
 
 def test_cli_position_weight(tmp_path, capsys, monkeypatch):

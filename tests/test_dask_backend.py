@@ -401,7 +401,8 @@ def _bad(kind):
     ("negative", ValueError, "must be nonnegative"),
     ("nan", ValueError, "NaN or infinity"),
     ("huge", ValueError, r"degrees \(row sums\) of the affinity X overflow "
-                         "float64. Divide X by its maximum"),
+                         r"float64 in their total \(the volume\): its largest "
+                         r"degree is .*e\+308\. Divide X by its maximum"),
 ])
 def test_invalid_graphs_are_rejected_blockwise(kind, error, match):
     with pytest.raises(error, match=match):
@@ -418,6 +419,34 @@ def test_overflowing_degrees_are_refused_without_numpy_warnings():
         X = shards(W * (1e308 / W.max()), 2)  # every row sum overflows
         with pytest.raises(ValueError, match="overflow float64"):
             FalconNCut(2, affinity="precomputed").fit(X)
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_overflowing_degrees_are_refused_as_on_one_machine(dense):
+    # the sharded refusal said only "overflow float64", where the in-memory
+    # one gives the largest entry (rows that overflow) or the largest
+    # degree (only their total, the volume, overflows): the same message
+    W = np.ones((10, 10)) - np.eye(10)
+    W[:5, 5:] = W[5:, :5] = 0.0
+    W[4, 5] = W[5, 4] = 1.0
+    for scale, what in ((1e307, "in their total (the volume): its largest degree "
+                                 "is 5e+307."),
+                        (1.7e308, ": its largest entry is 1.7e+308.")):
+        with pytest.raises(ValueError) as on_one:
+            FalconNCut(2, affinity="precomputed").fit(W * scale)
+        with pytest.raises(ValueError) as sharded:
+            FalconNCut(2, affinity="precomputed").fit(
+                shards(W * scale, 2, dense=dense))
+        assert f"overflow float64{' ' * (what[0] == 'i')}{what}" in str(on_one.value)
+        assert str(sharded.value) == str(on_one.value)
+    # float32 blocks, whose row sums overflow float32: it said "float64"
+    W32 = (W * 1e38).astype(np.float32)
+    with pytest.raises(ValueError) as on_one:
+        FalconNCut(2, affinity="precomputed").fit(W32)
+    with pytest.raises(ValueError) as sharded:
+        FalconNCut(2, affinity="precomputed").fit(shards(W32, 2, dense=dense))
+    assert "overflow float32: its largest entry is 1e+38" in str(on_one.value)
+    assert str(sharded.value) == str(on_one.value)
 
 
 @pytest.mark.parametrize("dense", [False, True])

@@ -1073,6 +1073,23 @@ def test_offline_make_extractor_refuses_an_unknown_device_by_name(model):
         assert make_extractor(model, device=device).patch_size == (8, 8)
 
 
+@pytest.mark.parametrize("device", [0, 1, 1.5, True])
+def test_an_integer_device_is_refused_by_its_value(device):
+    """``make_extractor("color", device=0)`` and ``TimmFeatures(device=0)``
+    said "device='cuda:0' was requested but CUDA is not available" (torch
+    reads 0 as CUDA ordinal 0), a value not given, or used CUDA where there
+    was one; ``FalconNCut``, ``ImageSegmenter`` and ``pamr`` refuse an int
+    device by its value.  Refused so here too, CUDA or not."""
+    from sklearn_falcon.image import TimmFeatures, make_extractor
+
+    match = rf"device must be .*; got device={device!r}\.$"
+    for model in ("color", "color-position"):
+        with pytest.raises(ValueError, match=match):
+            make_extractor(model, device=device)
+    with pytest.raises(ValueError, match=match):
+        TimmFeatures(_vit(8), device=device)
+
+
 @pytest.mark.parametrize("bad", [True, 0, 8.0, "8", (4, 8)])
 def test_offline_extractors_check_patch_size_alike(bad):
     """``ColorPositionFeatures(True)`` took a cell of one pixel, which

@@ -748,6 +748,12 @@ def test_segment_video_auto_and_errors():
     for path in ("clip.mp4", Path("clip.mp4"), b"clip.mp4"):
         with pytest.raises(TypeError, match="got the path 'clip.mp4'. Decode"):
             ImageSegmenter(n_segments=2).segment_video(path)  # raised at once
+    # no iterable: Python's "'int' object is not iterable" at the first
+    # frame read, naming no parameter
+    for bad, name in ((5, "int"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=r"^frames must be an iterable of frames "
+                           rf"\(.*\); got {name}\.$"):
+            ImageSegmenter(n_segments=2).segment_video(bad)  # raised at once
 
 
 def test_segment_video_refuses_one_image():
@@ -810,22 +816,6 @@ def test_segment_dataset_batched_solve_on_cpu_torch():
     assert miou(out, masks) > 0.75  # the batched solve starts from a kNN graph
     assert all(len(np.unique(o)) <= 3 for o in out)
 
-
-def test_segment_dataset_on_a_device_names_an_image_of_too_few_tokens(tmp_path):
-    # the batched path said "An image yields only 4 patch tokens, fewer than
-    # n_segments=6.": not which of a folder's images, nor what to change
-    torch = pytest.importorskip("torch")
-    PIL = pytest.importorskip("PIL.Image")
-    path = tmp_path / "tiny.png"
-    PIL.fromarray(_blocks(64, 96, seed=0)[0][:16, :16]).save(path)
-    seg = ImageSegmenter(n_segments=6, random_state=0)
-    images = [_blocks(64, 96, seed=0)[0], str(path)]
-    with pytest.raises(ValueError) as cpu:
-        seg.segment(str(path))
-    with pytest.raises(ValueError) as dev:
-        segment_batch_on_device(seg, images, torch.device("cpu"))
-    assert str(dev.value) == str(cpu.value)
-    assert "tiny.png" in str(dev.value) and "smaller patch_size" in str(dev.value)
 
 def test_segment_dataset_on_a_device_keeps_n_init(monkeypatch):
     # on a CUDA device, segment_dataset solved each batch with falcon_batch,

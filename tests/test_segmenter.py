@@ -1158,8 +1158,46 @@ def test_a_model_error_is_not_blamed_on_the_image_file(tmp_path):
 
     path = tmp_path / "photo.png"
     Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(path)
-    with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
-        ImageSegmenter(model="no_such_vit").segment(path)
+    for method in ("segment", "extract_features"):
+        with pytest.raises(ValueError, match="^Unknown timm model name 'no_such_vit'"):
+            getattr(ImageSegmenter(model="no_such_vit"), method)(path)
+
+
+def test_batched_device_path_refuses_too_few_tokens_as_segment(tmp_path,
+                                                                monkeypatch):
+    # segment_dataset's batched solve (a CUDA device) said "An image yields
+    # only 30 patch tokens, fewer than n_segments=50.": which one, and what
+    # to change? The message of segment, naming the file
+    torch = pytest.importorskip("torch")
+    from PIL import Image
+
+    good, small = tmp_path / "good.png", tmp_path / "small.png"
+    Image.fromarray(np.zeros((80, 96, 3), np.uint8)).save(good)
+    Image.fromarray(np.zeros((40, 48, 3), np.uint8)).save(small)
+    seg = ImageSegmenter(n_segments=50, refine=None)
+    with pytest.raises(ValueError) as on_cpu:
+        seg.segment(small)
+    monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                        lambda self: torch.device("cpu"))
+    with pytest.raises(ValueError) as batched:
+        seg.segment_dataset([good, small], progress=False)
+    assert str(on_cpu.value).startswith(f"Cannot segment image '{small}': ")
+    assert str(batched.value) == str(on_cpu.value)
+
+
+def test_extract_features_names_the_file_it_refuses(tmp_path):
+    # "Image of size 4x40 (HxW) is smaller than one 8x8 patch": of which
+    # file? (segment and the command line name it)
+    from PIL import Image
+
+    small = tmp_path / "small.png"
+    Image.fromarray(np.zeros((4, 40, 3), np.uint8)).save(small)
+    for path in (small, str(small)):
+        with pytest.raises(ValueError, match=r"^Cannot extract the features of image "
+                           rf"'{re.escape(str(small))}': Image of size 4x40 \(HxW\)"):
+            ImageSegmenter().extract_features(path)
+    with pytest.raises(ValueError, match=r"^Image of size 4x40 \(HxW\)"):  # no file
+        ImageSegmenter().extract_features(np.zeros((4, 40, 3), np.uint8))
 
 
 @pytest.mark.parametrize("how", ["segment_video", "device"])

@@ -329,16 +329,16 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
     precomputed = True
     metric = "precomputed"
 
-    def check_features(self, X, name="X", underflow=False):
-        check_distances(X, name)  # (falcon_batch's graphs too)
-
-    def fit(self, X):
-        if X.shape[0] != X.shape[1]:
+    def check_features(self, X, name="X", underflow=False, square=True):
+        if square and X.shape[0] != X.shape[1]:  # (not a predict's, cross)
             raise ValueError(
                 "affinity='precomputed_nearest_neighbors' expects a square "
-                f"(n_samples, n_samples) distance matrix X; got shape={X.shape}."
-            )
-        self.check_features(X)
+                f"(n_samples, n_samples) distance matrix {name}; got shape={X.shape}.")
+        check_distances(X, name)  # (falcon_batch's graphs too)
+
+    def fit(self, X, checked=False):  # checked: falcon_batch's, by check_features
+        if not checked:
+            self.check_features(X)
         self.n_train_ = X.shape[0]
         if not sp.issparse(X):
             self._warn_if_complete(X.shape[0])
@@ -352,7 +352,7 @@ class PrecomputedNearestNeighborsAffinity(NearestNeighborsAffinity):
                 f"distances of shape (n_new, n_train={self.n_train_}); got "
                 f"shape={X_new.shape}."
             )
-        self.check_features(X_new)
+        self.check_features(X_new, square=False)
         return _knn_connectivity(X_new, min(self.n_neighbors, self.n_train_))
 
 

@@ -29,12 +29,15 @@ def torch_device(device, *, any_type=False):
     """A validated ``torch.device`` from a device string (``"auto"``:
     CUDA when available) or a ``torch.device``; ``any_type``: any of
     torch's device types and strings ("mps", "xpu": a ViT runs there), not
-    only Falcon's.  A CUDA device is checked to exist."""
+    only Falcon's.  A CUDA device is checked to exist.  An integer (torch's
+    CUDA ordinal) is refused, as by ``FalconNCut`` and ``ImageSegmenter``."""
     torch = import_torch()
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif any_type or isinstance(device, torch.device):
         try:
+            if not isinstance(device, (str, torch.device)):  # torch's ordinal 0:
+                raise TypeError  # "device='cuda:0' was requested" of device=0
             device = torch.device(device)
         except (RuntimeError, TypeError):  # not torch's list of device types
             raise ValueError(

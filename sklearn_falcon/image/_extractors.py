@@ -7,7 +7,8 @@ from .._backends._device import is_torch_device, normalize_device, torch_availab
 from ._features import ColorPositionFeatures, TimmFeatures
 from ._texture import ColorTextureFeatures
 
-__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key"]
+__all__ = ["OFFLINE_MODELS", "checkpoint_key", "make_extractor", "model_key",
+           "segmenter_extractor"]
 
 #: ``model`` names of the offline (weight-free) extractors.
 OFFLINE_MODELS = ("color", "color-position")
@@ -141,10 +142,11 @@ def make_extractor(
     if isinstance(model, str) and model in OFFLINE_MODELS:
         _check_device_name(device)
         if checkpoint_path is not None or pretrained:
+            given = [f"pretrained={pretrained!r}"] * bool(pretrained) + [
+                f"checkpoint_path={checkpoint_path!r}"] * (checkpoint_path is not None)
             raise ValueError(
                 f"model={model!r} is a non-learned offline extractor; it takes no "
-                "pretrained weights or checkpoint_path."
-            )
+                f"pretrained weights or checkpoint_path (got {', '.join(given)}).")
         vit_only = [f"{name}={value!r}" for name, value, default in (
             ("layer", layer, -1), ("feature", feature, "token"),
             ("resolution", resolution, None),
@@ -157,9 +159,9 @@ def make_extractor(
                 f"; model={model!r} is an offline extractor, which takes none "
                 "(its resolution is set by patch_size and max_tokens).")
         if smoothing:
-            raise ValueError(
-                "smoothing applies to ViT tokens only; the offline models "
-                f"('color', 'color-position') take none (got smoothing={smoothing!r}).")
+            raise ValueError(  # (the command line names its options)
+                f"smoothing={smoothing!r} applies to ViT tokens only; "
+                f"model={model!r} is an offline extractor, which takes none.")
         ps = 8 if patch_size is None else patch_size
         if model == "color-position":
             if position_weight is not None:
@@ -175,8 +177,8 @@ def make_extractor(
     if isinstance(model, (str, os.PathLike)) or hasattr(model, "parameters"):
         if patch_size is not None:
             raise ValueError(
-                "patch_size only applies to the offline models ('color', "
-                "'color-position'); a ViT's patch size is fixed "
+                f"patch_size={patch_size!r} only applies to the offline models "
+                "('color', 'color-position'); a ViT's patch size is fixed "
                 "by its architecture."
             )
         return TimmFeatures(
@@ -195,3 +197,26 @@ def make_extractor(
         "model must be 'color', 'color-position', a timm model name (a "
         "'local-dir:' or 'hf-hub:' one too) or a torch.nn.Module; got "
         f"model={model!r} ({type(model).__name__}).")
+
+
+def segmenter_extractor(seg):
+    """The extractor of the :class:`ImageSegmenter` ``seg``'s parameters,
+    kept on ``seg`` (``_extractor_cache``) until one of them, or a module's
+    weights changed in place since (:func:`model_key`), makes it stale; a
+    ViT's input size obeys ``seg.max_tokens``."""
+    key = (model_key(seg.model), seg.pretrained, checkpoint_key(seg.checkpoint_path),
+           seg.layer, seg.feature, str(seg.resolution), seg.pos_interpolation,
+           seg.position_weight, seg.smoothing, seg.patch_size, seg.device)
+    cache = getattr(seg, "_extractor_cache", None)
+    if cache is None or cache[0] != key:
+        ext = make_extractor(
+            seg.model, patch_size=seg.patch_size, pretrained=seg.pretrained,
+            checkpoint_path=seg.checkpoint_path, layer=seg.layer,
+            feature=seg.feature, resolution=seg.resolution, device=seg.device,
+            pos_interpolation=seg.pos_interpolation,
+            position_weight=seg.position_weight, smoothing=seg.smoothing)
+        seg._extractor_cache = (key, ext)
+    ext = seg._extractor_cache[1]
+    if hasattr(ext, "max_tokens"):  # a ViT: its input size obeys the budget
+        ext.max_tokens = int(seg.max_tokens)
+    return ext

@@ -245,17 +245,18 @@ def opened_image(path):
 
 
 @contextlib.contextmanager
-def naming_file(image):
+def naming_file(image, doing="segment"):
     """A ValueError in the block names the file ``image``, where it is a
     path: a refusal of its size ("Image of size 2x2 (HxW) is smaller than
-    one 8x8 patch") did not say which of a folder's images it was."""
+    one 8x8 patch") did not say which of a folder's images it was
+    ("Cannot segment image 'a.png': ...", or another ``doing``)."""
     if not isinstance(image, (str, os.PathLike)):
         yield
         return
     try:
         yield
     except ValueError as exc:
-        raise ValueError(f"Cannot segment image '{Path(image)}': {exc}") from exc
+        raise ValueError(f"Cannot {doing} image '{Path(image)}': {exc}") from exc
 
 
 def load_image(image):

@@ -16,7 +16,7 @@ from ._auto import _grid_shape, conductance_sweep
 from ._budget import DENSE_MAX_TOKENS, KNN_NEIGHBORS, check_memory, make_plan
 from ._budget import resize_rgb, too_few_tokens
 from ._dataset import segment_dataset, segment_each
-from ._extractors import checkpoint_key, make_extractor, model_key
+from ._extractors import segmenter_extractor
 from ._io import as_image_list, check_image_size, load_image, naming_file
 from ._pamr import pamr
 from ._upsample import prototype_upsample, upsample_labels
@@ -213,35 +213,8 @@ class ImageSegmenter(BaseEstimator):
         state.pop("_extractor_cache", None)  # rebuilt lazily after unpickling
         return state
 
-    def _extractor_key(self):
-        # a module: its weights, changed in place since, make a copy stale
-        return (model_key(self.model), self.pretrained,
-                checkpoint_key(self.checkpoint_path), self.layer, self.feature,
-                str(self.resolution), self.pos_interpolation, self.position_weight,
-                self.smoothing, self.patch_size, self.device)
-
     def _get_extractor(self):
-        key = self._extractor_key()
-        cache = getattr(self, "_extractor_cache", None)
-        if cache is None or cache[0] != key:
-            ext = make_extractor(
-                self.model,
-                patch_size=self.patch_size,
-                pretrained=self.pretrained,
-                checkpoint_path=self.checkpoint_path,
-                layer=self.layer,
-                feature=self.feature,
-                resolution=self.resolution,
-                device=self.device,
-                pos_interpolation=self.pos_interpolation,
-                position_weight=self.position_weight,
-                smoothing=self.smoothing,
-            )
-            self._extractor_cache = (key, ext)
-        ext = self._extractor_cache[1]
-        if hasattr(ext, "max_tokens"):  # a ViT: its input size obeys the budget
-            ext.max_tokens = int(self.max_tokens)
-        return ext
+        return segmenter_extractor(self)  # (cached on self)
 
     _parameter_constraints: dict = {
         "model": "no_validation",
@@ -452,9 +425,9 @@ class ImageSegmenter(BaseEstimator):
             ``gh x gw`` grid.
         """
         self._check_params()
-        rgb = load_image(image)
-        _, work = self._prepare(rgb)
-        return self._get_extractor().extract(work)
+        rgb, ext = load_image(image), self._get_extractor()  # (no image's error)
+        with naming_file(image, "extract the features of"):  # as segment does
+            return ext.extract(self._prepare(rgb)[1])
 
     def segment(self, image):
         """Segment one image.

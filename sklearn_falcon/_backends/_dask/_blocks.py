@@ -130,7 +130,7 @@ def flat_block(W, r0):
 def summary_task(block, r0, n_rows, n, salt, name="X"):
     """Degrees of a block and what the client checks without seeing it:
     ``(degrees, (nnz, nbytes, all finite, min, s1, s2, total degree,
-    flat))``, ``flat`` from :func:`flat_block`.
+    flat, max, max degree))``, ``flat`` from :func:`flat_block`.
 
     A CSR or CSC block whose index arrays leave its shape is refused, naming
     it, before anything reads them (SciPy does not check them when a matrix
@@ -159,7 +159,9 @@ def summary_task(block, r0, n_rows, n, salt, name="X"):
         degrees = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
         total = float(degrees.sum())
     flat = flat_block(W, r0) if finite else None
-    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total, flat)
+    top = float(data.max()) if data.size else 0.0  # (an overflow's message)
+    dtop = float(degrees.max()) if degrees.size else 0.0
+    return degrees, (W.nnz, nbytes, finite, dmin, s1, s2, total, flat, top, dtop)
 
 
 # ---------------------------------------------------------------- solver

@@ -145,7 +145,8 @@ class ShardedGraph:
         parts = [task(blk, int(bounds[b]), sizes[b], n, _SALT, name)
                  for b, blk in enumerate(raw)]
         degrees, infos = persist_compute([p[0] for p in parts], [p[1] for p in parts])
-        _check_summaries(infos, bounds, name)
+        dtype = W.dtype if W.dtype in (np.float32, np.float64) else np.float64
+        _check_summaries(infos, bounds, name, dtype)
         nnz = sum(int(i[0]) for i in infos)
         nbytes = sum(int(i[1]) for i in infos)
         keep = decide_persist(persist, nbytes, max(int(i[1]) for i in infos))
@@ -153,7 +154,6 @@ class ShardedGraph:
             blocks = dask.persist(*[dask.delayed(as_csr)(b) for b in raw])
         else:
             blocks = raw
-        dtype = W.dtype if W.dtype in (np.float32, np.float64) else np.float64
         flats = {i[7] for i in infos}  # one (weight, diagonal) in every block
         flat = flats.pop() if len(flats) == 1 and None not in flats else None
         return cls(blocks, degrees, bounds, nnz=nnz, nbytes=nbytes, dtype=dtype,
@@ -258,7 +258,7 @@ def compute_scope():
             ) from exc
 
 
-def _check_summaries(infos, bounds, name):
+def _check_summaries(infos, bounds, name, dtype=np.float64):
     for b, (_, _, finite, *_) in enumerate(infos):
         if not finite:
             raise ValueError(
@@ -272,9 +272,16 @@ def _check_summaries(infos, bounds, name):
             f"{dmin:.6g}."
         )
     total = sum(float(i[6]) for i in infos)
-    if not total < float(np.finfo(np.float64).max):  # inf, from a block or the sum
+    limit = float(np.finfo(np.float64).max)
+    if not total < limit:  # inf, from a block (summed in its dtype) or the sum
+        # what the in-memory check says (check_finite_degrees)
+        what = f": its largest entry is {max(float(i[8]) for i in infos):.3g}"
+        if (top := max(float(i[9]) for i in infos)) < limit:
+            what = (" in their total (the volume): its largest degree is "
+                    f"{top:.3g}")
         raise ValueError(
-            f"The degrees (row sums) of the affinity {name} overflow float64. "
+            f"The degrees (row sums) of the affinity {name} overflow "
+            f"{np.dtype(dtype).name}{what}. "
             f"Divide {name} by its maximum; the normalized cut does not change "
             "when the affinity is scaled."
         )
