@@ -870,10 +870,10 @@ def test_a_random_state_instance_builds_the_extractor_once(monkeypatch):
     ``segment_dataset`` segmented each image with a copy of the segmenter
     that built its own extractor (a ViT's weights loaded once per image),
     where each task builds it once."""
-    from sklearn_falcon.image import _segmenter
+    from sklearn_falcon.image import _extractors
 
-    built, make = [], _segmenter.make_extractor
-    monkeypatch.setattr(_segmenter, "make_extractor",
+    built, make = [], _extractors.make_extractor
+    monkeypatch.setattr(_extractors, "make_extractor",
                         lambda *a, **k: built.append(1) or make(*a, **k))
     images = [_square_on_halves(t) for t in range(3)]
     for run in (lambda seg: seg.fit(images),
@@ -883,6 +883,7 @@ def test_a_random_state_instance_builds_the_extractor_once(monkeypatch):
         run(ImageSegmenter(n_segments=2, refine=None,
                            random_state=np.random.RandomState(0)))
         assert len(built) == 1
+
 
 def test_an_error_of_an_array_of_a_dataset_names_its_index():
     """``segment_dataset`` and ``fit`` of a list of arrays refused one with
