@@ -41,7 +41,7 @@ def test_the_verbose_docstring_says_which_fits_log_the_affinity_stage(X, caplog)
     that ``verbose=1`` logs, but a fit logs it on the matrix-free torch path
     only (as the progress guide says): a Numba fit of the kNN graph logs
     none.  The docstring says so."""
-    from numpydoc.docscrape import ClassDoc
+    ClassDoc = pytest.importorskip("numpydoc.docscrape").ClassDoc
 
     with caplog.at_level(logging.INFO, logger="sklearn_falcon"):
         FalconNCut(3, init="random", verbose=1, random_state=0,
