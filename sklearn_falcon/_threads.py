@@ -24,7 +24,8 @@ from . import _jit
 from ._jit import requested
 
 __all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads",
-           "imported_module", "num_threads", "requested_threads"]
+           "imported_module", "num_threads", "one_openmp_thread_after_fork",
+           "requested_threads"]
 
 def _numba():
     """Numba, imported under the lock its kernels are built under: a first
@@ -136,6 +137,18 @@ def _keep_torch_threads(count):
 
 
 @contextlib.contextmanager
+def one_openmp_thread_after_fork():
+    """In a forked process, OpenMP (scikit-learn's) on one thread within the
+    block: GNU OpenMP is not fork-safe, and after the parent's OpenMP loops
+    (KMeans, the kNN search) the child's first one hung for good."""
+    if not _forked["child"]:
+        yield
+        return
+    with _threadpool_controller().limit(limits=1, user_api="openmp"):
+        yield
+
+
+@contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
     Numba's setting; a negative one counts from the usable CPUs, as joblib
@@ -151,11 +164,7 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
         stack.callback(_keep_torch_threads, torch_threads)
         if limit_blas:
             stack.enter_context(_one_blas_thread())
-        if _forked["child"]:
-            # GNU OpenMP is not fork-safe: after the parent's OpenMP loops
-            # (scikit-learn's KMeans), the child's first one hung for good
-            stack.enter_context(_threadpool_controller().limit(
-                limits=1, user_api="openmp"))
+        stack.enter_context(one_openmp_thread_after_fork())
         if n_jobs is not None:
             most = _numba().config.NUMBA_NUM_THREADS  # (a setting: starts no thread)
             if n_jobs < 0 and "NUMBA_NUM_THREADS" not in os.environ:

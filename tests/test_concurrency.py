@@ -154,9 +154,11 @@ def test_a_child_forked_while_another_thread_fits_does_not_hang(monkeypatch):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
-def test_a_forked_child_fits_with_kmeans_after_the_parent_did():
+@pytest.mark.parametrize("n_features", [2, 40])
+def test_a_forked_child_fits_with_kmeans_after_the_parent_did(n_features):
     """GNU OpenMP is not fork-safe: after a fit with ``init="kmeans"`` (or
-    any OpenMP loop of scikit-learn, whose KMeans runs on it), the same fit
+    any OpenMP loop of scikit-learn, whose KMeans runs on it, as does its
+    kNN search of 40 features, in the affinity's construction), the same fit
     in a forked child (``multiprocessing``'s default start,
     ``GridSearchCV`` on joblib's ``"multiprocessing"`` backend) hung for
     good in KMeans's first parallel loop.  In a forked child a fit runs
@@ -168,7 +170,7 @@ def test_a_forked_child_fits_with_kmeans_after_the_parent_did():
         warnings.simplefilter("ignore")
         from sklearn.datasets import make_blobs
         from sklearn_falcon import FalconNCut
-        X = make_blobs(300, centers=3, random_state=0)[0]
+        X = make_blobs(2000, n_features=N_FEATURES, centers=3, random_state=0)[0]
         def fit(_):
             if multiprocessing.parent_process():  # a hang ends the child
                 faulthandler.dump_traceback_later(60, exit=True)
@@ -177,6 +179,7 @@ def test_a_forked_child_fits_with_kmeans_after_the_parent_did():
         with multiprocessing.get_context("fork").Pool(1) as pool:
             print(pool.map_async(fit, [0]).get(90) == [ref])
     """
+    code = code.replace("N_FEATURES", str(n_features))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
