@@ -169,12 +169,15 @@ def test_a_forked_child_fits_with_kmeans_after_the_parent_did(n_features):
         import faulthandler, multiprocessing, warnings
         warnings.simplefilter("ignore")
         from sklearn.datasets import make_blobs
-        from sklearn_falcon import FalconNCut
+        from sklearn_falcon import FalconNCut, falcon_batch
         X = make_blobs(2000, n_features=N_FEATURES, centers=3, random_state=0)[0]
         def fit(_):
             if multiprocessing.parent_process():  # a hang ends the child
                 faulthandler.dump_traceback_later(60, exit=True)
-            return FalconNCut(3, init="kmeans", random_state=0).fit(X).labels_.tolist()
+            batch = falcon_batch([X[:1000], X[1000:]], 3, backend="numba",
+                                 affinity="nearest_neighbors", random_state=0)
+            est = FalconNCut(3, init="kmeans", random_state=0).fit(X)
+            return est.labels_.tolist(), [lab.tolist() for lab in batch.labels]
         ref = fit(0)
         with multiprocessing.get_context("fork").Pool(1) as pool:
             print(pool.map_async(fit, [0]).get(90) == [ref])
