@@ -43,7 +43,7 @@ from ._memory import available_memory_once
 from ._solver import SOLVER_CONSTRAINTS, SolverOptions, solve
 from ._stats import cluster_statistics, degrees_of, ncut_of, objective_of, with_isolated
 from ._sharded import is_dask_array
-from ._threads import fit_threads
+from ._threads import fit_threads, one_openmp_thread_after_fork
 
 # the solver settings have their defaults in one place
 _DEFAULTS = SolverOptions()
@@ -526,7 +526,7 @@ def falcon_batch(
         Ws = graphs  # validated by _check_graphs
     else:
         checked = {"checked": True} if affinity in PRECOMPUTED else {}  # _check_graphs
-        with unwarned(" is a neighbour of every other"):  # given once, below
+        with unwarned(" is a neighbour of every other"), one_openmp_thread_after_fork():
             Ws = [make_affinity(affinity, n_neighbors=n_neighbors, gamma=gamma,
                                 power=power).fit(G, **checked) for G in graphs]
         _warn_of_complete(graphs, affinity, n_neighbors)

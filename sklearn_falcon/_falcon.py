@@ -43,7 +43,7 @@ from ._stats import (
     ncut_of,
     with_isolated,
 )
-from ._threads import N_JOBS_CONSTRAINT, fit_threads
+from ._threads import N_JOBS_CONSTRAINT, fit_threads, one_openmp_thread_after_fork
 
 # the solver settings have their defaults in one place
 _DEFAULTS = SolverOptions()
@@ -402,8 +402,9 @@ class FalconNCut(ClusterMixin, BaseEstimator):
             )
         options = SolverOptions.from_params(self.get_params(deep=False))
 
-        self._affinity, W, degrees, problem = affinity_graph(self, X, K, backend,
-                                                             device)
+        with one_openmp_thread_after_fork():  # (the kNN search's OpenMP)
+            self._affinity, W, degrees, problem = affinity_graph(self, X, K, backend,
+                                                                 device)
         active = degrees > 0
         self.isolated_ = np.flatnonzero(~active)
         W_act, d_act = active_subgraph(W, degrees, active, K,

@@ -15,8 +15,9 @@ Compiled kernels are cached on disk (Numba's ``cache=True``):
 * when no writable cache location exists (a read-only install without a
   writable ``NUMBA_CACHE_DIR`` or home), kernels are compiled in every
   process, with one ``RuntimeWarning``;
-* an unreadable cache entry (a corrupted file) is recompiled and rewritten,
-  with one ``RuntimeWarning``;
+* an unreadable cache entry (a corrupted file, or an index entry naming the
+  data of another signature, which two processes saving at once can leave)
+  is recompiled and rewritten, with one ``RuntimeWarning``;
 * a cached kernel is tied to the sources of every kernel module, not only
   its own file (Numba's default): kernels compile their callees into
   themselves, so an edit of a callee's module invalidates its callers too;
@@ -110,9 +111,7 @@ class Kernel:
     def dispatcher(self):
         """The Numba dispatcher (built on first access)."""
         d = self._dispatcher
-        if d is None:
-            d = self._build()
-        return d
+        return d if d is not None else self._build()
 
     def _build(self):
         with _lock:  # Numba is imported under it (and _threads._numba)
@@ -306,13 +305,11 @@ def _make_dispatcher(py_func, options):
             disp._cache = _tolerant_cache_class()(py_func)
         except RuntimeError as exc:  # Numba: "cannot cache function ...: no locator"
             _state["cache_ok"] = False
-            if not _state["warned_locator"]:
-                _state["warned_locator"] = True
-                warnings.warn(
-                    "sklearn-falcon: no writable location for Numba's cache "
-                    f"({exc}); kernels are compiled in every process. Set "
-                    "NUMBA_CACHE_DIR to a writable directory to keep them.",
-                    RuntimeWarning, stacklevel=4)
+            _warn_once("warned_locator",
+                       "sklearn-falcon: no writable location for Numba's cache "
+                       f"({exc}); kernels are compiled in every process. Set "
+                       "NUMBA_CACHE_DIR to a writable directory to keep them.",
+                       stacklevel=5)
     return disp
 
 
@@ -321,7 +318,7 @@ def _tolerant_cache_class():
     """Numba's per-function cache, made tolerant of unreadable entries, tied
     to the sources of every kernel module, and able to read a prebuilt cache
     from a read-only install (see the module docstring)."""
-    from numba.core import config
+    from numba.core import config, sigutils
     from numba.core.caching import (CompileResultCacheImpl, FunctionCache,
                                     IndexDataCacheFile)
     from numba.core.runtime import rtsys
@@ -377,13 +374,20 @@ def _tolerant_cache_class():
             finally:
                 del codegen.unserialize_library
 
+    class CheckedFile(IndexDataCacheFile):
+        def load(self, key):  # an entry naming another signature's data: unreadable
+            if (data := super().load(key)) is not None and (
+                    data[3].args != sigutils.normalize_signature(key[0])[0]):
+                raise ValueError(f"its data file holds the kernel of {data[3]}")
+            return data
+
     class TolerantCache(FunctionCache):
         _impl_class = Impl
 
         def __init__(self, py_func):
             super().__init__(py_func)
             stamp = (self._impl.locator.get_source_stamp(), _sources_stamp())
-            self._cache_file = IndexDataCacheFile(
+            self._cache_file = CheckedFile(
                 cache_path=self._cache_path, filename_base=self._impl.filename_base,
                 source_stamp=stamp)
 
@@ -392,12 +396,11 @@ def _tolerant_cache_class():
             return key + ("boundscheck",) if config.BOUNDSCHECK else key
 
         def load_overload(self, sig, target_context):
-            # Numba refreshes the whole target context before every load,
-            # which the first time imports its NumPy, typed-container and
-            # random implementations (about 0.16 s, a third of a small first
-            # fit with a warm cache).  A cached entry is machine code that
-            # needs only the runtime; a miss compiles, and the compiler
-            # refreshes the context itself.
+            # Numba refreshes the whole target context before every load, which
+            # the first time imports its NumPy, typed-container and random
+            # implementations (0.16 s, a third of a small first fit with a warm
+            # cache).  A cached entry is machine code that needs only the
+            # runtime; a miss compiles, and the compiler refreshes the context.
             try:
                 rtsys.initialize(target_context)
                 with self._guard_against_spurious_io_errors():
@@ -407,10 +410,8 @@ def _tolerant_cache_class():
                            f"sklearn-falcon: unreadable Numba cache entry for "
                            f"{self._py_func.__qualname__} ({type(exc).__name__}: "
                            f"{exc}) in {self.cache_path}; recompiling it.")
-                try:
+                with contextlib.suppress(OSError):
                     self.flush()  # an empty index: the entry is written anew
-                except OSError:
-                    pass
                 return None
 
         def save_overload(self, sig, data):
@@ -427,14 +428,13 @@ def _tolerant_cache_class():
 
 
 # ------------------------------------------------- lazily parsed bitcode
-# A cached kernel holds its machine code and, for kernels compiled later
-# that call it, the LLVM bitcode of its module.  Numba parses that bitcode
-# on every load, to link it and to list the symbols it defines: about 2 ms
-# a kernel, a sixth of a small first fit with a warm cache.  Here the
-# symbols are saved with the entry, and the bitcode is parsed when a
-# compile first links the kernel.  Entries saved without the symbols (an
-# older cache), or a Numba whose libraries lack the attributes used here,
-# load as Numba loads them.
+# A cached kernel holds its machine code and, for kernels compiled later that
+# call it, the LLVM bitcode of its module.  Numba parses that bitcode on every
+# load, to link it and to list the symbols it defines: about 2 ms a kernel, a
+# sixth of a small first fit with a warm cache.  Here the symbols are saved
+# with the entry, and the bitcode is parsed when a compile first links the
+# kernel.  Entries saved without the symbols (an older cache), or a Numba
+# whose libraries lack the attributes used here, load as Numba loads them.
 
 
 def _with_symbols(payload, library):
@@ -514,10 +514,10 @@ def _lazy_linking_class(base):
     return LazyLinking
 
 
-def _warn_once(key, message):
+def _warn_once(key, message, stacklevel=2):
     if not _state[key]:
         _state[key] = True
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
 _KERNEL_MODULE = re.compile(r"^from \.+_jit import ", re.MULTILINE)

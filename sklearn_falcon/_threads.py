@@ -24,7 +24,8 @@ from . import _jit
 from ._jit import requested
 
 __all__ = ["N_JOBS_CONSTRAINT", "effective_n_threads", "fit_threads",
-           "imported_module", "num_threads", "requested_threads"]
+           "imported_module", "num_threads", "one_openmp_thread_after_fork",
+           "requested_threads"]
 
 def _numba():
     """Numba, imported under the lock its kernels are built under: a first
@@ -82,6 +83,7 @@ def effective_n_threads(n_jobs, maximum):
 
 _blas_lock = threading.Lock()
 _blas_owner = {"thread": None}
+_forked = {"child": False}  # this process was forked (see fit_threads)
 
 
 def _after_fork_in_child():
@@ -89,6 +91,7 @@ def _after_fork_in_child():
     global _blas_lock
     _blas_lock = threading.Lock()
     _blas_owner["thread"] = None
+    _forked["child"] = True
 
 
 if hasattr(os, "register_at_fork"):
@@ -141,12 +144,25 @@ def _keep_torch_threads(count):
 
 
 @contextlib.contextmanager
+def one_openmp_thread_after_fork():
+    """In a forked process, OpenMP (scikit-learn's) on one thread within the
+    block: GNU OpenMP is not fork-safe, and after the parent's OpenMP loops
+    (KMeans, the kNN search) the child's first one hung for good."""
+    if not _forked["child"]:
+        yield
+        return
+    with _threadpool_controller().limit(limits=1, user_api="openmp"):
+        yield
+
+
+@contextlib.contextmanager
 def fit_threads(n_jobs=None, *, limit_blas=True):
     """Within the block: Numba kernels on ``n_jobs`` threads (``None`` keeps
     Numba's setting; a negative one counts from the usable CPUs, as joblib
     does, unless ``NUMBA_NUM_THREADS`` sets the count), and BLAS on one
     thread when ``limit_blas``; torch's thread count is the caller's in the
-    block and after it."""
+    block and after it.  In a forked process, OpenMP (scikit-learn's) runs on
+    one thread in the block, as the package's parallel kernels run serially."""
     torch = imported_module("torch")  # None: not imported (or blocked, or being)
     torch_threads = torch.get_num_threads() if torch is not None else None
     with contextlib.ExitStack() as stack:
@@ -155,6 +171,7 @@ def fit_threads(n_jobs=None, *, limit_blas=True):
         stack.callback(_keep_torch_threads, torch_threads)
         if limit_blas:
             stack.enter_context(_one_blas_thread())
+        stack.enter_context(one_openmp_thread_after_fork())
         if n_jobs is not None:
             most = _numba().config.NUMBA_NUM_THREADS  # (a setting: starts no thread)
             if n_jobs < 0 and "NUMBA_NUM_THREADS" not in os.environ:

@@ -153,6 +153,42 @@ def test_a_child_forked_while_another_thread_fits_does_not_hang(monkeypatch):
     assert _log.logger.handlers == handlers and _log.logger.level == level
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+@pytest.mark.parametrize("n_features", [2, 40])
+def test_a_forked_child_fits_with_kmeans_after_the_parent_did(n_features):
+    """GNU OpenMP is not fork-safe: after a fit with ``init="kmeans"`` (or
+    any OpenMP loop of scikit-learn, whose KMeans runs on it, as does its
+    kNN search of 40 features, in the affinity's construction), the same fit
+    in a forked child (``multiprocessing``'s default start,
+    ``GridSearchCV`` on joblib's ``"multiprocessing"`` backend) hung for
+    good in KMeans's first parallel loop.  In a forked child a fit runs
+    OpenMP on one thread, as the package's own kernels run serially."""
+    import subprocess
+
+    code = """if True:
+        import faulthandler, multiprocessing, warnings
+        warnings.simplefilter("ignore")
+        from sklearn.datasets import make_blobs
+        from sklearn_falcon import FalconNCut, falcon_batch
+        X = make_blobs(2000, n_features=N_FEATURES, centers=3, random_state=0)[0]
+        def fit(_):
+            if multiprocessing.parent_process():  # a hang ends the child
+                faulthandler.dump_traceback_later(60, exit=True)
+            batch = falcon_batch([X[:1000], X[1000:]], 3, backend="numba",
+                                 affinity="nearest_neighbors", random_state=0)
+            est = FalconNCut(3, init="kmeans", random_state=0).fit(X)
+            return est.labels_.tolist(), [lab.tolist() for lab in batch.labels]
+        ref = fit(0)
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            print(pool.map_async(fit, [0]).get(90) == [ref])
+    """
+    code = code.replace("N_FEATURES", str(n_features))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "True", out.stdout
+
+
 @pytest.mark.parametrize("call", ["pamr", "upsample_labels"])
 @pytest.mark.parametrize("env_threads", [False, True])
 def test_parallel_launches_stay_within_the_usable_cpus(monkeypatch, call, env_threads):

@@ -88,6 +88,46 @@ def test_a_corrupted_cache_file_is_recompiled_with_a_warning(tmp_path, what):
     assert _run(env)["warnings"] == []
 
 
+def test_an_index_entry_naming_another_signatures_data_is_recompiled(tmp_path):
+    """Numba writes a kernel's index and its data files apart: two processes
+    saving two signatures of one kernel at once (a float32 and a float64
+    fit on a cold shared cache) can leave the index's entry of one naming a
+    data file that holds the other's machine code.  That entry was loaded,
+    and every later call of the kernel failed ("can't unbox array from
+    PyObject into native value"), in every process.  It is recompiled and
+    rewritten, as an unreadable entry is."""
+    code = r"""
+import json, sys, warnings
+warnings.simplefilter("always")
+import numpy as np
+from sklearn_falcon._backends._numba import _kernels as nk
+dt = np.dtype(sys.argv[1])
+with warnings.catch_warnings(record=True) as caught:
+    f = nk.objective(np.array([2.0, 4.0], dt), np.array([1.0, 1.0], dt))
+print("JSON:" + json.dumps({
+    "f": f, "hits": sum(nk.objective.stats.cache_hits.values()),
+    "warnings": [str(w.message) for w in caught
+                 if issubclass(w.category, RuntimeWarning)]}))
+"""
+    f32, f64 = tmp_path / "f32", tmp_path / "f64"
+    run32 = code.replace("sys.argv[1]", "'float32'")
+    assert _run({"NUMBA_CACHE_DIR": str(f32)}, run32)["hits"] == 0
+    _run({"NUMBA_CACHE_DIR": str(f64)}, code.replace("sys.argv[1]", "'float64'"))
+    # the float32 index entry now names the float64 kernel's data
+    data = sorted(f64.rglob("*objective*.nbc"))
+    assert len(data) == 1
+    target = f32 / data[0].relative_to(f64)
+    assert target.exists()
+    target.write_bytes(data[0].read_bytes())
+    swapped = _run({"NUMBA_CACHE_DIR": str(f32)}, run32)
+    assert swapped["f"] == 0.75 and swapped["hits"] == 0
+    assert len(swapped["warnings"]) == 1
+    assert "unreadable Numba cache entry" in swapped["warnings"][0]
+    # written anew: the next process loads it silently
+    assert _run({"NUMBA_CACHE_DIR": str(f32)}, run32) == {
+        "f": 0.75, "hits": 1, "warnings": []}
+
+
 def test_a_read_only_install_reads_its_prebuilt_cache(tmp_path):
     code = r"""
 import json, sys
