@@ -83,7 +83,24 @@ def effective_n_threads(n_jobs, maximum):
 
 _blas_lock = threading.Lock()
 _blas_owner = {"thread": None}
-_forked = {"child": False}  # this process was forked (see fit_threads)
+
+
+def _forked_before_import():
+    """Whether this process is a ``multiprocessing`` child that was forked
+    (not spawned, nor forked from a fresh fork server): one that imports the
+    package after the fork was not marked by the hook below, and after the
+    parent's OpenMP loops (scikit-learn's KMeans, its kNN search) its first
+    one hung for good."""
+    import multiprocessing
+
+    argv = " ".join(getattr(sys, "orig_argv", ()))  # (the interpreter's own)
+    return (multiprocessing.parent_process() is not None
+            and "--multiprocessing-fork" not in argv
+            and "multiprocessing.forkserver" not in argv)
+
+
+# this process was forked (see fit_threads)
+_forked = {"child": _forked_before_import()}
 
 
 def _after_fork_in_child():

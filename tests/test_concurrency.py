@@ -189,6 +189,40 @@ def test_a_forked_child_fits_with_kmeans_after_the_parent_did(n_features):
     assert out.stdout.split("\n")[-2] == "True", out.stdout
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_forked_child_that_imports_the_package_fits_after_the_parent_kmeans():
+    """The parent ran scikit-learn's OpenMP loops (a KMeans) without the
+    package; its forked child imported the package and fitted: the fork
+    hook had never run there, so the child's kNN search (40 features) hung
+    for good.  A ``multiprocessing`` child that was forked is marked on
+    import; a spawned one is not (its OpenMP is fresh: all its threads)."""
+    import subprocess
+
+    code = """if True:
+        import faulthandler, multiprocessing, warnings
+        warnings.simplefilter("ignore")
+        from sklearn.cluster import KMeans
+        from sklearn.datasets import make_blobs
+        X = make_blobs(2000, n_features=40, centers=3, random_state=0)[0]
+        KMeans(3, n_init=1, random_state=0).fit(X)  # the parent's OpenMP
+        def fit(_):
+            faulthandler.dump_traceback_later(60, exit=True)  # a hang ends it
+            from sklearn_falcon import FalconNCut
+            return len(set(FalconNCut(3, init="kmeans", random_state=0)
+                           .fit(X).labels_.tolist()))
+        marked = ("__import__('sklearn_falcon._threads', fromlist=['_'])"
+                  "._forked['child']")  # (eval: a spawned child unpickles it)
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            print(pool.map_async(fit, [0]).get(90))
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            print(pool.map_async(eval, [marked]).get(90))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-3:-1] == ["[3]", "[False]"], out.stdout
+
+
 @pytest.mark.parametrize("call", ["pamr", "upsample_labels"])
 @pytest.mark.parametrize("env_threads", [False, True])
 def test_parallel_launches_stay_within_the_usable_cpus(monkeypatch, call, env_threads):
