@@ -162,14 +162,28 @@ def _keep_torch_threads(count):
 
 @contextlib.contextmanager
 def one_openmp_thread_after_fork():
-    """In a forked process, OpenMP (scikit-learn's) on one thread within the
-    block: GNU OpenMP is not fork-safe, and after the parent's OpenMP loops
+    """In a forked process, OpenMP (scikit-learn's, torch's) on one thread
+    within the block: GNU OpenMP is not fork-safe, and after the parent's OpenMP loops
     (KMeans, the kNN search) the child's first one hung for good."""
     if not _forked["child"]:
         yield
         return
-    with _threadpool_controller().limit(limits=1, user_api="openmp"):
+    controller = _threadpool_controller()
+    if imported_module("torch") is not None:
+        controller = _controller_after_torch()
+    with controller.limit(limits=1, user_api="openmp"):
         yield
+
+
+@functools.cache
+def _controller_after_torch():
+    """A ThreadpoolController that also finds the OpenMP that torch loaded
+    (its own ``libgomp``): the one built on import, before torch, did not,
+    and torch's CPU operations (the matrix-free affinity) hung in a forked
+    child after the parent's."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 @contextlib.contextmanager

@@ -223,6 +223,39 @@ def test_a_forked_child_that_imports_the_package_fits_after_the_parent_kmeans():
     assert out.stdout.split("\n")[-3:-1] == ["[3]", "[False]"], out.stdout
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_a_forked_child_fits_on_torch_cpu_after_the_parent_did():
+    """A matrix-free fit on torch's CPU backend in a forked child, after
+    the same fit in the parent: torch's OpenMP (its own ``libgomp``, loaded
+    with torch, after the package built its thread-pool controller) was not
+    limited to one thread there, and the child's first torch operation of
+    the affinity hung for good.  Labels, predictions and score match the
+    parent's."""
+    pytest.importorskip("torch")
+    import subprocess
+
+    code = """if True:
+        import faulthandler, multiprocessing, warnings
+        warnings.simplefilter("ignore")
+        from sklearn.datasets import make_blobs
+        from sklearn_falcon import FalconNCut  # (imports no torch)
+        X = make_blobs(2000, n_features=40, centers=3, random_state=0)[0]
+        def fit(_):
+            if multiprocessing.parent_process():  # a hang ends the child
+                faulthandler.dump_traceback_later(60, exit=True)
+            est = FalconNCut(3, affinity="cosine", backend="torch", device="cpu",
+                             random_state=0).fit(X)
+            return est.labels_.tolist(), est.predict(X[:300]).tolist(), est.score(X)
+        ref = fit(0)
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            print(pool.map_async(fit, [0]).get(90) == [ref])
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "True", out.stdout
+
+
 @pytest.mark.parametrize("call", ["pamr", "upsample_labels"])
 @pytest.mark.parametrize("env_threads", [False, True])
 def test_parallel_launches_stay_within_the_usable_cpus(monkeypatch, call, env_threads):
