@@ -826,7 +826,7 @@ def test_segment_dataset_on_a_device_keeps_n_init(monkeypatch):
     images = [_blocks(48, 64, seed=s)[0] for s in range(2)]
     batched = []
     monkeypatch.setattr(_dataset, "segment_batch_on_device",
-                        lambda seg, batch, dev: batched.append(1) or [
+                        lambda seg, batch, dev, start=0: batched.append(1) or [
                             np.zeros(im.shape[:2], np.int64) for im in batch])
     for n_init, expected in ((1, [1]), (3, [])):
         seg = ImageSegmenter(n_segments=3, n_init=n_init, random_state=0)
