@@ -404,8 +404,9 @@ def _in_options(msg, command):
     name = re.match(r"The '(\w+)' parameter of \w+ ", msg)
     if name and name.group(1) in options:  # scikit-learn's validation
         return f"{options[name.group(1)]}: {msg}"
+    said = ""  # (a name, not model=: no option said; its hint renamed below)
     if msg.startswith("Unknown timm model name") and "model" in options:
-        return f"--model: {msg}"  # (a name, not model=: no option said)
+        said = "--model: "
     names = "|".join(sorted(options, key=len, reverse=True))
     bare = "|".join(n for n in options if "_" in n)
 
@@ -418,7 +419,7 @@ def _in_options(msg, command):
     # what is quoted (a file's name, a value) is left as it is
     parts = re.split(r"('[^']*')", msg)
     msg = "".join(p if i % 2 else rename(p) for i, p in enumerate(parts))
-    return msg.replace("--pretrained True", "--pretrained")  # (a flag)
+    return said + msg.replace("--pretrained True", "--pretrained")  # (a flag)
 
 
 def _check_segmenter(seg):

@@ -73,6 +73,25 @@ def test_cli_errors_one_line(tmp_path, capsys, args, msg):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_cli_model_path_hint_names_the_options(tmp_path, capsys):
+    # a checkpoint file or a folder given as --model: the hint of where it
+    # goes said "as model and the file as checkpoint_path (e.g. model='...',
+    # checkpoint_path='...')", the Python names: the --model prefix skipped
+    # the renaming of the rest of the message
+    pytest.importorskip("timm")
+    good, _ = _write(tmp_path)
+    (ckpt := tmp_path / "w.pth").write_bytes(b"")
+    (folder := tmp_path / "saved").mkdir()
+    for model, text in ((ckpt, f"--checkpoint '{ckpt}'"),
+                        (folder, f"--model 'local-dir:{folder}'")):
+        rc = main(["segment", str(good), "--model", str(model),
+                   "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert rc != 0 and f"error: --model: Unknown timm model name '{model}'" in err
+        assert text in err
+        assert "checkpoint_path" not in err and "model=" not in err
+
+
 def test_cli_module_entry_point(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "sklearn_falcon.cli", "segment", str(tmp_path / "nope.jpg"),

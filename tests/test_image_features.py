@@ -1164,3 +1164,15 @@ def test_a_path_as_model_is_refused_with_where_it_goes(tmp_path):
         make_extractor(tmp_path)
     with pytest.raises(ValueError, match=r"timm.list_models\(\)\.$"):
         make_extractor("no_such_vit")  # not a path: as before
+
+
+def test_a_name_too_long_for_a_file_is_an_unknown_model():
+    # the hint of a path given as the model asked the file system about the
+    # name: one past 255 characters raised its OSError "File name too long"
+    # instead of the refusal of an unknown timm name
+    pytest.importorskip("timm")
+    from sklearn_falcon.image import make_extractor
+
+    for name in ("x" * 300, "vit/" + "y" * 300):
+        with pytest.raises(ValueError, match="^Unknown timm model name "):
+            make_extractor(name)

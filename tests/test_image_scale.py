@@ -756,6 +756,21 @@ def test_segment_video_auto_and_errors():
             ImageSegmenter(n_segments=2).segment_video(bad)  # raised at once
 
 
+def test_segment_video_iterates_its_frames_once():
+    # the check that frames are iterable called iter(frames) and dropped
+    # it, then the generator called it again: an iterable whose iter()
+    # does work (a torch DataLoader starts its worker processes) did it twice
+    class Clip:
+        calls = 0
+
+        def __iter__(self):
+            Clip.calls += 1
+            return iter([_moving_square(t, 64) for t in range(2)])
+
+    maps = list(ImageSegmenter(n_segments=2, refine=None).segment_video(Clip()))
+    assert len(maps) == 2 and Clip.calls == 1
+
+
 def test_segment_video_refuses_one_image():
     """One image given as the video: an (H, W, 3) array was iterated into
     frames of its rows ("Image of size 64x3 is smaller than one 8x8
@@ -826,7 +841,7 @@ def test_segment_dataset_on_a_device_keeps_n_init(monkeypatch):
     images = [_blocks(48, 64, seed=s)[0] for s in range(2)]
     batched = []
     monkeypatch.setattr(_dataset, "segment_batch_on_device",
-                        lambda seg, batch, dev: batched.append(1) or [
+                        lambda seg, batch, dev, start=0: batched.append(1) or [
                             np.zeros(im.shape[:2], np.int64) for im in batch])
     for n_init, expected in ((1, [1]), (3, [])):
         seg = ImageSegmenter(n_segments=3, n_init=n_init, random_state=0)

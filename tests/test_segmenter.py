@@ -900,6 +900,22 @@ def test_an_error_of_an_array_of_a_dataset_names_its_index():
             with pytest.raises(kind, match=rf"^Cannot segment images\[3\]: .*{text}"):
                 run()
 
+def test_an_error_of_an_array_on_a_device_names_its_index(monkeypatch):
+    """The batched device path of ``segment_dataset`` (a CUDA device) did not
+    name which array it refused ("Image of size 4x4 (HxW) is smaller than
+    one 8x8 patch"), where the CPU path names ``images[i]``."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(ImageSegmenter, "_torch_device",
+                        lambda self: torch.device("cpu"))
+    seg = ImageSegmenter(n_segments=2, refine=None)
+    for bad, kind, text in ((np.zeros((4, 4, 3), np.uint8), ValueError, "4x4"),
+                            (np.zeros((8, 8, 3), np.uint8), ValueError,
+                             "only 1 patch token"),
+                            (None, TypeError, "NoneType")):
+        images = [_square_on_halves(t) for t in range(3)] + [bad]
+        with pytest.raises(kind, match=rf"^Cannot segment images\[3\]: .*{text}"):
+            seg.segment_dataset(images, batch_size=2, progress=False)
+
 def test_warnings_of_worker_processes_reach_the_caller():
     """``segment_dataset(n_jobs=2)``: a warning of a loky worker went to the
     worker's stderr, attributed to ``multiprocessing/process.py``, past the

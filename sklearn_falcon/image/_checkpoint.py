@@ -26,12 +26,15 @@ def path_hint(model):
     """The end of the refusal of ``model``, an unknown timm name, where it
     names a local file or folder: a checkpoint is ``checkpoint_path``'s, a
     folder in timm's format ``"local-dir:"``'s ("" otherwise)."""
-    path = Path(model)
-    if path.is_file():
+    try:  # (a name longer than a file's: "File name too long", an OSError)
+        is_file, is_dir = Path(model).is_file(), Path(model).is_dir()
+    except OSError:
+        return ""
+    if is_file:
         return (" It is a file: pass the timm name of its architecture as model "
                 "and the file as checkpoint_path (e.g. model='vit_small_patch14_"
                 f"dinov2', checkpoint_path={str(model)!r}).")
-    if path.is_dir():  # (no apostrophe: the command line renames outside quotes)
+    if is_dir:  # (no apostrophe: the command line renames outside quotes)
         return (" It is a folder: a model saved by timm (config.json and the "
                 f"weights) is read from it by model='local-dir:{model}'.")
     return ""

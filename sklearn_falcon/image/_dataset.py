@@ -91,8 +91,8 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
         # the batched solve makes one start per graph: n_init > 1 (as "auto")
         # goes image by image, or it was ignored without a word
         if dev is not None and seg.n_segments != "auto" and seg.n_init == 1:
-            out = ((segment_batch_on_device(seg, batch, dev), [], [])
-                   for batch in batches)
+            out = ((segment_batch_on_device(seg, batch, dev, i * batch_size), [], [])
+                   for i, batch in enumerate(batches))
         else:
             params = seg.get_params(deep=False)
             seeds = image_seeds(seg.random_state, len(items))
@@ -122,26 +122,28 @@ def segment_dataset(seg, images, n_jobs, batch_size, progress):
     return results
 
 
-def segment_batch_on_device(seg, batch, device):
+def segment_batch_on_device(seg, batch, device, start=0):
     """Label maps of a batch of images, the token graphs solved together
-    by one batched, matrix-free Falcon call on ``device``."""
+    by one batched, matrix-free Falcon call on ``device``; ``start``: the
+    index of ``batch[0]`` among the caller's images, which an error names
+    (as :func:`segment_each`)."""
     from .._batch import falcon_batch
 
     k = int(seg.n_segments)
-    rgbs = [load_image(im) for im in batch]
     ext = seg._get_extractor()  # (its errors are no image's)
-    prepared = []
-    for im, rgb in zip(batch, rgbs):
-        with naming_file(im):  # as segment: which image is too small
-            prepared.append(seg._prepare(rgb))
-    feats = [ext.extract(work) for _, work in prepared]
-    for im, (plan, _), f in zip(batch, prepared, feats):
-        if f.shape[0] * f.shape[1] < k:  # as segment's: which image, what to do
-            with naming_file(im):  # ("An image yields only 4 patch tokens")
-                raise too_few_tokens(
-                    f.shape[0] * f.shape[1], k, "n_segments", seg.max_tokens,
-                    seg.resolution or getattr(ext, "default_short", None),
-                    hasattr(ext, "input_size"), plan.resized)
+    rgbs, prepared, feats = [], [], []
+    for i, im in enumerate(batch, start):
+        with _naming_index(im, i):  # an array: its index; a file: its name
+            rgbs.append(load_image(im))
+            with naming_file(im):  # as segment: which image is too small
+                plan, work = seg._prepare(rgbs[-1])
+                prepared.append((plan, work))
+                feats.append(f := ext.extract(work))
+                if f.shape[0] * f.shape[1] < k:  # as segment's: what to do
+                    raise too_few_tokens(
+                        f.shape[0] * f.shape[1], k, "n_segments", seg.max_tokens,
+                        seg.resolution or getattr(ext, "default_short", None),
+                        hasattr(ext, "input_size"), plan.resized)
     if k == 1:
         toks = [np.zeros(f.shape[0] * f.shape[1], dtype=np.int64) for f in feats]
     else:

@@ -97,8 +97,8 @@ def segment_frames(seg, frames):
                 f"Pass PIL.ImageSequence.Iterator(image) for its {n} frames."
                 if n > 1 else
                 "Pass [image] for a one-frame video, or segment(image)."))
-    try:  # (a list, a generator: read when the maps are)
-        iter(frames)
+    try:  # (a list, a generator: read when the maps are; iterated once: a
+        frames = iter(frames)  # DataLoader's iter() starts its workers)
     except TypeError:  # "'int' object is not iterable", at the first frame
         raise TypeError(
             "frames must be an iterable of frames (arrays, PIL images, tensors "
