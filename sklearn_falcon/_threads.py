@@ -87,16 +87,16 @@ _blas_owner = {"thread": None}
 
 def _forked_before_import():
     """Whether this process is a ``multiprocessing`` child that was forked
-    (not spawned, nor forked from a fresh fork server): one that imports the
-    package after the fork was not marked by the hook below, and after the
-    parent's OpenMP loops (scikit-learn's KMeans, its kNN search) its first
-    one hung for good."""
+    (not spawned, nor forked from a fresh fork server, nor one of joblib's
+    loky workers, which are spawned): one that imports the package after the
+    fork was not marked by the hook below, and after the parent's OpenMP
+    loops (scikit-learn's KMeans, its kNN search) its first one hung."""
     import multiprocessing
 
     argv = " ".join(getattr(sys, "orig_argv", ()))  # (the interpreter's own)
-    return (multiprocessing.parent_process() is not None
-            and "--multiprocessing-fork" not in argv
-            and "multiprocessing.forkserver" not in argv)
+    return (multiprocessing.parent_process() is not None and not any(
+        m in argv for m in ("--multiprocessing-fork", "multiprocessing.forkserver",
+                            "loky.backend.popen_loky")))
 
 
 # this process was forked (see fit_threads)

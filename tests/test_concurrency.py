@@ -195,7 +195,9 @@ def test_a_forked_child_that_imports_the_package_fits_after_the_parent_kmeans():
     package; its forked child imported the package and fitted: the fork
     hook had never run there, so the child's kNN search (40 features) hung
     for good.  A ``multiprocessing`` child that was forked is marked on
-    import; a spawned one is not (its OpenMP is fresh: all its threads)."""
+    import; a spawned one is not (its OpenMP is fresh: all its threads), nor
+    one of joblib's loky workers (all its OpenMP threads: it was marked, and
+    ran scikit-learn's loops on one thread)."""
     import subprocess
 
     code = """if True:
@@ -216,11 +218,14 @@ def test_a_forked_child_that_imports_the_package_fits_after_the_parent_kmeans():
             print(pool.map_async(fit, [0]).get(90))
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             print(pool.map_async(eval, [marked]).get(90))
+        from joblib import Parallel, delayed  # loky's workers are spawned too
+        print(Parallel(n_jobs=2, backend="loky")(delayed(eval)(marked) for _ in "ab"))
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[-3:-1] == ["[3]", "[False]"], out.stdout
+    assert out.stdout.split("\n")[-4:-1] == ["[3]", "[False]", "[False, False]"], (
+        out.stdout)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
